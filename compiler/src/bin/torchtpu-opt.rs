@@ -1,0 +1,130 @@
+//! torchtpu-opt: reads the IR text form, runs a pass pipeline, prints the result.
+//! An mlir-opt for torchtpu's graph IR; lit tests and bug reports are driven through it.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
+use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
+
+#[derive(Parser, Debug)]
+#[command(name = "torchtpu-opt", version, about = "Run torchtpu compiler passes over the graph IR")]
+struct Args {
+    /// Input IR file; `-` or nothing reads standard input.
+    input: Option<PathBuf>,
+    /// Comma-separated passes, e.g. `canonicalize,cse,dce` or `fold-constants{max-elements=64}`.
+    #[arg(long = "pass-pipeline", value_name = "PIPELINE")]
+    pass_pipeline: Option<String>,
+    /// List the registered passes with one-line descriptions and exit.
+    #[arg(long = "list-passes")]
+    list_passes: bool,
+    /// Print the IR (to stderr) after every pass.
+    #[arg(long = "print-ir-after-all")]
+    print_ir_after_all: bool,
+    /// Print the IR (to stderr) before every pass.
+    #[arg(long = "print-ir-before-all")]
+    print_ir_before_all: bool,
+    /// Print the IR (to stderr) after the named pass; repeatable.
+    #[arg(long = "print-ir-after", value_name = "PASS")]
+    print_ir_after: Vec<String>,
+    /// Print the IR (to stderr) before the named pass; repeatable.
+    #[arg(long = "print-ir-before", value_name = "PASS")]
+    print_ir_before: Vec<String>,
+    /// Parse and verify only; print nothing on success.
+    #[arg(long = "verify-only")]
+    verify_only: bool,
+    /// Skip verification after each pass (the input is still verified).
+    #[arg(long = "no-verify-each")]
+    no_verify_each: bool,
+    /// Report each pass's wall time (to stderr).
+    #[arg(long = "timing")]
+    timing: bool,
+    /// Write the output here instead of standard output.
+    #[arg(short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error and its causes, so scripts and FileCheck can match it.
+            let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+            eprintln!("torchtpu-opt: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    if args.list_passes {
+        let width = REGISTRY.iter().map(|p| p.name.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for p in REGISTRY {
+            out.push_str(&format!("  {:width$}  {}\n", p.name, p.description));
+            for (opt, doc) in p.options {
+                out.push_str(&format!("  {:width$}    {{{opt}=...}} {doc}\n", ""));
+            }
+        }
+        return emit(args, &out);
+    }
+    let (source_name, text) = read_input(args.input.as_ref())?;
+    let mut graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{source_name}:{e}"))?;
+    verify(&graph).with_context(|| format!("{source_name}: invalid IR"))?;
+    if args.verify_only {
+        return Ok(());
+    }
+    let options = PipelineOptions {
+        verify_each: !args.no_verify_each,
+        print_before_all: args.print_ir_before_all,
+        print_after_all: args.print_ir_after_all,
+        print_before: args.print_ir_before.clone(),
+        print_after: args.print_ir_after.clone(),
+    };
+    let pm = PassManager::from_pipeline(args.pass_pipeline.as_deref().unwrap_or(""), options)?;
+    let stderr = std::io::stderr();
+    let runs = pm.run(&mut graph, &mut stderr.lock())?;
+    if args.timing {
+        let mut err = stderr.lock();
+        writeln!(err, "// pass timing")?;
+        for r in &runs {
+            writeln!(err, "//   {:<16} {:>10.3} ms  {}", r.pass, r.elapsed.as_secs_f64() * 1e3, if r.changed { "changed" } else { "unchanged" })?;
+        }
+    }
+    emit(args, &print_graph(&graph))
+}
+
+fn read_input(path: Option<&PathBuf>) -> Result<(String, String)> {
+    match path {
+        Some(p) if p.as_os_str() != "-" => {
+            let bytes = std::fs::read(p).with_context(|| format!("cannot read '{}'", p.display()))?;
+            let text = String::from_utf8(bytes).map_err(|e| {
+                anyhow::anyhow!("'{}' is not UTF-8 text (invalid byte at offset {})", p.display(), e.utf8_error().valid_up_to())
+            })?;
+            Ok((p.display().to_string(), text))
+        }
+        _ => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).context("cannot read standard input as UTF-8 text")?;
+            Ok(("<stdin>".into(), text))
+        }
+    }
+}
+
+fn emit(args: &Args, text: &str) -> Result<()> {
+    match &args.output {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("cannot write '{}'", path.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                // A closed pipe (`| head`) is not an error worth reporting.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other.context("cannot write to standard output"),
+            }
+        }
+    }
+}
+

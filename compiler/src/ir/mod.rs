@@ -1,0 +1,16 @@
+//! The graph IR: types, attributes, the graph itself, its text form, and the verifier.
+
+pub mod attr;
+pub mod graph;
+pub mod ops;
+pub mod parser;
+pub mod printer;
+pub mod types;
+pub mod verifier;
+
+pub use attr::{Attr, Elements, Literal};
+pub use graph::{Graph, Node, NodeId, NodeKind, OpName, Value};
+pub use parser::{parse_graph, ParseError};
+pub use printer::print_graph;
+pub use types::{DType, Dim, SymRange, TensorType};
+pub use verifier::{verify, VerifyError};

@@ -1,0 +1,348 @@
+//! Constant folding: a node whose operands are all small constants is evaluated at compile
+//! time, with PyTorch's semantics (computation in the result dtype, integer wrap-around,
+//! floor/trunc division, true division of ints producing floats), and replaced by a
+//! `tpu.constant`. Only results of at most `max-elements` elements are folded, so large
+//! constants stay as cheap broadcasts. f16/bf16/complex results are left alone.
+
+use super::dce::remove_dead_nodes;
+use super::patterns::{const_tensor, ConstTensor, Scalar};
+use super::{Pass, PassError, PassOptions};
+use crate::ir::types::DType;
+use crate::ir::verifier::{normalize_dim, normalize_permutation};
+use crate::ir::{Attr, Graph, NodeId, NodeKind, OpName, Value};
+use std::collections::BTreeMap;
+
+pub struct FoldConstants {
+    pub max_elements: i64,
+}
+
+impl Default for FoldConstants {
+    fn default() -> Self {
+        FoldConstants { max_elements: 256 }
+    }
+}
+
+impl FoldConstants {
+    pub const NAME: &'static str = "fold-constants";
+    pub const DESCRIPTION: &'static str = "evaluate small constant subgraphs at compile time into tpu.constant literals";
+    pub const OPTIONS: &'static [(&'static str, &'static str)] =
+        &[("max-elements", "largest result (in elements) that is folded; default 256")];
+
+    pub fn create(opts: &PassOptions) -> Result<Box<dyn Pass>, String> {
+        let mut pass = FoldConstants::default();
+        for (k, v) in opts {
+            match k.as_str() {
+                "max-elements" => {
+                    pass.max_elements = v
+                        .parse()
+                        .ok()
+                        .filter(|n: &i64| *n >= 0)
+                        .ok_or_else(|| format!("max-elements must be a non-negative integer, got '{v}'"))?
+                }
+                _ => return Err(format!("unknown option '{k}' (accepted: max-elements)")),
+            }
+        }
+        Ok(Box::new(pass))
+    }
+}
+
+impl Pass for FoldConstants {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+    fn description(&self) -> &'static str {
+        Self::DESCRIPTION
+    }
+    fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
+        let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
+        let mut changed = false;
+        for id in order {
+            let Some(folded) = self.fold(g, id) else { continue };
+            let Some(lit) = folded.to_literal() else { continue };
+            let ty = lit.ty.clone();
+            let mut attrs = BTreeMap::new();
+            attrs.insert("value".to_string(), Attr::Tensor(lit));
+            let c = g.add_op(OpName::new("tpu", "constant", None), Vec::new(), attrs, vec![ty]);
+            g.replace_all_uses(Value::new(id, 0), Value::new(c, 0));
+            changed = true;
+        }
+        if changed {
+            remove_dead_nodes(g);
+        }
+        Ok(changed)
+    }
+}
+
+fn modelled(d: DType) -> bool {
+    !matches!(d, DType::F16 | DType::BF16 | DType::C64 | DType::C128)
+}
+
+impl FoldConstants {
+    fn fold(&self, g: &Graph, id: NodeId) -> Option<ConstTensor> {
+        let node = g.node(id);
+        let NodeKind::Op(op) = &node.kind else { return None };
+        if op.namespace != "aten" || node.results.len() != 1 || node.operands.is_empty() {
+            return None;
+        }
+        let ty = node.results[0].clone();
+        let dims = ty.static_dims()?;
+        if dims.iter().product::<i64>() > self.max_elements || !modelled(ty.dtype) {
+            return None;
+        }
+        let args: Vec<ConstTensor> =
+            node.operands.iter().map(|v| const_tensor(g, *v, self.max_elements)).collect::<Option<_>>()?;
+        if args.iter().any(|a| !modelled(a.ty.dtype)) {
+            return None;
+        }
+        let out = |vals: Vec<Scalar>| Some(ConstTensor { ty: ty.clone(), dims: dims.clone(), vals });
+        let dt = ty.dtype;
+        let name = op.name.as_str();
+        match name {
+            // Data unchanged, only the shape or nothing at all.
+            "view" | "reshape" | "_unsafe_view" | "squeeze" | "unsqueeze" | "alias" | "clone" | "contiguous"
+            | "detach" => (args[0].ty.dtype == dt).then(|| out(args[0].vals.clone()))?,
+            "_to_copy" => out(args[0].vals.iter().map(|v| v.cast(dt)).collect::<Option<_>>()?),
+            "expand" => out(broadcast_to(&args[0], &dims)?),
+            "permute" => {
+                let perm = normalize_permutation(node.attr("dims")?.as_int_list()?, dims.len())?;
+                out(permute(&args[0], &perm))
+            }
+            "transpose" | "t" => {
+                let rank = dims.len();
+                let mut perm: Vec<usize> = (0..rank).collect();
+                if rank >= 2 {
+                    let (a, b) = if name == "t" {
+                        (0, 1)
+                    } else {
+                        (normalize_dim(node.attr("dim0")?.as_int()?, rank)?, normalize_dim(node.attr("dim1")?.as_int()?, rank)?)
+                    };
+                    perm.swap(a, b);
+                }
+                out(permute(&args[0], &perm))
+            }
+            "neg" | "abs" | "logical_not" => {
+                let f = |s: Scalar| -> Option<Scalar> {
+                    Some(match (name, s.cast(dt)?) {
+                        ("logical_not", _) => Scalar::B(!s.cast(DType::Bool).map(|b| b == Scalar::B(true))?),
+                        ("neg", Scalar::F(x)) => Scalar::F(-x),
+                        ("neg", Scalar::I(i)) => Scalar::I(crate::ir::attr::wrap_int(dt, i.wrapping_neg())),
+                        ("abs", Scalar::F(x)) => Scalar::F(x.abs()),
+                        ("abs", Scalar::I(i)) => Scalar::I(crate::ir::attr::wrap_int(dt, i.wrapping_abs())),
+                        _ => return None,
+                    })
+                };
+                out(args[0].vals.iter().map(|v| f(*v)).collect::<Option<_>>()?)
+            }
+            "add" | "sub" | "mul" | "div" | "maximum" | "minimum" | "eq" | "ne" | "lt" | "le" | "gt" | "ge"
+            | "logical_and" | "logical_or" => {
+                let (a, b) = binary_operands(node, &args, &ty)?;
+                let alpha_ok = node.attr("alpha").map_or(true, |a| a.as_number() == Some(1.0));
+                if !alpha_ok {
+                    // PyTorch fuses `a + alpha * b` into one FMA on CPU; do not guess its rounding.
+                    return None;
+                }
+                let mode = match node.attr("rounding_mode") {
+                    None | Some(Attr::None) => None,
+                    Some(Attr::Str(m)) => Some(m.as_str()),
+                    _ => return None,
+                };
+                let compare = matches!(name, "eq" | "ne" | "lt" | "le" | "gt" | "ge");
+                let logical = matches!(name, "logical_and" | "logical_or");
+                // Comparisons compute in the operands' common dtype; require one to be safe.
+                let compute = if compare {
+                    if a.ty.dtype != b.ty.dtype {
+                        return None;
+                    }
+                    a.ty.dtype
+                } else if logical {
+                    DType::Bool
+                } else {
+                    dt
+                };
+                let av = broadcast_to(&a, &dims)?;
+                let bv = broadcast_to(&b, &dims)?;
+                let vals = av
+                    .iter()
+                    .zip(&bv)
+                    .map(|(x, y)| elementwise(name, mode, compute, x.cast(compute)?, y.cast(compute)?))
+                    .collect::<Option<Vec<_>>>()?;
+                out(vals.into_iter().map(|v| v.cast(dt)).collect::<Option<_>>()?)
+            }
+            "where" if args.len() == 3 => {
+                let c = broadcast_to(&args[0], &dims)?;
+                let a = broadcast_to(&args[1], &dims)?;
+                let b = broadcast_to(&args[2], &dims)?;
+                out(c.iter().zip(a.iter().zip(&b)).map(|(c, (x, y))| {
+                    let pick = c.cast(DType::Bool)? == Scalar::B(true);
+                    (if pick { x } else { y }).cast(dt)
+                }).collect::<Option<_>>()?)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The two operands of a binary op: two tensors, or a tensor and the `other` attribute.
+fn binary_operands(node: &crate::ir::Node, args: &[ConstTensor], ty: &crate::ir::TensorType) -> Option<(ConstTensor, ConstTensor)> {
+    match args.len() {
+        2 => Some((args[0].clone(), args[1].clone())),
+        1 => {
+            let s = Scalar::from_attr(node.attr("other")?)?;
+            // A Python scalar takes the dtype of the computation (the result's, or the
+            // tensor's for comparisons).
+            let dtype = if ty.dtype == DType::Bool { args[0].ty.dtype } else { ty.dtype };
+            let s = s.cast(dtype)?;
+            Some((args[0].clone(), ConstTensor { ty: crate::ir::TensorType::scalar(dtype), dims: vec![], vals: vec![s] }))
+        }
+        _ => None,
+    }
+}
+
+fn elementwise(name: &str, mode: Option<&str>, dt: DType, x: Scalar, y: Scalar) -> Option<Scalar> {
+    use Scalar::*;
+    let f32_op = dt != DType::F64;
+    // Floats compute in their own precision: f32 ops round at f32, as PyTorch's kernels do.
+    let fl = |op: fn(f64, f64) -> f64, a: f64, b: f64| {
+        if f32_op {
+            op(a as f32 as f64, b as f32 as f64) as f32 as f64
+        } else {
+            op(a, b)
+        }
+    };
+    let wrap = |i: i64| crate::ir::attr::wrap_int(dt, i);
+    Some(match (name, x, y) {
+        ("eq" | "ne", a, b) => {
+            // IEEE equality for floats: NaN == NaN is false, -0.0 == 0.0 is true.
+            let equal = match (a, b) {
+                (F(p), F(q)) => p == q,
+                (I(p), I(q)) => p == q,
+                (B(p), B(q)) => p == q,
+                _ => return None,
+            };
+            B(equal == (name == "eq"))
+        }
+        ("lt" | "le" | "gt" | "ge", I(a), I(b)) => B(cmp(name, a.cmp(&b))),
+        ("lt" | "le" | "gt" | "ge", B(a), B(b)) => B(cmp(name, a.cmp(&b))),
+        ("lt" | "le" | "gt" | "ge", F(a), F(b)) => B(match name {
+            "lt" => a < b,
+            "le" => a <= b,
+            "gt" => a > b,
+            _ => a >= b,
+        }),
+        ("logical_and", B(a), B(b)) => B(a && b),
+        ("logical_or", B(a), B(b)) => B(a || b),
+        ("add", B(a), B(b)) => B(a || b),
+        ("mul", B(a), B(b)) => B(a && b),
+        ("maximum", B(a), B(b)) => B(a || b),
+        ("minimum", B(a), B(b)) => B(a && b),
+        ("add", F(a), F(b)) => F(fl(|p, q| p + q, a, b)),
+        ("sub", F(a), F(b)) => F(fl(|p, q| p - q, a, b)),
+        ("mul", F(a), F(b)) => F(fl(|p, q| p * q, a, b)),
+        ("div", F(a), F(b)) => F(match mode {
+            None => fl(|p, q| p / q, a, b),
+            Some("trunc") => fl(|p, q| (p / q).trunc(), a, b),
+            Some("floor") => fl(floor_divide, a, b),
+            _ => return None,
+        }),
+        // PyTorch propagates NaN through maximum/minimum.
+        ("maximum", F(a), F(b)) => F(if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }),
+        ("minimum", F(a), F(b)) => F(if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }),
+        ("add", I(a), I(b)) => I(wrap(a.wrapping_add(b))),
+        ("sub", I(a), I(b)) => I(wrap(a.wrapping_sub(b))),
+        ("mul", I(a), I(b)) => I(wrap(a.wrapping_mul(b))),
+        ("maximum", I(a), I(b)) => I(a.max(b)),
+        ("minimum", I(a), I(b)) => I(a.min(b)),
+        // Integer division by zero raises in PyTorch; leave it to run time.
+        ("div", I(_), I(0)) => return None,
+        ("div", I(a), I(b)) => match mode {
+            Some("trunc") => I(wrap(a.wrapping_div(b))),
+            Some("floor") => {
+                let q = a.wrapping_div(b);
+                I(wrap(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q }))
+            }
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+fn cmp(name: &str, o: std::cmp::Ordering) -> bool {
+    use std::cmp::Ordering::*;
+    match name {
+        "lt" => o == Less,
+        "le" => o != Greater,
+        "gt" => o == Greater,
+        _ => o != Less,
+    }
+}
+
+/// PyTorch's `div_floor_floating`: exact floor division with its sign-of-zero rules.
+fn floor_divide(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != 0.0 && (b < 0.0) != (m < 0.0) {
+        div -= 1.0;
+    }
+    if div != 0.0 {
+        let mut f = div.floor();
+        if div - f > 0.5 {
+            f += 1.0;
+        }
+        f
+    } else {
+        (0.0f64).copysign(a / b)
+    }
+}
+
+/// Row-major strides of `dims`.
+fn strides(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// The elements of `t` broadcast (PyTorch rules) to `dims`.
+fn broadcast_to(t: &ConstTensor, dims: &[i64]) -> Option<Vec<Scalar>> {
+    if t.dims.len() > dims.len() {
+        return None;
+    }
+    let offset = dims.len() - t.dims.len();
+    let src_strides = strides(&t.dims);
+    let mut eff = vec![0i64; dims.len()];
+    for (i, &d) in t.dims.iter().enumerate() {
+        let target = dims[i + offset];
+        if d != target && d != 1 {
+            return None;
+        }
+        eff[i + offset] = if d == 1 { 0 } else { src_strides[i] };
+    }
+    let out_strides = strides(dims);
+    let numel: i64 = dims.iter().product();
+    Some(
+        (0..numel)
+            .map(|flat| {
+                let src: i64 = (0..dims.len()).map(|k| (flat / out_strides[k]) % dims[k] * eff[k]).sum();
+                t.vals[src as usize]
+            })
+            .collect(),
+    )
+}
+
+/// `out[i0..in] = t[i_perm...]`: out dim k is input dim perm[k].
+fn permute(t: &ConstTensor, perm: &[usize]) -> Vec<Scalar> {
+    let in_strides = strides(&t.dims);
+    let out_dims: Vec<i64> = perm.iter().map(|&p| t.dims[p]).collect();
+    let out_strides = strides(&out_dims);
+    let numel: i64 = out_dims.iter().product();
+    (0..numel)
+        .map(|flat| {
+            let src: i64 = (0..perm.len()).map(|k| (flat / out_strides[k]) % out_dims[k] * in_strides[perm[k]]).sum();
+            t.vals[src as usize]
+        })
+        .collect()
+}

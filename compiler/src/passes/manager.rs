@@ -1,0 +1,159 @@
+//! Runs a pipeline of registered passes with verification, IR printing and timing.
+
+use super::{lookup, Pass, PassOptions, REGISTRY};
+use crate::ir::{print_graph, verify, Graph, VerifyError};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// The pipeline used when none is given.
+pub const DEFAULT_PIPELINE: &str = "canonicalize,fold-constants,cse,dce";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("unknown pass '{name}' (available: {available})")]
+    UnknownPass { name: String, available: String },
+    #[error("malformed pass pipeline '{pipeline}': {reason}")]
+    Malformed { pipeline: String, reason: String },
+    #[error("pass '{pass}': {reason}")]
+    BadOptions { pass: String, reason: String },
+    #[error("pass '{pass}' failed: {reason}")]
+    PassFailed { pass: String, reason: String },
+    #[error("IR is invalid after pass '{pass}': {error}")]
+    VerifyFailed { pass: String, error: VerifyError },
+    #[error("cannot write IR dump: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// Verify after every pass (on by default; a pass that breaks the IR is named).
+    pub verify_each: bool,
+    pub print_before_all: bool,
+    pub print_after_all: bool,
+    pub print_before: Vec<String>,
+    pub print_after: Vec<String>,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            verify_each: true,
+            print_before_all: false,
+            print_after_all: false,
+            print_before: Vec::new(),
+            print_after: Vec::new(),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug)]
+pub struct PassRun {
+    pub pass: &'static str,
+    pub changed: bool,
+    pub elapsed: Duration,
+}
+
+pub struct PassManager {
+    passes: Vec<Box<dyn Pass>>,
+    options: PipelineOptions,
+}
+
+fn available() -> String {
+    REGISTRY.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Splits at commas outside `{...}`.
+fn split_top_level(s: &str) -> Option<Vec<&str>> {
+    let (mut depth, mut start, mut parts) = (0i32, 0usize, Vec::new());
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth < 0 {
+                    return None;
+                }
+            }
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    (depth == 0).then(|| {
+        parts.push(&s[start..]);
+        parts
+    })
+}
+
+impl PassManager {
+    /// Builds a manager from `name,name{opt=v},...`. Empty strings give an empty pipeline.
+    pub fn from_pipeline(pipeline: &str, options: PipelineOptions) -> Result<PassManager, PipelineError> {
+        let malformed = |reason: &str| PipelineError::Malformed { pipeline: pipeline.into(), reason: reason.into() };
+        let mut passes = Vec::new();
+        let trimmed = pipeline.trim();
+        if !trimmed.is_empty() {
+            for entry in split_top_level(trimmed).ok_or_else(|| malformed("unbalanced braces"))? {
+                let entry = entry.trim();
+                let (name, opts) = match entry.find('{') {
+                    Some(i) if entry.ends_with('}') => (&entry[..i], parse_options(&entry[i + 1..entry.len() - 1])),
+                    Some(_) => return Err(malformed("text after a pass's '}'")),
+                    None => (entry, Ok(PassOptions::new())),
+                };
+                if name.is_empty() {
+                    return Err(malformed("empty pass name"));
+                }
+                let info = lookup(name)
+                    .ok_or_else(|| PipelineError::UnknownPass { name: name.into(), available: available() })?;
+                let opts = opts.map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?;
+                passes.push((info.create)(&opts).map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?);
+            }
+        }
+        for name in options.print_before.iter().chain(&options.print_after) {
+            if lookup(name).is_none() {
+                return Err(PipelineError::UnknownPass { name: name.clone(), available: available() });
+            }
+        }
+        Ok(PassManager { passes, options })
+    }
+
+    pub fn pass_names(&self) -> Vec<&'static str> {
+        self.passes.iter().map(|p| p.name()).collect()
+    }
+
+    /// Runs every pass in order; IR dumps go to `dump`. Returns per-pass results and timings.
+    pub fn run(&self, g: &mut Graph, dump: &mut dyn Write) -> Result<Vec<PassRun>, PipelineError> {
+        let mut runs = Vec::with_capacity(self.passes.len());
+        for pass in &self.passes {
+            let name = pass.name();
+            if self.options.print_before_all || self.options.print_before.iter().any(|p| p == name) {
+                write!(dump, "// -----// IR Dump Before {name} //----- //\n{}\n", print_graph(g))?;
+            }
+            let start = Instant::now();
+            let changed =
+                pass.run(g).map_err(|e| PipelineError::PassFailed { pass: name.into(), reason: e.to_string() })?;
+            let elapsed = start.elapsed();
+            if self.options.verify_each {
+                verify(g).map_err(|error| PipelineError::VerifyFailed { pass: name.into(), error })?;
+            }
+            if self.options.print_after_all || self.options.print_after.iter().any(|p| p == name) {
+                write!(dump, "// -----// IR Dump After {name} //----- //\n{}\n", print_graph(g))?;
+            }
+            runs.push(PassRun { pass: name, changed, elapsed });
+        }
+        Ok(runs)
+    }
+}
+
+fn parse_options(body: &str) -> Result<PassOptions, String> {
+    let mut opts = PassOptions::new();
+    for kv in body.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("option '{kv}' is not key=value"))?;
+        if opts.insert(k.trim().to_string(), v.trim().to_string()).is_some() {
+            return Err(format!("option '{}' given twice", k.trim()));
+        }
+    }
+    Ok(opts)
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# One idempotent setup for a fresh machine: Debian packages (MLIR 22, FileCheck),
+# the .venv with pinned Python tools and torch, the PJRT CPU plugin, and the extension.
+# Every step checks whether its result is already present and skips it if so.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+PLUGIN_DIR="$VENV/pjrt"          # documented in README.md and docs/architecture.md
+PY="${PYTHON:-python3}"
+
+TORCH_VERSION=2.15.0
+MATURIN_VERSION=1.16.0
+PYTEST_VERSION=9.2.0
+LIT_VERSION=18.1.8
+PLUGIN_PKG=lammps-jax-pjrt-cpu
+PLUGIN_VERSION=0.11.2
+
+APT_PACKAGES=(libmlir-22-dev llvm-22-dev libpolly-22-dev libzstd-dev libclang1-22
+              libclang-common-22-dev llvm-22-tools)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- Debian packages -------------------------------------------------------
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  log "Debian packages present"
+fi
+
+# --- virtual environment ----------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+
+pip_has() { # name==version
+  "$VPY" -m pip show "${1%%==*}" 2>/dev/null | grep -qx "Version: ${1##*==}"
+}
+want=()
+for req in "torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION"; do
+  pip_has "$req" || want+=("$req")
+done
+if ((${#want[@]})); then
+  log "pip installing: ${want[*]}"
+  "$VPY" -m pip install -q --disable-pip-version-check "${want[@]}"
+else
+  log "Python packages present"
+fi
+
+# --- PJRT CPU plugin --------------------------------------------------------
+PLUGIN_SO="$PLUGIN_DIR/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
+if [ ! -f "$PLUGIN_SO" ] || [ "$(cat "$PLUGIN_DIR/.version" 2>/dev/null)" != "$PLUGIN_VERSION" ]; then
+  log "installing PJRT CPU plugin $PLUGIN_PKG==$PLUGIN_VERSION into $PLUGIN_DIR"
+  rm -rf "$PLUGIN_DIR"
+  "$VPY" -m pip install -q --disable-pip-version-check --no-deps --target "$PLUGIN_DIR" \
+    "$PLUGIN_PKG==$PLUGIN_VERSION"
+  echo "$PLUGIN_VERSION" > "$PLUGIN_DIR/.version"
+else
+  log "PJRT CPU plugin present: $PLUGIN_SO"
+fi
+
+# --- the extension (torchtpu._C) into the venv ------------------------------
+# Rebuilt only when a Rust or Python source is newer than the last install stamp.
+STAMP="$VENV/.torchtpu-ext.stamp"
+if [ ! -f "$STAMP" ] || [ -n "$(find Cargo.toml Cargo.lock compiler runtime python -newer "$STAMP" \
+      \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name Cargo.lock \) -print -quit 2>/dev/null)" ]; then
+  log "building torchtpu._C into $VENV"
+  VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
+    "$VENV/bin/maturin" develop -q -m python/Cargo.toml
+  touch "$STAMP"
+else
+  log "torchtpu._C up to date"
+fi
+log "done"
