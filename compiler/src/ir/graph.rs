@@ -323,11 +323,23 @@ impl Graph {
             return false;
         }
         let (Ok(a), Ok(b)) = (self.topo_order(), other.topo_order()) else { return false };
+        // Inputs are compared by index (the header), op nodes by their canonical position.
+        let ops = |g: &Graph, order: Vec<NodeId>| -> Vec<NodeId> {
+            order.into_iter().filter(|n| matches!(g.g[*n].kind, NodeKind::Op(_))).collect()
+        };
+        let (a, b) = (ops(self, a), ops(other, b));
         if a.len() != b.len() {
             return false;
         }
-        let pos_a: HashMap<NodeId, usize> = a.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-        let pos_b: HashMap<NodeId, usize> = b.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let positions = |g: &Graph, order: &[NodeId]| -> HashMap<NodeId, usize> {
+            let inputs = g.inputs.iter().enumerate().map(|(i, n)| (*n, usize::MAX - i));
+            order.iter().enumerate().map(|(i, n)| (*n, i)).chain(inputs).collect()
+        };
+        let (pos_a, pos_b) = (positions(self, &a), positions(other, &b));
+        let inputs_equal = self.inputs.iter().zip(&other.inputs).all(|(x, y)| self.g[*x].results == other.g[*y].results);
+        if !inputs_equal {
+            return false;
+        }
         let same_value = |x: &Value, y: &Value| pos_a[&x.node] == pos_b[&y.node] && x.result == y.result;
         let nodes_equal = a.iter().zip(&b).all(|(&na, &nb)| {
             let (x, y) = (&self.g[na], &other.g[nb]);

@@ -143,9 +143,9 @@ impl TensorType {
             .collect()
     }
 
-    /// Element count when static.
+    /// Element count when static (and not overflowing i64).
     pub fn numel(&self) -> Option<i64> {
-        self.static_dims().map(|d| d.iter().product())
+        checked_numel(&self.static_dims()?)
     }
 
     pub fn with_dtype(&self, dtype: DType) -> TensorType {
@@ -164,6 +164,11 @@ impl fmt::Display for TensorType {
         }
         f.write_str("]")
     }
+}
+
+/// The product of `dims`, or `None` if it overflows i64.
+pub fn checked_numel(dims: &[i64]) -> Option<i64> {
+    dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d))
 }
 
 /// Broadcasts two shapes with PyTorch's rules (align trailing dims; 1 stretches).

@@ -195,7 +195,7 @@ pub fn resolve_size(size: &[i64], numel: Option<i64>) -> Option<Vec<i64>> {
     }
     let mut out = size.to_vec();
     if let Some(&i) = unknown.first() {
-        let known: i64 = size.iter().filter(|&&d| d != -1).product();
+        let known = size.iter().filter(|&&d| d != -1).try_fold(1i64, |acc, &d| acc.checked_mul(d))?;
         let numel = numel?;
         if known == 0 || numel % known != 0 {
             return None;

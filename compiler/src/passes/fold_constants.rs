@@ -86,7 +86,7 @@ impl FoldConstants {
         }
         let ty = node.results[0].clone();
         let dims = ty.static_dims()?;
-        if dims.iter().product::<i64>() > self.max_elements || !modelled(ty.dtype) {
+        if crate::ir::types::checked_numel(&dims)? > self.max_elements || !modelled(ty.dtype) {
             return None;
         }
         let args: Vec<ConstTensor> =
@@ -109,6 +109,9 @@ impl FoldConstants {
             }
             "transpose" | "t" => {
                 let rank = dims.len();
+                if args[0].dims.len() != rank {
+                    return None;
+                }
                 let mut perm: Vec<usize> = (0..rank).collect();
                 if rank >= 2 {
                     let (a, b) = if name == "t" {

@@ -128,7 +128,7 @@ pub(crate) fn const_tensor(g: &Graph, v: Value, max_elements: i64) -> Option<Con
     let NodeKind::Op(op) = &node.kind else { return None };
     let ty = node.results.get(v.result as usize)?.clone();
     let dims = ty.static_dims()?;
-    let numel: i64 = dims.iter().product();
+    let numel = crate::ir::types::checked_numel(&dims)?;
     if numel > max_elements {
         return None;
     }

@@ -1,0 +1,104 @@
+//! The verifier's error cases: each names the node, its op and what is wrong.
+
+use std::collections::BTreeMap;
+use torchtpu_compiler::ir::{parse_graph, verify, DType, Graph, OpName, TensorType, Value};
+
+fn verify_text(text: &str) -> Result<(), String> {
+    let g = parse_graph(text).expect("test IR parses");
+    verify(&g).map_err(|e| e.to_string())
+}
+
+fn wrap(body: &str) -> String {
+    format!("graph @g(%a: f32[2, 3], %b: f32[3, 4], %i: i64[3]) -> () {{\n{body}\n  return\n}}\n")
+}
+
+#[test]
+fn a_well_formed_graph_verifies() {
+    let text = wrap(concat!(
+        "  %0 = aten.mm.default(%a, %b) : f32[2, 4]\n",
+        "  %1 = aten.add.Tensor(%0, %0) : f32[2, 4]\n",
+        "  %2 = aten.gt.Scalar(%1) {other = 0.0} : bool[2, 4]\n",
+        "  %3 = aten.view.default(%1) {size = [-1]} : f32[8]\n",
+        "  %4 = aten.permute.default(%a) {dims = [-1, 0]} : f32[3, 2]\n",
+        "  %5:2 = aten.some_future_op.default(%a, %i) {anything = \"goes\"} : (f32[1], f32[2])",
+    ));
+    assert_eq!(verify_text(&text), Ok(()));
+}
+
+#[test]
+fn operand_count() {
+    let e = verify_text(&wrap("  %0 = aten.mm.default(%a) : f32[2, 4]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.mm.default): expects 2 operands, got 1");
+}
+
+#[test]
+fn result_count() {
+    let e = verify_text(&wrap("  %0:2 = aten.relu.default(%a) : (f32[2, 3], f32[2, 3])")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.relu.default): expects 1 results, got 2");
+}
+
+#[test]
+fn matmul_shapes() {
+    let e = verify_text(&wrap("  %0 = aten.mm.default(%b, %a) : f32[3, 3]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.mm.default): contracting dims differ: f32[3, 4] and f32[2, 3]");
+    let e = verify_text(&wrap("  %0 = aten.mm.default(%a, %b) : f32[2, 5]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.mm.default): result type f32[2, 5] does not match the operands: expected shape of f32[2, 4]");
+}
+
+#[test]
+fn broadcasting_and_comparisons() {
+    let e = verify_text(&wrap("  %0 = aten.add.Tensor(%a, %b) : f32[2, 3]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.add.Tensor): operand 1 of type f32[3, 4] does not broadcast with the others");
+    let e = verify_text(&wrap("  %0 = aten.eq.Tensor(%a, %a) : f32[2, 3]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.eq.Tensor): comparison result must be bool, got f32[2, 3]");
+}
+
+#[test]
+fn reshape_and_permute() {
+    let e = verify_text(&wrap("  %0 = aten.view.default(%a) {size = [5]} : f32[5]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.view.default): reshape changes the element count: f32[2, 3] to f32[5]");
+    let e = verify_text(&wrap("  %0 = aten.view.default(%a) {size = [2, 3]} : f32[3, 2]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.view.default): size [2, 3] does not match the result type f32[3, 2]");
+    let e = verify_text(&wrap("  %0 = aten.permute.default(%a) {dims = [0, 0]} : f32[2, 2]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.permute.default): dims [0, 0] is not a permutation of rank 2");
+    let e = verify_text(&wrap("  %0 = aten.view.default(%a) : f32[6]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.view.default): missing required attribute 'size'");
+}
+
+#[test]
+fn constants_must_match_their_type() {
+    let e = verify_text(&wrap("  %0 = tpu.constant() {value = dense<[1, 2] : i64[2]>} : i32[2]")).unwrap_err();
+    assert_eq!(e, "node %0 (tpu.constant): literal type i64[2] differs from the result type i32[2]");
+}
+
+#[test]
+fn cycles_are_found() {
+    // The parser cannot express a cycle; build one through the API.
+    let mut g = Graph::new("cyclic");
+    let x = g.add_input(TensorType::fixed(DType::F32, &[2]));
+    let t = TensorType::fixed(DType::F32, &[2]);
+    let neg = OpName::new("aten", "neg", Some("default"));
+    let a = g.add_op(neg.clone(), vec![x], BTreeMap::new(), vec![t.clone()]);
+    let b = g.add_op(neg, vec![Value::new(a, 0)], BTreeMap::new(), vec![t]);
+    g.set_operand(a, 0, Value::new(b, 0));
+    g.set_outputs(vec![Value::new(b, 0)]);
+    let e = verify(&g).unwrap_err().to_string();
+    assert!(e.contains("the graph has a cycle through this node"), "{e}");
+}
+
+#[test]
+fn dangling_operands_and_outputs() {
+    let mut g = Graph::new("dangling");
+    let x = g.add_input(TensorType::fixed(DType::F32, &[2]));
+    g.set_outputs(vec![Value::new(x.node, 3)]);
+    assert_eq!(verify(&g).unwrap_err().to_string(), "output 0 refers to a value that does not exist");
+    let id = g.add_op(OpName::new("aten", "neg", None), vec![Value::new(x.node, 1)], BTreeMap::new(), vec![TensorType::fixed(DType::F32, &[2])]);
+    g.set_outputs(vec![Value::new(id, 0)]);
+    assert_eq!(verify(&g).unwrap_err().to_string(), "node %0 (aten.neg): operand 0 refers to a value that does not exist");
+}
+
+#[test]
+fn graph_names_must_be_printable() {
+    let g = Graph::new("has space");
+    assert!(verify(&g).unwrap_err().to_string().contains("graph name 'has space'"));
+}
