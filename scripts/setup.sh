@@ -26,7 +26,7 @@ log() { printf '[setup] %s\n' "$*"; }
 # --- Debian packages -------------------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
 done
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
@@ -44,13 +44,20 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 VPY="$VENV/bin/python"
 
-pip_has() { # name==version
-  "$VPY" -m pip show "${1%%==*}" 2>/dev/null | grep -qx "Version: ${1##*==}"
-}
-want=()
-for req in "torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION"; do
-  pip_has "$req" || want+=("$req")
-done
+# Which pinned requirements are missing (one interpreter start; `pip show` is slow).
+REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION")
+mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
+import sys, importlib.metadata as md
+for req in sys.argv[1:]:
+    name, version = req.split("==")
+    try:
+        ok = md.version(name) == version
+    except md.PackageNotFoundError:
+        ok = False
+    if not ok:
+        print(req)
+PYEOF
+)
 if ((${#want[@]})); then
   log "pip installing: ${want[*]}"
   "$VPY" -m pip install -q --disable-pip-version-check "${want[@]}"

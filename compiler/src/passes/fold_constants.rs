@@ -349,3 +349,59 @@ fn permute(t: &ConstTensor, perm: &[usize]) -> Vec<Scalar> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_divide_matches_pytorch() {
+        // torch.floor_divide on floats, checked against PyTorch 2.15 eager.
+        assert_eq!(floor_divide(7.0, 2.0), 3.0);
+        assert_eq!(floor_divide(-7.0, 2.0), -4.0);
+        assert_eq!(floor_divide(7.0, -2.0), -4.0);
+        assert_eq!(floor_divide(-0.5, 2.0), -1.0);
+        let z = floor_divide(0.0, -3.0);
+        assert!(z == 0.0 && z.is_sign_negative());
+        assert_eq!(floor_divide(1.0, 0.0), f64::INFINITY);
+        assert!(floor_divide(0.0, 0.0).is_nan());
+    }
+
+    #[test]
+    fn f32_arithmetic_rounds_in_f32() {
+        let r = elementwise("add", None, DType::F32, Scalar::F(0.1f32 as f64), Scalar::F(0.2f32 as f64)).unwrap();
+        assert_eq!(r, Scalar::F((0.1f32 + 0.2f32) as f64));
+        let r = elementwise("add", None, DType::F64, Scalar::F(0.1), Scalar::F(0.2)).unwrap();
+        assert_eq!(r, Scalar::F(0.1 + 0.2));
+    }
+
+    #[test]
+    fn integer_semantics() {
+        let i = |x| Scalar::I(x);
+        assert_eq!(elementwise("div", Some("trunc"), DType::I64, i(-7), i(2)), Some(i(-3)));
+        assert_eq!(elementwise("div", Some("floor"), DType::I64, i(-7), i(2)), Some(i(-4)));
+        assert_eq!(elementwise("div", Some("floor"), DType::I64, i(7), i(0)), None);
+        assert_eq!(elementwise("mul", None, DType::I32, i(1 << 30), i(4)), Some(i(0)));
+        assert_eq!(elementwise("add", None, DType::U8, i(255), i(1)), Some(i(0)));
+    }
+
+    #[test]
+    fn nan_comparisons_and_min_max() {
+        let f = |x| Scalar::F(x);
+        assert_eq!(elementwise("eq", None, DType::F32, f(f64::NAN), f(f64::NAN)), Some(Scalar::B(false)));
+        assert_eq!(elementwise("ne", None, DType::F32, f(f64::NAN), f(f64::NAN)), Some(Scalar::B(true)));
+        assert_eq!(elementwise("eq", None, DType::F32, f(-0.0), f(0.0)), Some(Scalar::B(true)));
+        let m = elementwise("maximum", None, DType::F32, f(f64::NAN), f(1.0)).unwrap();
+        assert!(m.as_f64().is_nan());
+    }
+
+    #[test]
+    fn casts_follow_c_semantics() {
+        assert_eq!(Scalar::F(-2.7).cast(DType::I64), Some(Scalar::I(-2)));
+        assert_eq!(Scalar::F(f64::NAN).cast(DType::I32), None);
+        assert_eq!(Scalar::I(300).cast(DType::U8), Some(Scalar::I(44)));
+        assert_eq!(Scalar::F(0.0).cast(DType::Bool), Some(Scalar::B(false)));
+        assert_eq!(Scalar::F(f64::NAN).cast(DType::Bool), Some(Scalar::B(true)));
+        assert_eq!(Scalar::I(1).cast(DType::BF16), None);
+    }
+}

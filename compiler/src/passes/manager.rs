@@ -119,6 +119,11 @@ impl PassManager {
         Ok(PassManager { passes, options })
     }
 
+    /// A manager over passes built elsewhere (embedders, tests).
+    pub fn with_passes(passes: Vec<Box<dyn Pass>>, options: PipelineOptions) -> PassManager {
+        PassManager { passes, options }
+    }
+
     pub fn pass_names(&self) -> Vec<&'static str> {
         self.passes.iter().map(|p| p.name()).collect()
     }
@@ -156,4 +161,86 @@ fn parse_options(body: &str) -> Result<PassOptions, String> {
         }
     }
     Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{parse_graph, Attr};
+    use crate::passes::PassError;
+
+    const G: &str = "graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.neg.default(%x) : f32[2]\n  %1 = aten.neg.default(%x) : f32[2]\n  %2 = aten.add.Tensor(%0, %1) : f32[2]\n  return %2\n}\n";
+
+    #[test]
+    fn pipelines_parse_with_options() {
+        let pm = PassManager::from_pipeline(" canonicalize , fold-constants{max-elements=8} ,cse,dce ", PipelineOptions::default()).unwrap();
+        assert_eq!(pm.pass_names(), vec!["canonicalize", "fold-constants", "cse", "dce"]);
+        assert!(PassManager::from_pipeline("", PipelineOptions::default()).unwrap().pass_names().is_empty());
+        let e = PassManager::from_pipeline("cse,,dce", PipelineOptions::default()).err().unwrap();
+        assert_eq!(e.to_string(), "malformed pass pipeline 'cse,,dce': empty pass name");
+        let e = PassManager::from_pipeline("fold-constants{max-elements=-3}", PipelineOptions::default()).err().unwrap();
+        assert_eq!(e.to_string(), "pass 'fold-constants': max-elements must be a non-negative integer, got '-3'");
+        let e = PassManager::from_pipeline("dce{x=1}", PipelineOptions::default()).err().unwrap();
+        assert_eq!(e.to_string(), "pass 'dce': unknown option 'x'");
+    }
+
+    #[test]
+    fn runs_report_change_and_time() {
+        let mut g = parse_graph(G).unwrap();
+        let pm = PassManager::from_pipeline("cse,dce,cse", PipelineOptions::default()).unwrap();
+        let runs = pm.run(&mut g, &mut std::io::sink()).unwrap();
+        let changed: Vec<bool> = runs.iter().map(|r| r.changed).collect();
+        assert_eq!(changed, vec![true, false, false]);
+        assert_eq!(g.op_count(), 2);
+    }
+
+    /// A pass that corrupts the IR: gives a permute an invalid permutation.
+    struct Breaker;
+    impl Pass for Breaker {
+        fn name(&self) -> &'static str {
+            "breaker"
+        }
+        fn description(&self) -> &'static str {
+            "corrupts the graph"
+        }
+        fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
+            let id = g.topo_order().unwrap()[1];
+            g.node_attrs_mut(id).insert("dims".into(), Attr::IntList(vec![0, 0]));
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn verification_after_each_pass_names_the_culprit() {
+        let text = "graph @g(%x: f32[2, 3]) -> (f32[3, 2]) {\n  %0 = aten.permute.default(%x) {dims = [1, 0]} : f32[3, 2]\n  return %0\n}\n";
+        let mut g = parse_graph(text).unwrap();
+        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions::default());
+        let e = pm.run(&mut g, &mut std::io::sink()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "IR is invalid after pass 'breaker': node %0 (aten.permute.default): dims [0, 0] is not a permutation of rank 2"
+        );
+        let mut g = parse_graph(text).unwrap();
+        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions { verify_each: false, ..Default::default() });
+        assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
+    }
+
+    #[test]
+    fn dumps_before_and_after() {
+        let mut g = parse_graph(G).unwrap();
+        let opts = PipelineOptions { print_before: vec!["dce".into()], print_after_all: true, ..Default::default() };
+        let pm = PassManager::from_pipeline("cse,dce", opts).unwrap();
+        let mut out = Vec::new();
+        pm.run(&mut g, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let headers: Vec<&str> = out.lines().filter(|l| l.starts_with("// -----//")).collect();
+        assert_eq!(
+            headers,
+            vec![
+                "// -----// IR Dump After cse //----- //",
+                "// -----// IR Dump Before dce //----- //",
+                "// -----// IR Dump After dce //----- //"
+            ]
+        );
+    }
 }

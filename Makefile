@@ -1,0 +1,31 @@
+# The two entry points on a fresh machine: `make demo` and `make test`. Both run setup first;
+# setup is idempotent and skips whatever is already in place.
+SHELL := /bin/bash
+VENV := .venv
+CARGO ?= cargo
+export CARGO_BUILD_JOBS ?= 2
+
+.PHONY: setup build demo test test-rust test-lit test-python
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --workspace --exclude torchtpu-python --bins
+
+demo: build
+	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce \
+		--print-ir-after-all --timing
+
+test: setup
+	$(MAKE) --no-print-directory test-rust test-lit test-python
+
+test-rust:
+	$(CARGO) test --workspace --exclude torchtpu-python
+
+test-lit:
+	$(CARGO) build -p torchtpu-compiler --bins
+	$(VENV)/bin/lit -sv lit-tests
+
+test-python:
+	$(VENV)/bin/pytest -q python/tests
