@@ -39,12 +39,7 @@ enum Rewrite {
 const MAX_ROUNDS: usize = 32;
 
 impl Pass for Canonicalize {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-    fn description(&self) -> &'static str {
-        Self::DESCRIPTION
-    }
+    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let mut changed = false;
         for _ in 0..MAX_ROUNDS {

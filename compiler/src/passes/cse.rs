@@ -24,12 +24,7 @@ struct Key {
 }
 
 impl Pass for Cse {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-    fn description(&self) -> &'static str {
-        Self::DESCRIPTION
-    }
+    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let mut seen: HashMap<Key, crate::ir::NodeId> = HashMap::new();

@@ -29,12 +29,7 @@ pub(crate) fn remove_dead_nodes(g: &mut Graph) -> usize {
 }
 
 impl Pass for Dce {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-    fn description(&self) -> &'static str {
-        Self::DESCRIPTION
-    }
+    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         Ok(remove_dead_nodes(g) > 0)
     }

@@ -47,12 +47,7 @@ impl FoldConstants {
 }
 
 impl Pass for FoldConstants {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-    fn description(&self) -> &'static str {
-        Self::DESCRIPTION
-    }
+    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let mut changed = false;

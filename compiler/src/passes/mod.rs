@@ -3,6 +3,18 @@
 //! before/after any pass on request, and times each pass. `torchtpu-opt --pass-pipeline` and the
 //! Python boundary both drive it; no pass is reachable any other way.
 
+/// Implements `Pass::name` and `Pass::description` from the pass type's `NAME` and `DESCRIPTION`.
+macro_rules! pass_identity {
+    () => {
+        fn name(&self) -> &'static str {
+            Self::NAME
+        }
+        fn description(&self) -> &'static str {
+            Self::DESCRIPTION
+        }
+    };
+}
+
 mod canonicalize;
 mod cse;
 mod dce;
