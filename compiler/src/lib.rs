@@ -2,4 +2,5 @@
 //! Lowering to StableHLO comes in `lower/` (see docs/architecture.md).
 
 pub mod ir;
+pub mod lower;
 pub mod passes;

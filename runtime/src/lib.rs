@@ -1,9 +1,27 @@
-//! torchtpu's runtime: PJRT C API bindings, device buffers, executables and the caches.
+//! torchtpu's runtime: runs StableHLO on a PJRT plugin through our own bindings to the PJRT
+//! C API.
 //!
-//! Not implemented yet (issue: "StableHLO emission through melior and the PJRT runtime").
-//! What exists now is where setup installs the CPU plugin, so every later piece agrees on it.
+//! [`Plugin`] loads the plugin, [`Client`] owns devices, [`Buffer`]s and compiled
+//! [`Executable`]s; [`ExecutableCache`] avoids recompiling the same module. See `docs/runtime.md`.
 
 use std::path::PathBuf;
+
+mod buffer;
+mod cache;
+mod client;
+mod error;
+mod executable;
+mod ffi;
+mod options;
+mod plugin;
+
+pub use buffer::{dense_byte_size, Buffer, ElementType};
+pub use cache::{CacheDigest, CacheKey, ExecutableCache};
+pub use client::{Client, Device};
+pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
+pub use executable::Executable;
+pub use options::CompileOptions;
+pub use plugin::{Plugin, SUPPORTED_API_MAJOR};
 
 /// Environment variable that overrides the PJRT plugin path.
 pub const PLUGIN_ENV: &str = "TORCHTPU_PJRT_PLUGIN";
@@ -15,18 +33,34 @@ pub const DEFAULT_PLUGIN_RELATIVE: &str = ".venv/pjrt/lammps_jax_pjrt_cpu/pjrt_c
 pub fn plugin_path() -> PathBuf {
     match std::env::var_os(PLUGIN_ENV) {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(DEFAULT_PLUGIN_RELATIVE),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(DEFAULT_PLUGIN_RELATIVE),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn default_plugin_path_points_into_the_venv() {
-        if std::env::var_os(super::PLUGIN_ENV).is_none() {
-            let p = super::plugin_path();
+        if std::env::var_os(PLUGIN_ENV).is_none() {
+            let p = plugin_path();
             assert!(p.ends_with("pjrt_c_api_cpu_plugin.so"), "{}", p.display());
             assert!(p.to_string_lossy().contains(".venv/pjrt"));
         }
+    }
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync::<Plugin>();
+        assert_send_sync::<Client>();
+        assert_send_sync::<Device>();
+        assert_send_sync::<Buffer>();
+        assert_send_sync::<Executable>();
+        assert_send_sync::<ExecutableCache>();
     }
 }

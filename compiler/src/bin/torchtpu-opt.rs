@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
+use torchtpu_compiler::lower::lower_to_stablehlo;
 use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
 
 #[derive(Parser, Debug)]
@@ -41,9 +42,18 @@ struct Args {
     /// Report each pass's wall time (to stderr).
     #[arg(long = "timing")]
     timing: bool,
+    /// What to print after the passes: the IR, or the StableHLO module it lowers to.
+    #[arg(long = "emit", value_enum, default_value_t = Emit::Ir)]
+    emit: Emit,
     /// Write the output here instead of standard output.
     #[arg(short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Emit {
+    Ir,
+    Stablehlo,
 }
 
 fn main() -> ExitCode {
@@ -94,7 +104,13 @@ fn run(args: &Args) -> Result<()> {
             writeln!(err, "//   {:<16} {:>10.3} ms  {}", r.pass, r.elapsed.as_secs_f64() * 1e3, if r.changed { "changed" } else { "unchanged" })?;
         }
     }
-    emit(args, &print_graph(&graph))
+    match args.emit {
+        Emit::Ir => emit(args, &print_graph(&graph)),
+        Emit::Stablehlo => {
+            let module = lower_to_stablehlo(&graph)?;
+            emit(args, &module.text)
+        }
+    }
 }
 
 fn read_input(path: Option<&PathBuf>) -> Result<(String, String)> {

@@ -20,7 +20,7 @@ mod cse;
 mod dce;
 mod fold_constants;
 mod manager;
-pub(crate) mod patterns;
+pub mod patterns;
 
 pub use canonicalize::Canonicalize;
 pub use cse::Cse;

@@ -1,0 +1,324 @@
+//! The StableHLO builder: every `stablehlo.*` op is built with melior's generic
+//! `OperationBuilder` (StableHLO is not an upstream dialect), with the attribute forms XLA
+//! accepts (`array<i64: ...>`, `#stablehlo<comparison_direction GT>`, ...). Lowering rules use
+//! these helpers and never write MLIR text themselves, except attribute literals parsed by MLIR.
+
+use super::error::{RuleError, RuleResult};
+use crate::ir::DType;
+use crate::passes::patterns::Scalar;
+use melior::ir::attribute::{DenseElementsAttribute, DenseI64ArrayAttribute};
+use melior::ir::operation::OperationBuilder;
+use melior::ir::r#type::{IntegerType, RankedTensorType};
+use melior::ir::{Attribute, Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value};
+use melior::Context;
+
+/// A lowered value with its static type.
+#[derive(Clone, Debug)]
+pub struct Tv<'c, 'a> {
+    pub v: Value<'c, 'a>,
+    pub dtype: DType,
+    pub dims: Vec<i64>,
+}
+
+impl<'c, 'a> Tv<'c, 'a> {
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+}
+
+pub struct Emitter<'c, 'a> {
+    pub ctx: &'c Context,
+    pub block: &'a Block<'c>,
+    pub loc: Location<'c>,
+}
+
+/// StableHLO comparison directions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Cmp {
+    fn name(self) -> &'static str {
+        match self {
+            Cmp::Eq => "EQ",
+            Cmp::Ne => "NE",
+            Cmp::Lt => "LT",
+            Cmp::Le => "LE",
+            Cmp::Gt => "GT",
+            Cmp::Ge => "GE",
+        }
+    }
+}
+
+pub fn element_type<'c>(ctx: &'c Context, d: DType) -> Type<'c> {
+    match d {
+        DType::F16 => Type::float16(ctx),
+        DType::BF16 => Type::bfloat16(ctx),
+        DType::F32 => Type::float32(ctx),
+        DType::F64 => Type::float64(ctx),
+        DType::I8 => IntegerType::new(ctx, 8).into(),
+        DType::I16 => IntegerType::new(ctx, 16).into(),
+        DType::I32 => IntegerType::new(ctx, 32).into(),
+        DType::I64 => IntegerType::new(ctx, 64).into(),
+        DType::U8 => IntegerType::unsigned(ctx, 8).into(),
+        DType::Bool => IntegerType::new(ctx, 1).into(),
+        DType::C64 => Type::parse(ctx, "complex<f32>").expect("complex<f32> parses"),
+        DType::C128 => Type::parse(ctx, "complex<f64>").expect("complex<f64> parses"),
+    }
+}
+
+pub fn tensor_type<'c>(ctx: &'c Context, d: DType, dims: &[i64]) -> Type<'c> {
+    let dims: Vec<u64> = dims.iter().map(|&x| x as u64).collect();
+    RankedTensorType::new(&dims, element_type(ctx, d), None).into()
+}
+
+impl<'c, 'a> Emitter<'c, 'a> {
+    pub fn ty(&self, d: DType, dims: &[i64]) -> Type<'c> {
+        tensor_type(self.ctx, d, dims)
+    }
+
+    pub fn attr(&self, text: &str) -> RuleResult<Attribute<'c>> {
+        Attribute::parse(self.ctx, text).ok_or_else(|| RuleError::Mlir(format!("cannot parse attribute `{text}`")))
+    }
+
+    pub fn i64_array(&self, v: &[i64]) -> Attribute<'c> {
+        DenseI64ArrayAttribute::new(self.ctx, v).into()
+    }
+
+    /// Builds and appends an op; returns all its results.
+    pub fn build(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'a>],
+        results: &[Type<'c>],
+        attrs: &[(&str, Attribute<'c>)],
+        regions: Vec<Region<'c>>,
+    ) -> RuleResult<Vec<Value<'c, 'a>>> {
+        let attrs: Vec<(Identifier<'c>, Attribute<'c>)> =
+            attrs.iter().map(|(k, a)| (Identifier::new(self.ctx, k), *a)).collect();
+        let op = OperationBuilder::new(name, self.loc)
+            .add_operands(operands)
+            .add_results(results)
+            .add_attributes(&attrs)
+            .add_regions_vec(regions)
+            .build()?;
+        let op = self.block.append_operation(op);
+        (0..results.len()).map(|i| Ok(op.result(i)?.into())).collect()
+    }
+
+    /// A single-result op producing a tensor of `dtype[dims]`.
+    pub fn op(
+        &self,
+        name: &str,
+        operands: &[&Tv<'c, 'a>],
+        dtype: DType,
+        dims: &[i64],
+        attrs: &[(&str, Attribute<'c>)],
+    ) -> RuleResult<Tv<'c, 'a>> {
+        let vals: Vec<Value<'c, 'a>> = operands.iter().map(|t| t.v).collect();
+        let v = self.build(name, &vals, &[self.ty(dtype, dims)], attrs, Vec::new())?[0];
+        Ok(Tv { v, dtype, dims: dims.to_vec() })
+    }
+
+    /// An elementwise op whose operands already share the result's shape.
+    pub fn ew(&self, name: &str, operands: &[&Tv<'c, 'a>], dtype: DType) -> RuleResult<Tv<'c, 'a>> {
+        let dims = operands[0].dims.clone();
+        self.op(name, operands, dtype, &dims, &[])
+    }
+
+    /// A splat constant of `dtype[dims]`.
+    pub fn constant(&self, dtype: DType, dims: &[i64], value: Scalar) -> RuleResult<Tv<'c, 'a>> {
+        let value = value.cast(dtype).unwrap_or(value);
+        let scalar_ty = self.ty(dtype, &[]);
+        let attr: Attribute<'c> = match (dtype, value) {
+            (DType::Bool, v) => DenseElementsAttribute::bool_splat(scalar_ty, v.as_f64() != 0.0).into(),
+            (d, v) if d.is_float() => self.attr(&format!("dense<{}> : {}", float_literal(d, v.as_f64()), scalar_ty))?,
+            (d, Scalar::I(i)) if d.is_integer() => self.attr(&format!("dense<{i}> : {scalar_ty}"))?,
+            (d, v) if d.is_integer() => self.attr(&format!("dense<{}> : {scalar_ty}", v.as_f64() as i64))?,
+            (d, _) => return Err(RuleError::Unsupported(format!("constants of dtype {d}"))),
+        };
+        let c = self.build("stablehlo.constant", &[], &[scalar_ty], &[("value", attr)], Vec::new())?[0];
+        let scalar = Tv { v: c, dtype, dims: vec![] };
+        if dims.is_empty() {
+            Ok(scalar)
+        } else {
+            self.broadcast_in_dim(&scalar, dims, &[])
+        }
+    }
+
+    /// A constant tensor from an attribute literal (`dense<...> : tensor<...>`).
+    pub fn literal(&self, dtype: DType, dims: &[i64], attr: Attribute<'c>) -> RuleResult<Tv<'c, 'a>> {
+        let v = self.build("stablehlo.constant", &[], &[self.ty(dtype, dims)], &[("value", attr)], Vec::new())?[0];
+        Ok(Tv { v, dtype, dims: dims.to_vec() })
+    }
+
+    pub fn convert(&self, x: &Tv<'c, 'a>, to: DType) -> RuleResult<Tv<'c, 'a>> {
+        if x.dtype == to {
+            return Ok(x.clone());
+        }
+        if to == DType::Bool && !x.dtype.is_complex() {
+            // x != 0, exactly as PyTorch's bool conversion (NaN -> true).
+            let zero = self.constant(x.dtype, &x.dims, Scalar::I(0))?;
+            return self.compare(x, &zero, Cmp::Ne);
+        }
+        self.op("stablehlo.convert", &[x], to, &x.dims.clone(), &[])
+    }
+
+    pub fn broadcast_in_dim(&self, x: &Tv<'c, 'a>, dims: &[i64], mapping: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        self.op("stablehlo.broadcast_in_dim", &[x], x.dtype, dims, &[("broadcast_dimensions", self.i64_array(mapping))])
+    }
+
+    /// PyTorch broadcasting of `x` to `dims` (trailing alignment; size-1 dims stretch).
+    pub fn broadcast_to(&self, x: &Tv<'c, 'a>, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        if x.dims == dims {
+            return Ok(x.clone());
+        }
+        if x.rank() > dims.len() {
+            return Err(RuleError::Bad(format!("cannot broadcast {:?} to {:?}", x.dims, dims)));
+        }
+        let offset = dims.len() - x.rank();
+        for (i, &d) in x.dims.iter().enumerate() {
+            if d != 1 && d != dims[offset + i] {
+                return Err(RuleError::Bad(format!("cannot broadcast {:?} to {:?}", x.dims, dims)));
+            }
+        }
+        // Size-1 dims that stretch are reshaped away first: broadcast_in_dim requires each
+        // operand dim to be 1 or equal to its target, which holds, so map dims directly.
+        let mapping: Vec<i64> = (0..x.rank()).map(|i| (offset + i) as i64).collect();
+        self.broadcast_in_dim(x, dims, &mapping)
+    }
+
+    pub fn reshape(&self, x: &Tv<'c, 'a>, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        if x.dims == dims {
+            return Ok(x.clone());
+        }
+        self.op("stablehlo.reshape", &[x], x.dtype, dims, &[])
+    }
+
+    pub fn transpose(&self, x: &Tv<'c, 'a>, perm: &[usize]) -> RuleResult<Tv<'c, 'a>> {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(x.clone());
+        }
+        let dims: Vec<i64> = perm.iter().map(|&p| x.dims[p]).collect();
+        let perm: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
+        self.op("stablehlo.transpose", &[x], x.dtype, &dims, &[("permutation", self.i64_array(&perm))])
+    }
+
+    /// Elementwise comparison; both operands must share dtype and shape. Floats compare with
+    /// IEEE semantics (NaN unordered), unsigned ints as unsigned.
+    pub fn compare(&self, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, dir: Cmp) -> RuleResult<Tv<'c, 'a>> {
+        let kind = if a.dtype.is_float() || a.dtype.is_complex() {
+            "FLOAT"
+        } else if matches!(a.dtype, DType::U8 | DType::Bool) {
+            "UNSIGNED"
+        } else {
+            "SIGNED"
+        };
+        let attrs = [
+            ("comparison_direction", self.attr(&format!("#stablehlo<comparison_direction {}>", dir.name()))?),
+            ("compare_type", self.attr(&format!("#stablehlo<comparison_type {kind}>"))?),
+        ];
+        self.op("stablehlo.compare", &[a, b], DType::Bool, &a.dims.clone(), &attrs)
+    }
+
+    pub fn select(&self, pred: &Tv<'c, 'a>, on_true: &Tv<'c, 'a>, on_false: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+        self.op("stablehlo.select", &[pred, on_true, on_false], on_true.dtype, &on_true.dims.clone(), &[])
+    }
+
+    /// `stablehlo.slice` with static start/limit/stride per dim.
+    pub fn slice(&self, x: &Tv<'c, 'a>, start: &[i64], limit: &[i64], stride: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        let dims: Vec<i64> = (0..x.rank()).map(|i| ((limit[i] - start[i]).max(0) + stride[i] - 1) / stride[i]).collect();
+        self.op(
+            "stablehlo.slice",
+            &[x],
+            x.dtype,
+            &dims,
+            &[
+                ("start_indices", self.i64_array(start)),
+                ("limit_indices", self.i64_array(limit)),
+                ("strides", self.i64_array(stride)),
+            ],
+        )
+    }
+
+    pub fn iota(&self, dtype: DType, dims: &[i64], dim: usize) -> RuleResult<Tv<'c, 'a>> {
+        let attr = self.attr(&format!("{dim} : i64"))?;
+        let v = self.build("stablehlo.iota", &[], &[self.ty(dtype, dims)], &[("iota_dimension", attr)], Vec::new())?[0];
+        Ok(Tv { v, dtype, dims: dims.to_vec() })
+    }
+
+    /// A region with one block of scalar arguments, whose body `body` builds and returns
+    /// the values for `stablehlo.return`.
+    pub fn scalar_region(
+        &self,
+        arg_types: &[DType],
+        body: impl for<'b> FnOnce(&Emitter<'c, 'b>, &[Tv<'c, 'b>]) -> RuleResult<Vec<Tv<'c, 'b>>>,
+    ) -> RuleResult<Region<'c>> {
+        let args: Vec<(Type<'c>, Location<'c>)> = arg_types.iter().map(|d| (self.ty(*d, &[]), self.loc)).collect();
+        let block = Block::new(&args);
+        {
+            let inner = Emitter { ctx: self.ctx, block: &block, loc: self.loc };
+            let params: Vec<Tv<'c, '_>> = arg_types
+                .iter()
+                .enumerate()
+                .map(|(i, d)| Ok(Tv { v: block.argument(i)?.into(), dtype: *d, dims: vec![] }))
+                .collect::<RuleResult<_>>()?;
+            let out = body(&inner, &params)?;
+            let vals: Vec<Value<'c, '_>> = out.iter().map(|t| t.v).collect();
+            inner.build("stablehlo.return", &vals, &[], &[], Vec::new())?;
+        }
+        let region = Region::new();
+        region.append_block(block);
+        Ok(region)
+    }
+
+    /// `stablehlo.reduce` of several operands over `dims`, with a scalar body.
+    pub fn reduce(
+        &self,
+        inputs: &[&Tv<'c, 'a>],
+        inits: &[&Tv<'c, 'a>],
+        dims: &[usize],
+        body: impl for<'b> FnOnce(&Emitter<'c, 'b>, &[Tv<'c, 'b>]) -> RuleResult<Vec<Tv<'c, 'b>>>,
+    ) -> RuleResult<Vec<Tv<'c, 'a>>> {
+        let in_dims = &inputs[0].dims;
+        let out_dims: Vec<i64> = (0..in_dims.len()).filter(|i| !dims.contains(i)).map(|i| in_dims[i]).collect();
+        let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype).collect();
+        let mut arg_types = dtypes.clone();
+        arg_types.extend(dtypes.iter().copied());
+        let region = self.scalar_region(&arg_types, body)?;
+        let mut operands: Vec<Value<'c, 'a>> = inputs.iter().map(|t| t.v).collect();
+        operands.extend(inits.iter().map(|t| t.v));
+        let results: Vec<Type<'c>> = dtypes.iter().map(|d| self.ty(*d, &out_dims)).collect();
+        let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let vals = self.build("stablehlo.reduce", &operands, &results, &[("dimensions", self.i64_array(&dims_i64))], vec![region])?;
+        Ok(vals.into_iter().zip(dtypes).map(|(v, dtype)| Tv { v, dtype, dims: out_dims.clone() }).collect())
+    }
+}
+
+/// A float literal of type `d` that MLIR reads back exactly: shortest decimal (always with a
+/// `.`, which MLIR requires), or the type's hex bit pattern for NaN and infinities.
+pub fn float_literal(d: DType, x: f64) -> String {
+    if x.is_finite() {
+        let s = if d == DType::F64 { format!("{x:?}") } else { format!("{:?}", x as f32) };
+        return if s.contains('.') {
+            s
+        } else if let Some(e) = s.find('e') {
+            format!("{}.0{}", &s[..e], &s[e..])
+        } else {
+            format!("{s}.0")
+        };
+    }
+    let (nan, inf, ninf) = match d {
+        DType::F64 => ("0x7FF8000000000000", "0x7FF0000000000000", "0xFFF0000000000000"),
+        DType::F16 => ("0x7E00", "0x7C00", "0xFC00"),
+        DType::BF16 => ("0x7FC0", "0x7F80", "0xFF80"),
+        _ => ("0x7FC00000", "0x7F800000", "0xFF800000"),
+    };
+    (if x.is_nan() { nan } else if x > 0.0 { inf } else { ninf }).to_string()
+}

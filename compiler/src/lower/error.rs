@@ -1,0 +1,47 @@
+//! Lowering errors. Callers tell them apart: an unsupported op falls back to eager, a bad
+//! attribute or an MLIR failure is a compiler bug or bad input.
+
+use crate::ir::VerifyError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    /// The op is not in the lowering table, or this form of it is not lowered (`reason`).
+    #[error("unsupported op {op} at node {node}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Unsupported { op: String, node: String, reason: Option<String> },
+    /// Symbolic dims must be specialised before lowering (one compile per concrete size).
+    #[error("node {node} ({op}) has a symbolic shape {ty}; lowering needs static shapes")]
+    DynamicShape { op: String, node: String, ty: String },
+    #[error("node {node} ({op}): {message}")]
+    BadNode { op: String, node: String, message: String },
+    #[error("invalid IR: {0}")]
+    Verify(#[from] VerifyError),
+    /// MLIR refused to build or verify something we emitted: a bug in a lowering rule.
+    #[error("MLIR error while lowering {context}: {message}")]
+    Mlir { context: String, message: String },
+}
+
+/// What a lowering rule reports; the driver adds the op and node names.
+#[derive(Debug)]
+pub enum RuleError {
+    Unsupported(String),
+    Bad(String),
+    Mlir(String),
+}
+
+impl From<melior::Error> for RuleError {
+    fn from(e: melior::Error) -> Self {
+        RuleError::Mlir(e.to_string())
+    }
+}
+
+pub type RuleResult<T> = Result<T, RuleError>;
+
+/// `Err(RuleError::Bad(..))` with a formatted message.
+macro_rules! bad {
+    ($($t:tt)*) => { Err($crate::lower::error::RuleError::Bad(format!($($t)*))) };
+}
+/// `Err(RuleError::Unsupported(..))` with a formatted reason.
+macro_rules! unsupported {
+    ($($t:tt)*) => { Err($crate::lower::error::RuleError::Unsupported(format!($($t)*))) };
+}
+pub(crate) use {bad, unsupported};

@@ -1,0 +1,164 @@
+//! Lowering: the IR to an MLIR module whose `func.func @main` holds StableHLO, built with
+//! melior. One table (`table.rs`) maps each ATen op to one rule; an op missing from it is
+//! `LowerError::Unsupported { op, node }`, never a panic. Rules follow PyTorch semantics
+//! (see `docs/lowering.md`).
+
+mod emitter;
+pub mod error;
+mod node;
+mod ops;
+mod promote;
+mod table;
+
+pub use emitter::{element_type, tensor_type};
+pub use error::LowerError;
+pub use promote::result_type;
+pub use table::{is_supported, supported_ops};
+
+use crate::ir::printer::ValueNames;
+use crate::ir::{verify, Graph, NodeKind, TensorType, Value};
+use emitter::{Emitter, Tv};
+use error::RuleError;
+use melior::dialect::{func, DialectHandle};
+use melior::ir::attribute::{StringAttribute, TypeAttribute};
+use melior::ir::r#type::FunctionType;
+use melior::ir::operation::OperationLike;
+use melior::ir::{Block, BlockLike, Location, Module, Region, RegionLike, Type};
+use melior::Context;
+use std::collections::HashMap;
+
+/// A lowered program: the StableHLO module text and its signature.
+#[derive(Clone, Debug)]
+pub struct StableHlo {
+    pub text: String,
+    pub inputs: Vec<TensorType>,
+    pub outputs: Vec<TensorType>,
+}
+
+/// An MLIR context set up for StableHLO emission: `func` loaded, other dialects unregistered.
+/// Creating one costs milliseconds, so callers that lower many graphs keep one.
+pub struct Lowering {
+    context: Context,
+}
+
+impl Default for Lowering {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Lowering {
+    pub fn new() -> Lowering {
+        let context = Context::new();
+        DialectHandle::func().load_dialect(&context);
+        context.set_allow_unregistered_dialects(true);
+        Lowering { context }
+    }
+
+    /// Lowers a verified graph with static shapes to a StableHLO module.
+    pub fn lower(&self, g: &Graph) -> Result<StableHlo, LowerError> {
+        verify(g)?;
+        let names = ValueNames::for_graph(g);
+        let ctx = &self.context;
+        let loc = Location::unknown(ctx);
+        let order = g.topo_order().map_err(|_| LowerError::Mlir { context: "graph".into(), message: "cycle".into() })?;
+
+        let static_dims = |t: &TensorType, node: &str, op: &str| {
+            t.static_dims().ok_or_else(|| LowerError::DynamicShape { op: op.into(), node: node.into(), ty: t.to_string() })
+        };
+        let input_types: Vec<TensorType> = g.inputs().iter().map(|&i| g.node(i).results[0].clone()).collect();
+        let output_types: Vec<TensorType> = g.outputs().iter().map(|&v| g.value_type(v).clone()).collect();
+        let mut arg_types: Vec<(Type, Location)> = Vec::new();
+        for (i, t) in input_types.iter().enumerate() {
+            let dims = static_dims(t, &format!("%arg{i}"), "input")?;
+            arg_types.push((tensor_type(ctx, t.dtype, &dims), loc));
+        }
+        let mut result_types: Vec<Type> = Vec::new();
+        for t in &output_types {
+            let dims = static_dims(t, "return", "output")?;
+            result_types.push(tensor_type(ctx, t.dtype, &dims));
+        }
+
+        let block = Block::new(&arg_types);
+        {
+            let e = Emitter { ctx, block: &block, loc };
+            let mut values: HashMap<Value, Tv> = HashMap::new();
+            for (i, &id) in g.inputs().iter().enumerate() {
+                let t = &input_types[i];
+                let v = block.argument(i).map_err(|e| mlir("block argument", e))?.into();
+                values.insert(Value::new(id, 0), Tv { v, dtype: t.dtype, dims: t.static_dims().unwrap_or_default() });
+            }
+            for id in order {
+                let node = g.node(id);
+                let NodeKind::Op(op) = &node.kind else { continue };
+                let node_name = names.node(id).to_string();
+                let op_name = op.to_string();
+                let mut results = Vec::with_capacity(node.results.len());
+                for t in &node.results {
+                    results.push((t.dtype, static_dims(t, &node_name, &op_name)?));
+                }
+                let rule = table::rule_for(op)
+                    .ok_or_else(|| LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: None })?;
+                let args: Vec<Tv> = node.operands.iter().map(|v| values[v].clone()).collect();
+                let nctx = node::NodeCtx { node, args, results };
+                let out = rule(&e, &nctx).map_err(|err| match err {
+                    RuleError::Unsupported(reason) => {
+                        LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: Some(reason) }
+                    }
+                    RuleError::Bad(message) => LowerError::BadNode { op: op_name.clone(), node: node_name.clone(), message },
+                    RuleError::Mlir(message) => LowerError::Mlir { context: format!("node {node_name} ({op_name})"), message },
+                })?;
+                if out.len() != nctx.results.len() {
+                    return Err(LowerError::BadNode {
+                        op: op_name,
+                        node: node_name,
+                        message: format!("rule produced {} results, the IR declares {}", out.len(), nctx.results.len()),
+                    });
+                }
+                for (r, (tv, (dtype, dims))) in out.into_iter().zip(&nctx.results).enumerate() {
+                    if tv.dtype != *dtype || tv.dims != *dims {
+                        return Err(LowerError::BadNode {
+                            op: op_name,
+                            node: node_name,
+                            message: format!(
+                                "result {r} lowers to {}, but the IR declares {}",
+                                TensorType::fixed(tv.dtype, &tv.dims),
+                                TensorType::fixed(*dtype, dims)
+                            ),
+                        });
+                    }
+                    values.insert(Value::new(id, r as u32), tv);
+                }
+            }
+            let outs: Vec<_> = g.outputs().iter().map(|v| values[v].v).collect();
+            block.append_operation(func::r#return(&outs, loc));
+        }
+        let region = Region::new();
+        region.append_block(block);
+        let arg_tys: Vec<Type> = arg_types.iter().map(|(t, _)| *t).collect();
+        let fn_type = FunctionType::new(ctx, &arg_tys, &result_types);
+        let module = Module::new(loc);
+        module.body().append_operation(func::func(
+            ctx,
+            StringAttribute::new(ctx, "main"),
+            TypeAttribute::new(fn_type.into()),
+            region,
+            &[],
+            loc,
+        ));
+        if !module.as_operation().verify() {
+            return Err(LowerError::Mlir { context: "module".into(), message: "the emitted module does not verify".into() });
+        }
+        Ok(StableHlo { text: module.as_operation().to_string(), inputs: input_types, outputs: output_types })
+    }
+}
+
+fn mlir(context: &str, e: melior::Error) -> LowerError {
+    LowerError::Mlir { context: context.into(), message: e.to_string() }
+}
+
+/// Lowers with a fresh context (convenient; keep a `Lowering` to lower many graphs).
+pub fn lower_to_stablehlo(g: &Graph) -> Result<StableHlo, LowerError> {
+    Lowering::new().lower(g)
+}
+

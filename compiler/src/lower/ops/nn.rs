@@ -1,0 +1,368 @@
+//! Neural-network ops kept whole by the decomposition table: softmax/log_softmax, layer
+//! norm, batch norm (inference, functional training), dropout, convolution, max pooling.
+//! Low-precision inputs are normalised in f32, as PyTorch's CPU kernels accumulate.
+
+use crate::ir::DType;
+use crate::lower::emitter::{Cmp, Emitter, Tv};
+use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::node::{dim, NodeCtx, Param};
+use crate::lower::ops::reduce::reduce_with;
+use crate::passes::patterns::Scalar;
+
+type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
+
+fn acc_type(d: DType) -> DType {
+    if matches!(d, DType::F16 | DType::BF16) { DType::F32 } else { d }
+}
+
+/// Reduces `x` over `axes` and broadcasts the result back to `x`'s shape.
+fn reduce_keep<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, axes: &[usize], kind: &str) -> RuleResult<Tv<'c, 'a>> {
+    let r = reduce_with(e, x, axes, kind)?;
+    let kept: Vec<i64> = (0..x.rank()).map(|i| if axes.contains(&i) { 1 } else { x.dims[i] }).collect();
+    let r = e.reshape(&r, &kept)?;
+    e.broadcast_to(&r, &x.dims)
+}
+
+/// _softmax(self, dim, half_to_float) and _log_softmax: max-subtracted for stability.
+pub fn softmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let log = n.node.op().is_some_and(|o| o.name == "_log_softmax");
+    let out = n.out_dtype();
+    let compute = acc_type(out);
+    let x = e.convert(n.arg(0)?, compute)?;
+    if x.rank() == 0 {
+        let v = e.constant(compute, &[], Scalar::F(if log { 0.0 } else { 1.0 }))?;
+        return Ok(vec![e.convert(&v, out)?]);
+    }
+    let d = dim(n.int("dim")?, x.rank())?;
+    let max = reduce_keep(e, &x, &[d], "max")?;
+    let shifted = e.ew("stablehlo.subtract", &[&x, &max], compute)?;
+    let ex = e.ew("stablehlo.exponential", &[&shifted], compute)?;
+    let sum = reduce_keep(e, &ex, &[d], "sum")?;
+    let r = if log {
+        let ls = e.ew("stablehlo.log", &[&sum], compute)?;
+        e.ew("stablehlo.subtract", &[&shifted, &ls], compute)?
+    } else {
+        e.ew("stablehlo.divide", &[&ex, &sum], compute)?
+    };
+    Ok(vec![e.convert(&r, out)?])
+}
+
+/// Applies optional per-channel weight and bias, broadcast from `shape` into `x`'s dims.
+fn affine<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    weight: &Param<'c, 'a, '_>,
+    bias: &Param<'c, 'a, '_>,
+    shape: &[i64],
+) -> RuleResult<Tv<'c, 'a>> {
+    let d = x.dtype;
+    let mut r = x.clone();
+    if let Some(w) = weight.tensor() {
+        let w = e.broadcast_to(&e.reshape(&e.convert(w, d)?, shape)?, &x.dims)?;
+        r = e.ew("stablehlo.multiply", &[&r, &w], d)?;
+    }
+    if let Some(b) = bias.tensor() {
+        let b = e.broadcast_to(&e.reshape(&e.convert(b, d)?, shape)?, &x.dims)?;
+        r = e.ew("stablehlo.add", &[&r, &b], d)?;
+    }
+    Ok(r)
+}
+
+/// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd).
+pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let ps = n.params(&["input", "weight", "bias"]);
+    let Some(input) = ps[0].tensor() else { return bad!("missing input") };
+    let norm_rank = n.ints("normalized_shape")?.len();
+    let rank = input.rank();
+    if norm_rank > rank {
+        return bad!("normalized_shape has more dims than the input");
+    }
+    let compute = acc_type(input.dtype);
+    let x = e.convert(input, compute)?;
+    let axes: Vec<usize> = (rank - norm_rank..rank).collect();
+    let count: i64 = axes.iter().map(|&a| x.dims[a]).product();
+    let cnt = e.constant(compute, &x.dims, Scalar::I(count))?;
+    let mean = e.ew("stablehlo.divide", &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
+    let centered = e.ew("stablehlo.subtract", &[&x, &mean], compute)?;
+    let sq = e.ew("stablehlo.multiply", &[&centered, &centered], compute)?;
+    let var = e.ew("stablehlo.divide", &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
+    let eps = e.constant(compute, &x.dims, Scalar::F(n.float_or("eps", 1e-5)?))?;
+    let rstd = e.ew("stablehlo.rsqrt", &[&e.ew("stablehlo.add", &[&var, &eps], compute)?], compute)?;
+    let normed = e.ew("stablehlo.multiply", &[&centered, &rstd], compute)?;
+    let wshape: Vec<i64> = x.dims[rank - norm_rank..].to_vec();
+    let out = affine(e, &normed, &ps[1], &ps[2], &wshape)?;
+    let stat = |t: &Tv<'c, 'a>, i: usize| -> RuleResult<Tv<'c, 'a>> {
+        let (d, dims) = &n.results[i];
+        // Every element along the normalised axes holds the same statistic: take one slice.
+        let lo = vec![0; rank];
+        let hi: Vec<i64> = (0..rank).map(|k| if axes.contains(&k) { 1 } else { t.dims[k] }).collect();
+        let s = e.slice(t, &lo, &hi, &vec![1; rank])?;
+        e.reshape(&e.convert(&s, *d)?, dims)
+    };
+    Ok(vec![e.convert(&out, n.out_dtype())?, stat(&mean, 1)?, stat(&rstd, 2)?])
+}
+
+/// Batch norm over channel dim 1: inference (`_no_training`), functional training (returns
+/// updated running stats) and `_native_batch_norm_legit` (with or without running stats).
+pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let op = n.node.op().expect("op node");
+    let no_training = op.name == "_native_batch_norm_legit_no_training";
+    let no_stats = op.overload.as_deref() == Some("no_stats");
+    let ps = if no_stats {
+        n.params(&["input", "weight", "bias"])
+    } else {
+        n.params(&["input", "weight", "bias", "running_mean", "running_var"])
+    };
+    let Some(input) = ps[0].tensor() else { return bad!("missing input") };
+    let training = !no_training && n.bool_or("training", true)?;
+    let momentum = n.float_or("momentum", 0.1)?;
+    let eps = n.float_or("eps", 1e-5)?;
+    let rank = input.rank();
+    if rank < 2 {
+        return bad!("batch norm needs an input of rank >= 2");
+    }
+    let compute = acc_type(input.dtype);
+    let x = e.convert(input, compute)?;
+    let channels = x.dims[1];
+    let cshape: Vec<i64> = (0..rank).map(|i| if i == 1 { channels } else { 1 }).collect();
+    let axes: Vec<usize> = (0..rank).filter(|&i| i != 1).collect();
+    let count: i64 = axes.iter().map(|&a| x.dims[a]).product();
+    let per_channel = |t: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
+        e.broadcast_to(&e.reshape(&e.convert(t, compute)?, &cshape)?, &x.dims)
+    };
+    let c = |v: f64, dims: &[i64]| e.constant(compute, dims, Scalar::F(v));
+    let (mean_b, var_b, batch_stats) = if training || no_stats {
+        let cnt = c(count as f64, &x.dims)?;
+        let mean = e.ew("stablehlo.divide", &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
+        let centered = e.ew("stablehlo.subtract", &[&x, &mean], compute)?;
+        let sq = e.ew("stablehlo.multiply", &[&centered, &centered], compute)?;
+        let var = e.ew("stablehlo.divide", &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
+        (mean, var, true)
+    } else {
+        let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else { return bad!("inference batch norm needs running stats") };
+        (per_channel(rm)?, per_channel(rv)?, false)
+    };
+    let rstd = e.ew("stablehlo.rsqrt", &[&e.ew("stablehlo.add", &[&var_b, &c(eps, &x.dims)?], compute)?], compute)?;
+    let centered = e.ew("stablehlo.subtract", &[&x, &mean_b], compute)?;
+    let normed = e.ew("stablehlo.multiply", &[&centered, &rstd], compute)?;
+    let out = e.convert(&affine(e, &normed, &ps[1], &ps[2], &cshape)?, n.out_dtype())?;
+    // Per-channel vectors [C] of the batch statistics.
+    let first = |t: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
+        let lo = vec![0; rank];
+        let hi: Vec<i64> = (0..rank).map(|i| if i == 1 { channels } else { 1 }).collect();
+        e.reshape(&e.slice(t, &lo, &hi, &vec![1; rank])?, &[channels])
+    };
+    let declared = |i: usize, t: Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
+        let (d, dims) = &n.results[i];
+        if dims.iter().product::<i64>() == 0 {
+            return e.constant(*d, dims, Scalar::I(0));
+        }
+        e.reshape(&e.convert(&t, *d)?, dims)
+    };
+    let mut outs = vec![out];
+    if n.results.len() >= 3 {
+        if batch_stats {
+            outs.push(declared(1, first(&mean_b)?)?);
+            outs.push(declared(2, first(&rstd)?)?);
+        } else {
+            outs.push(e.constant(n.results[1].0, &n.results[1].1, Scalar::I(0))?);
+            outs.push(e.constant(n.results[2].0, &n.results[2].1, Scalar::I(0))?);
+        }
+    }
+    if n.results.len() == 5 {
+        let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else { return bad!("functional batch norm needs running stats") };
+        let (rm, rv) = (e.convert(rm, compute)?, e.convert(rv, compute)?);
+        if training {
+            let m = c(momentum, &[channels])?;
+            let keep = c(1.0 - momentum, &[channels])?;
+            let mean_c = first(&mean_b)?;
+            // Running variance uses the unbiased estimate.
+            let var_c = first(&var_b)?;
+            let unbias = c(count as f64 / ((count - 1).max(1)) as f64, &[channels])?;
+            let var_u = e.ew("stablehlo.multiply", &[&var_c, &unbias], compute)?;
+            let mix = |old: &Tv<'c, 'a>, new: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
+                let a = e.ew("stablehlo.multiply", &[old, &keep], compute)?;
+                let b = e.ew("stablehlo.multiply", &[new, &m], compute)?;
+                e.ew("stablehlo.add", &[&a, &b], compute)
+            };
+            outs.push(declared(3, mix(&rm, &mean_c)?)?);
+            outs.push(declared(4, mix(&rv, &var_u)?)?);
+        } else {
+            outs.push(declared(3, rm)?);
+            outs.push(declared(4, rv)?);
+        }
+    }
+    if outs.len() != n.results.len() {
+        return bad!("batch norm with {} results is not a known form", n.results.len());
+    }
+    Ok(outs)
+}
+
+/// native_dropout(input, p, train) -> (output, mask). With `train` and 0 < p < 1 the mask
+/// comes from XLA's RNG (`stablehlo.rng`, fresh each execution): statistically the same
+/// as eager's, never bit-identical to it.
+pub fn dropout<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let p = n.float_or("p", 0.5)?;
+    let train = n.bool_or("train", true)?;
+    let dims = x.dims.clone();
+    let out = n.out_dtype();
+    if !train || p == 0.0 {
+        return Ok(vec![e.convert(x, out)?, e.constant(DType::Bool, &dims, Scalar::B(true))?]);
+    }
+    if p >= 1.0 {
+        return Ok(vec![e.constant(out, &dims, Scalar::I(0))?, e.constant(DType::Bool, &dims, Scalar::B(false))?]);
+    }
+    let lo = e.constant(DType::F32, &[], Scalar::F(0.0))?;
+    let hi = e.constant(DType::F32, &[], Scalar::F(1.0))?;
+    let shape_attr = e.attr(&format!(
+        "dense<[{}]> : tensor<{}xi64>",
+        dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+        dims.len()
+    ))?;
+    let shape = e.literal(DType::I64, &[dims.len() as i64], shape_attr)?;
+    let u = e.op(
+        "stablehlo.rng",
+        &[&lo, &hi, &shape],
+        DType::F32,
+        &dims,
+        &[("rng_distribution", e.attr("#stablehlo<rng_distribution UNIFORM>")?)],
+    )?;
+    let pc = e.constant(DType::F32, &dims, Scalar::F(p))?;
+    let mask = e.compare(&u, &pc, Cmp::Ge)?;
+    let xc = e.convert(x, out)?;
+    let scale = e.constant(out, &dims, Scalar::F(1.0 / (1.0 - p)))?;
+    let kept = e.ew("stablehlo.multiply", &[&xc, &e.convert(&mask, out)?], out)?;
+    Ok(vec![e.ew("stablehlo.multiply", &[&kept, &scale], out)?, mask])
+}
+
+fn spatial(v: Vec<i64>, n: usize, what: &str) -> RuleResult<Vec<i64>> {
+    match v.len() {
+        1 => Ok(vec![v[0]; n]),
+        k if k == n => Ok(v),
+        k => bad!("{what} has {k} values for {n} spatial dims"),
+    }
+}
+
+/// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
+/// groups) for 1-3 spatial dims, NC* layout.
+pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let ps = n.params(&["input", "weight", "bias"]);
+    let (Some(x), Some(w)) = (ps[0].tensor(), ps[1].tensor()) else { return bad!("missing input or weight") };
+    if n.bool_or("transposed", false)? {
+        return unsupported!("transposed convolution");
+    }
+    let sp = x.rank().saturating_sub(2);
+    if !(1..=3).contains(&sp) || w.rank() != x.rank() {
+        return unsupported!("convolution of rank-{} input with rank-{} weight", x.rank(), w.rank());
+    }
+    let stride = spatial(n.ints("stride")?, sp, "stride")?;
+    let padding = spatial(n.ints("padding")?, sp, "padding")?;
+    let dilation = spatial(n.ints("dilation")?, sp, "dilation")?;
+    let groups = n.int_or("groups", 1)?;
+    let out = n.out_dtype();
+    let (xc, wc) = (e.convert(x, out)?, e.convert(w, out)?);
+    let s: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
+    let layout = format!("[b, f, {0}]x[o, i, {0}]->[b, f, {0}]", s.join(", "));
+    let pad = padding.iter().map(|p| format!("[{p}, {p}]")).collect::<Vec<_>>().join(", ");
+    let attrs = [
+        ("dimension_numbers", e.attr(&format!("#stablehlo.conv<{layout}>"))?),
+        ("window_strides", e.i64_array(&stride)),
+        ("padding", e.attr(&format!("dense<[{pad}]> : tensor<{sp}x2xi64>"))?),
+        ("lhs_dilation", e.i64_array(&vec![1; sp])),
+        ("rhs_dilation", e.i64_array(&dilation)),
+        ("feature_group_count", e.attr(&format!("{groups} : i64"))?),
+        ("batch_group_count", e.attr("1 : i64")?),
+    ];
+    let dims = n.out_dims().to_vec();
+    let mut y = e.op("stablehlo.convolution", &[&xc, &wc], out, &dims, &attrs)?;
+    if let Some(b) = ps[2].tensor() {
+        let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == 1 { dims[1] } else { 1 }).collect();
+        let b = e.broadcast_to(&e.reshape(&e.convert(b, out)?, &bshape)?, &dims)?;
+        y = e.ew("stablehlo.add", &[&y, &b], out)?;
+    }
+    Ok(vec![y])
+}
+
+/// max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1,
+/// ceil_mode=False) -> (values, flat indices into each H*W plane). Padding never wins (it
+/// holds -inf); ties keep the first index; NaN wins, as in PyTorch.
+pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let r = x.rank();
+    if r != 3 && r != 4 {
+        return bad!("max_pool2d needs a 3-D or 4-D input");
+    }
+    let kernel = spatial(n.ints("kernel_size")?, 2, "kernel_size")?;
+    let stride = match n.opt_ints("stride")? {
+        Some(s) if !s.is_empty() => spatial(s, 2, "stride")?,
+        _ => kernel.clone(),
+    };
+    let padding = spatial(n.ints("padding").unwrap_or(vec![0]), 2, "padding")?;
+    let dilation = spatial(n.ints("dilation").unwrap_or(vec![1]), 2, "dilation")?;
+    let out_dims = n.out_dims().to_vec();
+    let (h, w) = (x.dims[r - 2], x.dims[r - 1]);
+    // Extra high padding so that ceil_mode windows exist; the declared output size rules.
+    let mut pads = vec![[0i64, 0i64]; r];
+    for (k, (size, out_size)) in [(h, out_dims[r - 2]), (w, out_dims[r - 1])].into_iter().enumerate() {
+        let need = (out_size - 1) * stride[k] + (kernel[k] - 1) * dilation[k] + 1;
+        let high = (need - size - padding[k]).max(padding[k]);
+        pads[r - 2 + k] = [padding[k], high];
+    }
+    let idx_plane = {
+        let rows = e.iota(DType::I64, &x.dims, r - 2)?;
+        let cols = e.iota(DType::I64, &x.dims, r - 1)?;
+        let wc = e.constant(DType::I64, &x.dims, Scalar::I(w))?;
+        let base = e.ew("stablehlo.multiply", &[&rows, &wc], DType::I64)?;
+        e.ew("stablehlo.add", &[&base, &cols], DType::I64)?
+    };
+    let d = x.dtype;
+    let neg_inf = e.constant(d, &[], Scalar::F(if d.is_float() { f64::NEG_INFINITY } else { i64::MIN as f64 }))?;
+    let zero = e.constant(DType::I64, &[], Scalar::I(-1))?;
+    let mut win = vec![1i64; r];
+    let mut strides = vec![1i64; r];
+    let mut dil = vec![1i64; r];
+    for k in 0..2 {
+        win[r - 2 + k] = kernel[k];
+        strides[r - 2 + k] = stride[k];
+        dil[r - 2 + k] = dilation[k];
+    }
+    let pad_text = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
+    let region = e.scalar_region(&[d, DType::I64, d, DType::I64], |b, a| {
+        let (av, ai, bv, bi) = (&a[0], &a[1], &a[2], &a[3]);
+        let gt = b.compare(av, bv, Cmp::Gt)?;
+        let eq = b.compare(av, bv, Cmp::Eq)?;
+        let earlier = b.compare(ai, bi, Cmp::Lt)?;
+        let tie = b.ew("stablehlo.and", &[&eq, &earlier], DType::Bool)?;
+        let mut pick = b.ew("stablehlo.or", &[&gt, &tie], DType::Bool)?;
+        if d.is_float() {
+            let a_nan = b.compare(av, av, Cmp::Ne)?;
+            let b_nan = b.compare(bv, bv, Cmp::Ne)?;
+            let not_b_nan = b.ew("stablehlo.not", &[&b_nan], DType::Bool)?;
+            let a_only = b.ew("stablehlo.and", &[&a_nan, &not_b_nan], DType::Bool)?;
+            let not_a_nan = b.ew("stablehlo.not", &[&a_nan], DType::Bool)?;
+            let keep_b = b.ew("stablehlo.and", &[&b_nan, &not_a_nan], DType::Bool)?;
+            pick = b.ew("stablehlo.or", &[&pick, &a_only], DType::Bool)?;
+            let not_keep_b = b.ew("stablehlo.not", &[&keep_b], DType::Bool)?;
+            pick = b.ew("stablehlo.and", &[&pick, &not_keep_b], DType::Bool)?;
+        }
+        Ok(vec![b.select(&pick, av, bv)?, b.select(&pick, ai, bi)?])
+    })?;
+    let attrs = [
+        ("window_dimensions", e.i64_array(&win)),
+        ("window_strides", e.i64_array(&strides)),
+        ("window_dilations", e.i64_array(&dil)),
+        ("padding", e.attr(&format!("dense<[{pad_text}]> : tensor<{r}x2xi64>"))?),
+    ];
+    let attrs: Vec<(&str, melior::ir::Attribute)> = attrs.to_vec();
+    let vals = e.build(
+        "stablehlo.reduce_window",
+        &[x.v, idx_plane.v, neg_inf.v, zero.v],
+        &[e.ty(d, &out_dims), e.ty(DType::I64, &n.results[1].1)],
+        &attrs,
+        vec![region],
+    )?;
+    let values = Tv { v: vals[0], dtype: d, dims: out_dims.clone() };
+    let indices = Tv { v: vals[1], dtype: DType::I64, dims: n.results[1].1.clone() };
+    Ok(vec![e.convert(&values, n.out_dtype())?, e.convert(&indices, n.results[1].0)?])
+}

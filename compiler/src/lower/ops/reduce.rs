@@ -1,0 +1,199 @@
+//! Reductions: sum, mean, prod, amax/amin, any/all, argmax/argmin, max/min with indices, var.
+//! `dim=None` (or, for sum/mean/amax/amin, an empty list) reduces every dim; `keepdim` is
+//! honoured through the declared result shape.
+
+use crate::ir::DType;
+use crate::lower::emitter::{Cmp, Emitter, Tv};
+use crate::lower::error::{unsupported, RuleResult};
+use crate::lower::node::{dim, NodeCtx};
+use crate::passes::patterns::Scalar;
+
+type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
+
+/// The dims to reduce: the `dim` attribute normalised, or all dims.
+fn reduced_dims(n: &NodeCtx, rank: usize, empty_means_all: bool) -> RuleResult<Vec<usize>> {
+    let dims = match n.opt_ints("dim")? {
+        Some(v) if !(v.is_empty() && empty_means_all) => v,
+        _ => return Ok((0..rank).collect()),
+    };
+    let mut out: Vec<usize> = dims.iter().map(|&d| dim(d, rank)).collect::<RuleResult<_>>()?;
+    out.sort_unstable();
+    out.dedup();
+    // Rank-0 tensors have no dim to reduce even when `dim=0` is given.
+    out.retain(|&d| d < rank);
+    Ok(out)
+}
+
+/// The identity element of a reduction, for a dtype.
+fn init(d: DType, kind: &str) -> Scalar {
+    match (kind, d) {
+        ("sum" | "or", DType::Bool) => Scalar::B(false),
+        ("prod" | "and", DType::Bool) => Scalar::B(true),
+        ("sum" | "or", _) => Scalar::I(0),
+        ("prod" | "and", _) => Scalar::I(1),
+        ("max", DType::Bool) => Scalar::B(false),
+        ("min", DType::Bool) => Scalar::B(true),
+        ("max", d) if d.is_float() => Scalar::F(f64::NEG_INFINITY),
+        ("min", d) if d.is_float() => Scalar::F(f64::INFINITY),
+        ("max", DType::U8) => Scalar::I(0),
+        ("min", DType::U8) => Scalar::I(255),
+        ("max", d) => Scalar::I(int_limit(d, false)),
+        (_, d) => Scalar::I(int_limit(d, true)),
+    }
+}
+
+fn int_limit(d: DType, max: bool) -> i64 {
+    match (d, max) {
+        (DType::I8, true) => i8::MAX as i64,
+        (DType::I8, false) => i8::MIN as i64,
+        (DType::I16, true) => i16::MAX as i64,
+        (DType::I16, false) => i16::MIN as i64,
+        (DType::I32, true) => i32::MAX as i64,
+        (DType::I32, false) => i32::MIN as i64,
+        (_, true) => i64::MAX,
+        (_, false) => i64::MIN,
+    }
+}
+
+fn body_op(kind: &str, d: DType) -> &'static str {
+    match (kind, d) {
+        ("sum", DType::Bool) | ("or", _) => "stablehlo.or",
+        ("prod", DType::Bool) | ("and", _) => "stablehlo.and",
+        ("sum", _) => "stablehlo.add",
+        ("prod", _) => "stablehlo.multiply",
+        ("max", _) => "stablehlo.maximum",
+        _ => "stablehlo.minimum",
+    }
+}
+
+/// One plain reduction of `x` (already in the compute dtype) over `dims`.
+pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], kind: &str) -> RuleResult<Tv<'c, 'a>> {
+    if dims.is_empty() {
+        return Ok(x.clone());
+    }
+    let d = x.dtype;
+    let init_v = e.constant(d, &[], init(d, kind))?;
+    let op = body_op(kind, d);
+    let out = e.reduce(&[x], &[&init_v], dims, |b, args| Ok(vec![b.ew(op, &[&args[0], &args[1]], d)?]))?;
+    Ok(out.into_iter().next().expect("one result"))
+}
+
+pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let x = n.arg(0)?;
+    let out = n.out_dtype();
+    let (kind, compute, empty_all) = match name {
+        "sum" => ("sum", out, true),
+        "prod" => ("prod", out, false),
+        "amax" => ("max", out, true),
+        "amin" => ("min", out, true),
+        "any" => ("or", DType::Bool, false),
+        "all" => ("and", DType::Bool, false),
+        "mean" => ("sum", out, true),
+        _ => return unsupported!("no reduction rule for '{name}'"),
+    };
+    if name == "mean" && !out.is_float() && !out.is_complex() {
+        return unsupported!("mean of an integer result");
+    }
+    let dims = reduced_dims(n, x.rank(), empty_all)?;
+    let xc = e.convert(x, compute)?;
+    let mut r = reduce_with(e, &xc, &dims, kind)?;
+    if name == "mean" {
+        let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
+        let c = e.constant(compute, &r.dims.clone(), Scalar::I(count))?;
+        r = e.ew("stablehlo.divide", &[&r, &c], compute)?;
+    }
+    let r = e.convert(&r, out)?;
+    Ok(vec![e.reshape(&r, n.out_dims())?])
+}
+
+/// (value, index) reduction picking the max (or min) with the first index on ties and NaN
+/// counted as the extreme, as PyTorch's argmax/max.dim do.
+fn arg_reduce<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, d: usize, want_max: bool) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+    let idx = e.iota(DType::I64, &x.dims, d)?;
+    let dtype = x.dtype;
+    let init_v = e.constant(dtype, &[], init(dtype, if want_max { "max" } else { "min" }))?;
+    let init_i = e.constant(DType::I64, &[], Scalar::I(0))?;
+    let out = e.reduce(&[x, &idx], &[&init_v, &init_i], &[d], |b, a| {
+        let (av, ai, bv, bi) = (&a[0], &a[1], &a[2], &a[3]);
+        let better = b.compare(av, bv, if want_max { Cmp::Gt } else { Cmp::Lt })?;
+        let equal = b.compare(av, bv, Cmp::Eq)?;
+        let earlier = b.compare(ai, bi, Cmp::Lt)?;
+        let tie = b.ew("stablehlo.and", &[&equal, &earlier], DType::Bool)?;
+        let mut pick_a = b.ew("stablehlo.or", &[&better, &tie], DType::Bool)?;
+        if dtype.is_float() {
+            let a_nan = b.compare(av, av, Cmp::Ne)?;
+            let b_nan = b.compare(bv, bv, Cmp::Ne)?;
+            // a NaN wins unless b is NaN too (then the earlier index wins); a non-NaN never
+            // beats a NaN.
+            let both = b.ew("stablehlo.and", &[&a_nan, &b_nan], DType::Bool)?;
+            let nan_pick = b.select(&both, &earlier, &a_nan)?;
+            let any_nan = b.ew("stablehlo.or", &[&a_nan, &b_nan], DType::Bool)?;
+            pick_a = b.select(&any_nan, &nan_pick, &pick_a)?;
+        }
+        Ok(vec![b.select(&pick_a, av, bv)?, b.select(&pick_a, ai, bi)?])
+    })?;
+    let mut it = out.into_iter();
+    Ok((it.next().expect("value"), it.next().expect("index")))
+}
+
+/// argmax/argmin(self, dim=None, keepdim=False) and max.dim/min.dim (values, indices).
+pub fn arg<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let want_max = matches!(name, "argmax" | "max");
+    let x = n.arg(0)?;
+    if matches!(name, "max" | "min") && n.results.len() == 1 {
+        // max(self) / min(self): a full reduction to one value.
+        let kind = if want_max { "max" } else { "min" };
+        let all: Vec<usize> = (0..x.rank()).collect();
+        let r = reduce_with(e, x, &all, kind)?;
+        return Ok(vec![e.reshape(&r, n.out_dims())?]);
+    }
+    let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
+        Some(_) => (x.clone(), dim(n.int("dim")?, x.rank())?),
+        None => {
+            let numel: i64 = x.dims.iter().product();
+            (e.reshape(x, &[numel])?, 0)
+        }
+    };
+    if x.rank() == 0 {
+        let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
+        return Ok(match n.results.len() {
+            1 => vec![e.reshape(&zero, n.out_dims())?],
+            _ => vec![e.reshape(&x, &n.results[0].1)?, e.reshape(&zero, &n.results[1].1)?],
+        });
+    }
+    let (values, indices) = arg_reduce(e, &x, d, want_max)?;
+    Ok(match n.results.len() {
+        1 => vec![e.reshape(&indices, n.out_dims())?],
+        _ => vec![e.reshape(&values, &n.results[0].1)?, e.reshape(&indices, &n.results[1].1)?],
+    })
+}
+
+/// var(self, dim, correction=1, keepdim): sum((x - mean)^2) / (N - correction).
+pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let out = n.out_dtype();
+    if !out.is_float() {
+        return unsupported!("var of a non-float result");
+    }
+    let dims = reduced_dims(n, x.rank(), true)?;
+    let correction = match n.attr("correction") {
+        Some(a) if !a.is_none() => n.float_or("correction", 1.0)?,
+        _ => if n.bool_or("unbiased", true)? { 1.0 } else { 0.0 },
+    };
+    let xc = e.convert(x, out)?;
+    let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
+    let sum = reduce_with(e, &xc, &dims, "sum")?;
+    let mean = e.ew("stablehlo.divide", &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
+    // Put the mean back in x's shape to subtract it.
+    let kept: Vec<i64> = (0..x.rank()).map(|i| if dims.contains(&i) { 1 } else { x.dims[i] }).collect();
+    let mean = e.reshape(&mean, &kept)?;
+    let mean = e.broadcast_to(&mean, &x.dims)?;
+    let diff = e.ew("stablehlo.subtract", &[&xc, &mean], out)?;
+    let sq = e.ew("stablehlo.multiply", &[&diff, &diff], out)?;
+    let ss = reduce_with(e, &sq, &dims, "sum")?;
+    let denom = e.constant(out, &ss.dims.clone(), Scalar::F((count as f64 - correction).max(0.0)))?;
+    let v = e.ew("stablehlo.divide", &[&ss, &denom], out)?;
+    Ok(vec![e.reshape(&v, n.out_dims())?])
+}

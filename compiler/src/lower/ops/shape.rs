@@ -1,0 +1,166 @@
+//! Views and data movement: reshapes, permutes, transposes, squeeze/unsqueeze, expand,
+//! slice/select, cat/stack, split. The IR's result type gives every output shape; rules
+//! compute only what the shape alone does not say (which elements).
+
+use crate::ir::DType;
+use crate::lower::emitter::{Emitter, Tv};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::node::{dim, NodeCtx};
+
+type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
+
+/// view, reshape, _unsafe_view, squeeze, unsqueeze, flatten: the data in row-major order
+/// takes the declared shape.
+pub fn reshape<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let want: i64 = n.out_dims().iter().product();
+    let have: i64 = x.dims.iter().product();
+    if want != have {
+        return bad!("cannot reshape {:?} ({have} elements) to {:?}", x.dims, n.out_dims());
+    }
+    Ok(vec![e.reshape(&e.convert(x, n.out_dtype())?, n.out_dims())?])
+}
+
+pub fn permute<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let perm = match crate::ir::verifier::normalize_permutation(&n.ints("dims")?, x.rank()) {
+        Some(p) => p,
+        None => return bad!("dims is not a permutation of rank {}", x.rank()),
+    };
+    Ok(vec![e.transpose(x, &perm)?])
+}
+
+/// transpose.int(self, dim0, dim1) and t(self).
+pub fn transpose<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let r = x.rank();
+    let mut perm: Vec<usize> = (0..r).collect();
+    if r >= 2 {
+        let (a, b) = if n.attr("dim0").is_some() { (dim(n.int("dim0")?, r)?, dim(n.int("dim1")?, r)?) } else { (0, 1) };
+        perm.swap(a, b);
+    }
+    Ok(vec![e.transpose(x, &perm)?])
+}
+
+/// expand(self, size) and broadcast_to: PyTorch broadcasting to the declared shape.
+pub fn expand<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    Ok(vec![e.broadcast_to(n.arg(0)?, n.out_dims())?])
+}
+
+/// Clamps a slice bound as Python does: negative wraps once, then clamps to [0, size].
+fn clamp_bound(v: i64, size: i64) -> i64 {
+    let v = if v < 0 { v + size } else { v };
+    v.clamp(0, size)
+}
+
+/// slice.Tensor(self, dim=0, start=None, end=None, step=1).
+pub fn slice<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let d = dim(n.int_or("dim", 0)?, x.rank())?;
+    let size = x.dims[d];
+    let start = clamp_bound(n.int_or("start", 0)?, size);
+    let end = clamp_bound(n.int_or("end", size)?, size).max(start);
+    let step = n.int_or("step", 1)?;
+    if step < 1 {
+        return bad!("slice step must be positive, got {step}");
+    }
+    let mut lo = vec![0; x.rank()];
+    let mut hi = x.dims.clone();
+    let mut st = vec![1; x.rank()];
+    lo[d] = start;
+    hi[d] = end;
+    st[d] = step;
+    Ok(vec![e.slice(x, &lo, &hi, &st)?])
+}
+
+/// select.int(self, dim, index): one slice along `dim`, with the dim dropped.
+pub fn select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let d = dim(n.int("dim")?, x.rank())?;
+    let size = x.dims[d];
+    let i = n.int("index")?;
+    let i = if i < 0 { i + size } else { i };
+    if !(0..size).contains(&i) {
+        return bad!("index {} is out of range for dim {d} of size {size}", n.int("index")?);
+    }
+    let mut lo = vec![0; x.rank()];
+    let mut hi = x.dims.clone();
+    lo[d] = i;
+    hi[d] = i + 1;
+    let s = e.slice(x, &lo, &hi, &vec![1; x.rank()])?;
+    Ok(vec![e.reshape(&s, n.out_dims())?])
+}
+
+fn concatenate<'c, 'a>(e: &Emitter<'c, 'a>, parts: &[Tv<'c, 'a>], d: usize, out: DType, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+    if parts.len() == 1 {
+        return e.reshape(&parts[0], dims);
+    }
+    let refs: Vec<&Tv<'c, 'a>> = parts.iter().collect();
+    e.op("stablehlo.concatenate", &refs, out, dims, &[("dimension", e.attr(&format!("{d} : i64"))?)])
+}
+
+/// cat(tensors, dim=0): operands converted to the result dtype; PyTorch's legacy empty 1-D
+/// tensors (`[0]`) are skipped.
+pub fn cat<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let dims = n.out_dims().to_vec();
+    let d = dim(n.int_or("dim", 0)?, dims.len())?;
+    let parts: Vec<Tv> = n
+        .args
+        .iter()
+        .filter(|t| !(t.dims == [0] && dims.len() != 1))
+        .map(|t| e.convert(t, out))
+        .collect::<RuleResult<_>>()?;
+    if parts.is_empty() {
+        return bad!("cat of no non-empty tensors");
+    }
+    Ok(vec![concatenate(e, &parts, d, out, &dims)?])
+}
+
+/// stack(tensors, dim=0): each operand gains a size-1 dim, then they are concatenated.
+pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let dims = n.out_dims().to_vec();
+    let d = dim(n.int_or("dim", 0)?, dims.len())?;
+    let parts: Vec<Tv> = n
+        .args
+        .iter()
+        .map(|t| {
+            let mut unsq = t.dims.clone();
+            unsq.insert(d, 1);
+            e.reshape(&e.convert(t, out)?, &unsq)
+        })
+        .collect::<RuleResult<_>>()?;
+    Ok(vec![concatenate(e, &parts, d, out, &dims)?])
+}
+
+/// split_with_sizes / split.Tensor / chunk / unbind: consecutive slices along `dim`, each
+/// result's extent read from its declared type.
+pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let d = dim(n.int_or("dim", 0)?, x.rank())?;
+    let unbind = n.node.op().is_some_and(|o| o.name == "unbind");
+    let mut start = 0;
+    let mut outs = Vec::with_capacity(n.results.len());
+    for (_, rdims) in &n.results {
+        let len = if unbind { 1 } else { rdims[d] };
+        let mut lo = vec![0; x.rank()];
+        let mut hi = x.dims.clone();
+        lo[d] = start;
+        hi[d] = start + len;
+        if hi[d] > x.dims[d] {
+            return bad!("split parts exceed dim {d} of size {}", x.dims[d]);
+        }
+        let s = e.slice(x, &lo, &hi, &vec![1; x.rank()])?;
+        outs.push(e.reshape(&s, rdims)?);
+        start += len;
+    }
+    Ok(outs)
+}
+
+/// flip(self, dims).
+pub fn flip<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let dims: Vec<i64> = n.ints("dims")?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
+    Ok(vec![e.op("stablehlo.reverse", &[x], x.dtype, &x.dims.clone(), &[("dimensions", e.i64_array(&dims))])?])
+}

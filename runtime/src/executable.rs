@@ -1,0 +1,143 @@
+//! Compiling StableHLO text into a loaded executable, and running it on device buffers.
+
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::client::{Client, ClientInner};
+use crate::error::{Result, RuntimeError};
+use crate::ffi::{self, Args};
+use crate::options::CompileOptions;
+use crate::plugin::pjrt_call;
+
+/// A program compiled and loaded on a client. Keeps its client alive; freed on drop.
+pub struct Executable {
+    client: Arc<ClientInner>,
+    raw: *mut ffi::PJRT_LoadedExecutable,
+    num_outputs: usize,
+}
+
+// SAFETY: PJRT loaded executables are thread-safe (concurrent Execute calls are allowed);
+// the pointer is owned and freed once, in Drop.
+unsafe impl Send for Executable {}
+unsafe impl Sync for Executable {}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_LoadedExecutable_Destroy_Args::new();
+        args.executable = self.raw;
+        let _ = pjrt_call!(self.client.plugin, PJRT_LoadedExecutable_Destroy, &mut args);
+    }
+}
+
+impl std::fmt::Debug for Executable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executable")
+            .field("num_outputs", &self.num_outputs)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Compiles an MLIR module (StableHLO, text or bytecode) with `options`.
+    pub fn compile(&self, mlir_module_text: &str, options: &CompileOptions) -> Result<Executable> {
+        self.compile_bytes(mlir_module_text.as_bytes(), options)
+    }
+
+    /// Like [`Client::compile`] for a module given as bytes (MLIR text or bytecode).
+    pub fn compile_bytes(&self, module: &[u8], options: &CompileOptions) -> Result<Executable> {
+        options.validate()?;
+        let serialized = options.serialize();
+        debug_assert!(!serialized.is_empty(), "empty compile options abort XLA");
+        let plugin = &self.inner.plugin;
+
+        const FORMAT: &str = "mlir";
+        let mut program = ffi::PJRT_Program::new();
+        program.code = module.as_ptr().cast();
+        program.code_size = module.len();
+        program.format = FORMAT.as_ptr().cast();
+        program.format_size = FORMAT.len();
+
+        let mut args = ffi::PJRT_Client_Compile_Args::new();
+        args.client = self.inner.raw;
+        args.program = &program;
+        args.compile_options = serialized.as_ptr().cast();
+        args.compile_options_size = serialized.len();
+        pjrt_call!(plugin, PJRT_Client_Compile, &mut args)?;
+        if args.executable.is_null() {
+            return Err(RuntimeError::Pjrt {
+                call: "PJRT_Client_Compile",
+                code: 13,
+                message: "the plugin reported success but returned no executable".into(),
+            });
+        }
+        // Owned from here: an error below destroys it.
+        let mut exe = Executable {
+            client: Arc::clone(&self.inner),
+            raw: args.executable,
+            num_outputs: 0,
+        };
+        exe.num_outputs = exe.query_num_outputs()?;
+        Ok(exe)
+    }
+}
+
+impl Executable {
+    fn query_num_outputs(&self) -> Result<usize> {
+        let plugin = &self.client.plugin;
+        let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        get.loaded_executable = self.raw;
+        pjrt_call!(plugin, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
+
+        let mut n = ffi::PJRT_Executable_NumOutputs_Args::new();
+        n.executable = get.executable;
+        let counted = pjrt_call!(plugin, PJRT_Executable_NumOutputs, &mut n);
+
+        let mut destroy = ffi::PJRT_Executable_Destroy_Args::new();
+        destroy.executable = get.executable;
+        let destroyed = pjrt_call!(plugin, PJRT_Executable_Destroy, &mut destroy);
+        counted.and(destroyed).map(|()| n.num_outputs)
+    }
+
+    /// Outputs per execution (the entry function's results, tuples flattened).
+    pub fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+
+    /// Runs on the executable's device with `args` (which must live on that device, from the
+    /// same client) and waits for completion. Returns one buffer per output.
+    pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        if let Some(i) = args
+            .iter()
+            .position(|b| !Arc::ptr_eq(&b.client, &self.client))
+        {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "argument {i} is a buffer of a different client than the executable"
+            )));
+        }
+        let plugin = &self.client.plugin;
+        let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|b| b.raw).collect();
+        let arg_lists: [*const *mut ffi::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
+        let mut outputs: Vec<*mut ffi::PJRT_Buffer> = vec![std::ptr::null_mut(); self.num_outputs];
+        let output_lists: [*mut *mut ffi::PJRT_Buffer; 1] = [outputs.as_mut_ptr()];
+        let mut complete: [*mut ffi::PJRT_Event; 1] = [std::ptr::null_mut()];
+        let mut options = ffi::PJRT_ExecuteOptions::new();
+
+        let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
+        exec.executable = self.raw;
+        exec.options = &mut options;
+        exec.argument_lists = arg_lists.as_ptr();
+        exec.num_devices = 1;
+        exec.num_args = arg_ptrs.len();
+        exec.output_lists = output_lists.as_ptr();
+        exec.device_complete_events = complete.as_mut_ptr();
+        pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
+
+        // Take ownership of every output before anything else can fail.
+        let owned: Vec<Result<Buffer>> = outputs
+            .iter()
+            .map(|&raw| Buffer::from_raw(&self.client, raw))
+            .collect();
+        plugin.await_event("PJRT_LoadedExecutable_Execute", complete[0])?;
+        owned.into_iter().collect()
+    }
+}
