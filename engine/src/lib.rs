@@ -1,0 +1,169 @@
+//! The end-to-end API: `compile(graph) -> CompiledGraph`, `CompiledGraph::run(inputs)`.
+//! It joins the compiler (which knows models, not devices) to the runtime (which knows
+//! devices, not models): pass pipeline -> StableHLO lowering -> PJRT compile (through the
+//! in-memory executable cache) -> execute on host tensors.
+
+mod host;
+
+pub use host::HostTensor;
+
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+use torchtpu_compiler::ir::{DType, Graph, TensorType};
+use torchtpu_compiler::lower::{LowerError, Lowering, StableHlo};
+use torchtpu_compiler::passes::{PassManager, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
+use torchtpu_runtime::{Buffer, Client, CompileOptions, Device, ElementType, Executable, ExecutableCache, Plugin, RuntimeError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("input {index}: expected {expected}, got {got}")]
+    Input { index: usize, expected: String, got: String },
+    #[error("expected {expected} inputs, got {got}")]
+    Arity { expected: usize, got: usize },
+}
+
+/// How a graph is compiled.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The pass pipeline run before lowering (`torchtpu-opt --pass-pipeline` syntax).
+    pub pipeline: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { pipeline: DEFAULT_PIPELINE.to_string() }
+    }
+}
+
+/// The PJRT element type that carries an IR dtype.
+pub fn element_type(d: DType) -> ElementType {
+    match d {
+        DType::F16 => ElementType::F16,
+        DType::BF16 => ElementType::BF16,
+        DType::F32 => ElementType::F32,
+        DType::F64 => ElementType::F64,
+        DType::I8 => ElementType::S8,
+        DType::I16 => ElementType::S16,
+        DType::I32 => ElementType::S32,
+        DType::I64 => ElementType::S64,
+        DType::U8 => ElementType::U8,
+        DType::Bool => ElementType::Pred,
+        DType::C64 => ElementType::C64,
+        DType::C128 => ElementType::C128,
+    }
+}
+
+thread_local! {
+    // An MLIR context is not thread-safe and costs milliseconds to make: one per thread.
+    static LOWERING: RefCell<Option<Lowering>> = const { RefCell::new(None) };
+}
+
+/// Runs the pipeline and lowers; no device involved.
+pub fn lower(graph: &Graph, options: &Options) -> Result<(Graph, StableHlo), EngineError> {
+    let mut g = graph.clone();
+    let pm = PassManager::from_pipeline(&options.pipeline, PipelineOptions::default())?;
+    pm.run(&mut g, &mut std::io::sink())?;
+    let hlo = LOWERING.with(|l| {
+        let mut l = l.borrow_mut();
+        l.get_or_insert_with(Lowering::new).lower(&g)
+    })?;
+    Ok((g, hlo))
+}
+
+/// A PJRT client on the first device, with its executable cache.
+pub struct Engine {
+    client: Client,
+    device: Device,
+    cache: ExecutableCache,
+}
+
+impl Engine {
+    pub fn new(plugin: Arc<Plugin>) -> Result<Engine, EngineError> {
+        let client = Client::new(plugin)?;
+        let device = client.first_device()?;
+        Ok(Engine { client, device, cache: ExecutableCache::new() })
+    }
+
+    /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
+    pub fn with_default_plugin() -> Result<Engine, EngineError> {
+        Engine::new(Plugin::load_default()?)
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn cache(&self) -> &ExecutableCache {
+        &self.cache
+    }
+
+    pub fn compile(&self, graph: &Graph, options: &Options) -> Result<CompiledGraph, EngineError> {
+        let (_, hlo) = lower(graph, options)?;
+        let exe = self.cache.get_or_compile(&self.client, &hlo.text, &CompileOptions::default())?;
+        Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone() })
+    }
+}
+
+/// A compiled graph bound to one device.
+pub struct CompiledGraph {
+    exe: Arc<Executable>,
+    hlo: StableHlo,
+    client: Client,
+    device: Device,
+}
+
+impl CompiledGraph {
+    pub fn stablehlo(&self) -> &str {
+        &self.hlo.text
+    }
+
+    pub fn input_types(&self) -> &[TensorType] {
+        &self.hlo.inputs
+    }
+
+    pub fn output_types(&self) -> &[TensorType] {
+        &self.hlo.outputs
+    }
+
+    /// Copies the inputs to the device, executes, and copies the outputs back.
+    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, EngineError> {
+        if inputs.len() != self.hlo.inputs.len() {
+            return Err(EngineError::Arity { expected: self.hlo.inputs.len(), got: inputs.len() });
+        }
+        let mut buffers: Vec<Buffer> = Vec::with_capacity(inputs.len());
+        for (i, (t, want)) in inputs.iter().zip(&self.hlo.inputs).enumerate() {
+            // PJRT checks byte sizes only; check dtype and shape here.
+            if t.dtype != want.dtype || Some(&t.dims) != want.static_dims().as_ref() {
+                return Err(EngineError::Input { index: i, expected: want.to_string(), got: t.type_string() });
+            }
+            buffers.push(self.client.buffer_from_host(&t.data, element_type(t.dtype), &t.dims, &self.device)?);
+        }
+        let refs: Vec<&Buffer> = buffers.iter().collect();
+        let outs = self.exe.execute(&refs)?;
+        outs.iter()
+            .zip(&self.hlo.outputs)
+            .map(|(b, ty)| Ok(HostTensor { dtype: ty.dtype, dims: b.dims().to_vec(), data: b.to_host()? }))
+            .collect()
+    }
+}
+
+static DEFAULT_ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+
+/// The process-wide engine on the default plugin.
+pub fn default_engine() -> Result<&'static Engine, EngineError> {
+    DEFAULT_ENGINE
+        .get_or_init(|| Engine::with_default_plugin().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| EngineError::Runtime(RuntimeError::InvalidArgument(format!("cannot start the default engine: {e}"))))
+}
+
+/// Compiles `graph` with the default pipeline on the default engine.
+pub fn compile(graph: &Graph) -> Result<CompiledGraph, EngineError> {
+    default_engine()?.compile(graph, &Options::default())
+}
