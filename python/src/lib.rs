@@ -1,7 +1,11 @@
 //! `torchtpu._C`: the compiler's Python boundary. Errors become Python exceptions with the
 //! compiler's message; nothing panics across the boundary.
 
-use pyo3::exceptions::PyValueError;
+// The module must be called `_C` (torchtpu._C), which is not snake case.
+#![allow(non_snake_case)]
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::types::PyBytes;
 use pyo3::prelude::*;
 use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
 use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
@@ -25,6 +29,42 @@ fn run_pipeline(text: &str, pipeline: &str) -> PyResult<String> {
     Ok(print_graph(&g))
 }
 
+/// Lowers IR text (after `pipeline`) to StableHLO text.
+#[pyfunction]
+#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
+fn lower_ir(text: &str, pipeline: &str) -> PyResult<String> {
+    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
+    let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
+    let (_, hlo) = torchtpu_engine::lower(&g, &options).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(hlo.text)
+}
+
+/// A host tensor crossing the boundary: (dtype name as in the IR, dims, row-major bytes).
+type WireTensor = (String, Vec<i64>, Vec<u8>);
+
+/// Compiles IR text on the default engine (cached) and runs it on host tensors.
+#[pyfunction]
+#[pyo3(signature = (text, inputs, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
+fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -> PyResult<Vec<(String, Vec<i64>, Py<PyBytes>)>> {
+    use torchtpu_compiler::ir::DType;
+    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
+    let host: Vec<torchtpu_engine::HostTensor> = inputs
+        .into_iter()
+        .map(|(d, dims, data)| {
+            let dtype = DType::from_name(&d).ok_or_else(|| PyValueError::new_err(format!("unknown dtype '{d}'")))?;
+            Ok(torchtpu_engine::HostTensor { dtype, dims, data })
+        })
+        .collect::<PyResult<_>>()?;
+    let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
+    let outs = py
+        .detach(|| {
+            let engine = torchtpu_engine::default_engine()?;
+            engine.compile(&g, &options)?.run(&host)
+        })
+        .map_err(|e: torchtpu_engine::EngineError| PyRuntimeError::new_err(e.to_string()))?;
+    Ok(outs.into_iter().map(|t| (t.dtype.name().to_string(), t.dims, PyBytes::new(py, &t.data).unbind())).collect())
+}
+
 /// `(name, description)` of every registered pass.
 #[pyfunction]
 fn list_passes() -> Vec<(&'static str, &'static str)> {
@@ -37,5 +77,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(list_passes, m)?)?;
+    m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
+    m.add_function(wrap_pyfunction!(run_ir, m)?)?;
     Ok(())
 }

@@ -227,6 +227,23 @@ impl<'c, 'a> Emitter<'c, 'a> {
         self.op("stablehlo.compare", &[a, b], DType::Bool, &a.dims.clone(), &attrs)
     }
 
+    /// Elementwise max/min with PyTorch's NaN propagation (XLA's CPU max/min only keep a NaN
+    /// from the first operand).
+    pub fn minmax(&self, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, max: bool) -> RuleResult<Tv<'c, 'a>> {
+        let d = a.dtype;
+        if d == DType::Bool {
+            return self.ew(if max { "stablehlo.or" } else { "stablehlo.and" }, &[a, b], d);
+        }
+        let r = self.ew(if max { "stablehlo.maximum" } else { "stablehlo.minimum" }, &[a, b], d)?;
+        if !d.is_float() {
+            return Ok(r);
+        }
+        let b_nan = self.compare(b, b, Cmp::Ne)?;
+        let r = self.select(&b_nan, b, &r)?;
+        let a_nan = self.compare(a, a, Cmp::Ne)?;
+        self.select(&a_nan, a, &r)
+    }
+
     pub fn select(&self, pred: &Tv<'c, 'a>, on_true: &Tv<'c, 'a>, on_false: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
         self.op("stablehlo.select", &[pred, on_true, on_false], on_true.dtype, &on_true.dims.clone(), &[])
     }

@@ -116,7 +116,7 @@ pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
         "relu" => {
             let x = e.convert(x, out)?;
             let zero = e.constant(out, &x.dims, Scalar::I(0))?;
-            e.ew("stablehlo.maximum", &[&x, &zero], out)?
+            e.minmax(&x, &zero, true)?
         }
         "exp2" => {
             let x = e.convert(x, out)?;
@@ -174,7 +174,7 @@ pub fn gelu<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, approximate: &str) -> R
 /// records as the result type), with `alpha` for add/sub and `rounding_mode` for div.
 pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
-    let ps = n.params(&["self", "other"]);
+    let ps = n.params(&["self", if name == "pow" { "exponent" } else { "other" }]);
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
     let mode = n.str_or("rounding_mode", "")?;
     // Integer/bool inputs with a rounding mode divide in their own type; true division of
@@ -192,8 +192,6 @@ pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let r = match name {
         "add" if bool_out => e.ew("stablehlo.or", &[&a, &b], out)?,
         "mul" if bool_out => e.ew("stablehlo.and", &[&a, &b], out)?,
-        "maximum" if bool_out => e.ew("stablehlo.or", &[&a, &b], out)?,
-        "minimum" if bool_out => e.ew("stablehlo.and", &[&a, &b], out)?,
         "add" => e.ew("stablehlo.add", &[&a, &b], out)?,
         "sub" | "rsub" if bool_out => return unsupported!("subtraction of bool tensors"),
         "sub" => e.ew("stablehlo.subtract", &[&a, &b], out)?,
@@ -216,8 +214,8 @@ pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
         },
         "floor_divide" => floor_divide(e, &a, &b)?,
         "pow" => e.ew("stablehlo.power", &[&a, &b], out)?,
-        "maximum" => e.ew("stablehlo.maximum", &[&a, &b], out)?,
-        "minimum" => e.ew("stablehlo.minimum", &[&a, &b], out)?,
+        "maximum" => e.minmax(&a, &b, true)?,
+        "minimum" => e.minmax(&a, &b, false)?,
         "atan2" => e.ew("stablehlo.atan2", &[&a, &b], out)?,
         "fmod" => e.ew("stablehlo.remainder", &[&a, &b], out)?,
         "remainder" => {
@@ -356,11 +354,11 @@ pub fn clamp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let mut r = operand(e, &ps[0], out, &dims)?;
     if let Some(lo) = ps.get(1).filter(|p| !p.is_none()) {
         let lo = operand(e, lo, out, &dims)?;
-        r = e.ew("stablehlo.maximum", &[&r, &lo], out)?;
+        r = e.minmax(&r, &lo, true)?;
     }
     if let Some(hi) = ps.get(2).filter(|p| !p.is_none()) {
         let hi = operand(e, hi, out, &dims)?;
-        r = e.ew("stablehlo.minimum", &[&r, &hi], out)?;
+        r = e.minmax(&r, &hi, false)?;
     }
     Ok(vec![r])
 }

@@ -74,7 +74,12 @@ pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], 
     let d = x.dtype;
     let init_v = e.constant(d, &[], init(d, kind))?;
     let op = body_op(kind, d);
-    let out = e.reduce(&[x], &[&init_v], dims, |b, args| Ok(vec![b.ew(op, &[&args[0], &args[1]], d)?]))?;
+    let out = e.reduce(&[x], &[&init_v], dims, |b, args| {
+        Ok(vec![match kind {
+            "max" | "min" => b.minmax(&args[0], &args[1], kind == "max")?,
+            _ => b.ew(op, &[&args[0], &args[1]], d)?,
+        }])
+    })?;
     Ok(out.into_iter().next().expect("one result"))
 }
 

@@ -1,0 +1,101 @@
+"""Runs one ATen op through torchtpu (IR -> StableHLO -> XLA CPU plugin) and through PyTorch
+eager on the same inputs, and compares. The IR's result types are taken from eager's results,
+so the lowering is checked against PyTorch's dtype and shape semantics too."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torchtpu import _C
+
+IR_DTYPES = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+TORCH_DTYPES = {v: k for k, v in IR_DTYPES.items()}
+
+
+def ir_type(t: torch.Tensor) -> str:
+    return f"{IR_DTYPES[t.dtype]}[{', '.join(str(d) for d in t.shape)}]"
+
+
+def ir_attr(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v) if ("." in repr(v) or "e" in repr(v)) else repr(v) + ".0"
+    if isinstance(v, str):
+        return '"' + v + '"'
+    if isinstance(v, torch.dtype):
+        return IR_DTYPES[v]
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(ir_attr(x) for x in v) + "]"
+    raise TypeError(v)
+
+
+def to_wire(t: torch.Tensor):
+    # Raw little-endian bytes without numpy (not installed): reinterpret as uint8.
+    flat = t.contiguous().reshape(-1)
+    data = bytes(flat.view(torch.uint8).tolist()) if flat.numel() else b""
+    return (IR_DTYPES[t.dtype], list(t.shape), data)
+
+
+def from_wire(w) -> torch.Tensor:
+    dtype, dims, data = w
+    td = TORCH_DTYPES[dtype]
+    if td == torch.bfloat16:
+        return torch.frombuffer(bytearray(data), dtype=torch.int16).view(torch.bfloat16).reshape(dims).clone()
+    if len(data) == 0:
+        return torch.empty(dims, dtype=td)
+    return torch.frombuffer(bytearray(data), dtype=td).reshape(dims).clone()
+
+
+def run_op(op: str, inputs: list[torch.Tensor], attrs: dict, expected) -> list[torch.Tensor]:
+    """Builds a one-node graph `op(inputs) {attrs}` typed like `expected`, runs it."""
+    outs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    params = ", ".join(f"%a{i}: {ir_type(t)}" for i, t in enumerate(inputs))
+    operands = ", ".join(f"%a{i}" for i in range(len(inputs)))
+    attr_text = ""
+    if attrs:
+        attr_text = " {" + ", ".join(f"{k} = {ir_attr(v)}" for k, v in sorted(attrs.items())) + "}"
+    types = ", ".join(ir_type(o) for o in outs)
+    if len(outs) == 1:
+        node = f"  %r = {op}({operands}){attr_text} : {types}\n"
+        ret = "%r"
+    else:
+        node = f"  %r:{len(outs)} = {op}({operands}){attr_text} : ({types})\n"
+        ret = ", ".join(f"%r#{i}" for i in range(len(outs)))
+    ir = f"graph @case({params}) -> ({types}) {{\n{node}  return {ret}\n}}\n"
+    # No passes: the op under test must reach the lowering as written.
+    wires = _C.run_ir(ir, [to_wire(t) for t in inputs], "")
+    return [from_wire(w) for w in wires]
+
+
+def assert_matches(got: list[torch.Tensor], expected, rtol: float, atol: float, what: str):
+    outs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    assert len(got) == len(outs), what
+    for i, (g, e) in enumerate(zip(got, outs)):
+        assert g.dtype == e.dtype, f"{what} result {i}: dtype {g.dtype} vs eager {e.dtype}"
+        assert g.shape == e.shape, f"{what} result {i}: shape {tuple(g.shape)} vs eager {tuple(e.shape)}"
+        if e.dtype.is_floating_point:
+            torch.testing.assert_close(g, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what} result {i}: {m}")
+        else:
+            assert torch.equal(g, e), f"{what} result {i}:\n got {g}\nwant {e}"

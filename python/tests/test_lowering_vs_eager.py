@@ -1,0 +1,200 @@
+"""Every lowering-table family against PyTorch eager on the same inputs (XLA CPU plugin).
+
+Tolerances: exact for integer/bool results; float32 results rtol=1.3e-6/atol=1e-5 for
+elementwise arithmetic and rtol=1e-4/atol=1e-5 for transcendental and reduction results (XLA
+and ATen use different polynomial approximations and summation orders); float64 1e-7/1e-7."""
+
+import pytest
+import torch
+
+from lowering_harness import assert_matches, run_op
+
+aten = torch.ops.aten
+
+
+def f32(*shape, lo=-3.0, hi=3.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=g) * (hi - lo) + lo
+
+
+def ints(*shape, lo=-9, hi=10, dtype=torch.int32, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(lo, hi, shape, generator=g, dtype=dtype)
+
+
+def bools(*shape, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=g) > 0.5
+
+
+X = f32(3, 4)
+POS = f32(3, 4, lo=0.1, hi=4.0, seed=3)
+UNIT = f32(3, 4, lo=-0.9, hi=0.9, seed=4)
+I = ints(3, 4)
+NZ = ints(3, 4, lo=1, hi=6, seed=5) * torch.where(ints(3, 4, lo=0, hi=2, seed=6) > 0, 1, -1).to(torch.int32)
+
+LOOSE = (1e-4, 1e-5)
+TIGHT = (1.3e-6, 1e-5)
+
+# (id, aten op as IR name, inputs, attrs, eager function, (rtol, atol))
+CASES = [
+    # unary
+    *[
+        (name, f"aten.{name}.default", [inp], {}, getattr(aten, name).default, LOOSE)
+        for name, inp in [
+            ("abs", X), ("neg", X), ("ceil", X), ("floor", X), ("round", f32(3, 4, lo=-3, hi=3, seed=9) * 2),
+            ("trunc", X), ("sign", X), ("sqrt", POS), ("rsqrt", POS), ("exp", X), ("exp2", X), ("expm1", X),
+            ("log", POS), ("log2", POS), ("log10", POS), ("log1p", POS), ("sin", X), ("cos", X), ("tan", UNIT),
+            ("asin", UNIT), ("acos", UNIT), ("atan", X), ("sinh", X), ("cosh", X), ("tanh", X), ("sigmoid", X),
+            ("erf", X), ("reciprocal", POS), ("relu", X), ("logical_not", X), ("bitwise_not", I),
+        ]
+    ],
+    ("abs_int", "aten.abs.default", [I], {}, aten.abs.default, TIGHT),
+    ("sqrt_int", "aten.sqrt.default", [I.abs()], {}, aten.sqrt.default, LOOSE),
+    ("gelu", "aten.gelu.default", [X], {}, aten.gelu.default, LOOSE),
+    ("gelu_tanh", "aten.gelu.default", [X], {"approximate": "tanh"}, lambda x: aten.gelu.default(x, approximate="tanh"), LOOSE),
+    # binary
+    ("add", "aten.add.Tensor", [X, POS], {}, aten.add.Tensor, TIGHT),
+    ("add_alpha", "aten.add.Tensor", [X, POS], {"alpha": 2}, lambda a, b: aten.add.Tensor(a, b, alpha=2), TIGHT),
+    ("add_broadcast", "aten.add.Tensor", [X, f32(4, seed=7)], {}, aten.add.Tensor, TIGHT),
+    ("add_int_float", "aten.add.Tensor", [I, X], {}, aten.add.Tensor, TIGHT),
+    ("add_scalar", "aten.add.Tensor", [I], {"other": 2.5}, lambda a: aten.add.Tensor(a, 2.5), TIGHT),
+    ("add_bool", "aten.add.Tensor", [bools(5), bools(5, seed=8)], {}, aten.add.Tensor, TIGHT),
+    ("sub", "aten.sub.Tensor", [X, POS], {}, aten.sub.Tensor, TIGHT),
+    ("rsub", "aten.rsub.Scalar", [X], {"other": 1.0}, lambda a: aten.rsub.Scalar(a, 1.0), TIGHT),
+    ("mul", "aten.mul.Tensor", [X, POS], {}, aten.mul.Tensor, TIGHT),
+    ("mul_f64_scalar_tensor", "aten.mul.Tensor", [X, torch.tensor(0.1, dtype=torch.float64)], {}, aten.mul.Tensor, TIGHT),
+    ("div", "aten.div.Tensor", [X, POS], {}, aten.div.Tensor, TIGHT),
+    ("div_int_true", "aten.div.Tensor", [I, NZ], {}, aten.div.Tensor, TIGHT),
+    ("div_floor_int", "aten.div.Tensor_mode", [I, NZ], {"rounding_mode": "floor"}, lambda a, b: aten.div.Tensor_mode(a, b, rounding_mode="floor"), TIGHT),
+    ("div_trunc_int", "aten.div.Tensor_mode", [I, NZ], {"rounding_mode": "trunc"}, lambda a, b: aten.div.Tensor_mode(a, b, rounding_mode="trunc"), TIGHT),
+    ("div_floor_float", "aten.div.Tensor_mode", [X, f32(3, 4, lo=-2, hi=2, seed=11)], {"rounding_mode": "floor"}, lambda a, b: aten.div.Tensor_mode(a, b, rounding_mode="floor"), TIGHT),
+    ("div_trunc_float", "aten.div.Tensor_mode", [X, POS], {"rounding_mode": "trunc"}, lambda a, b: aten.div.Tensor_mode(a, b, rounding_mode="trunc"), TIGHT),
+    ("pow", "aten.pow.Tensor_Tensor", [POS, X], {}, aten.pow.Tensor_Tensor, LOOSE),
+    ("pow_scalar", "aten.pow.Tensor_Scalar", [X], {"exponent": 2}, lambda a: aten.pow.Tensor_Scalar(a, 2), LOOSE),
+    ("maximum", "aten.maximum.default", [X, POS], {}, aten.maximum.default, TIGHT),
+    ("minimum_nan", "aten.minimum.default", [torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([2.0, 0.0, float("nan")])], {}, aten.minimum.default, TIGHT),
+    ("maximum_nan", "aten.maximum.default", [torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([2.0, 0.0, float("nan")])], {}, aten.maximum.default, TIGHT),
+    ("relu_nan", "aten.relu.default", [torch.tensor([-1.0, float("nan"), 3.0])], {}, aten.relu.default, TIGHT),
+    ("clamp_nan", "aten.clamp.default", [torch.tensor([-5.0, float("nan"), 5.0])], {"min": -1.0, "max": 1.0}, lambda a: aten.clamp.default(a, -1.0, 1.0), TIGHT),
+    ("remainder_int", "aten.remainder.Tensor", [I, NZ], {}, aten.remainder.Tensor, TIGHT),
+    ("remainder_float", "aten.remainder.Tensor", [X, f32(3, 4, lo=-2, hi=2, seed=12)], {}, aten.remainder.Tensor, LOOSE),
+    ("fmod", "aten.fmod.Tensor", [X, POS], {}, aten.fmod.Tensor, LOOSE),
+    ("atan2", "aten.atan2.default", [X, POS], {}, aten.atan2.default, LOOSE),
+    ("bitwise_and", "aten.bitwise_and.Tensor", [I, NZ], {}, aten.bitwise_and.Tensor, TIGHT),
+    ("bitwise_xor_bool", "aten.bitwise_xor.Tensor", [bools(6), bools(6, seed=9)], {}, aten.bitwise_xor.Tensor, TIGHT),
+    # comparisons and logic
+    ("eq", "aten.eq.Tensor", [I, NZ], {}, aten.eq.Tensor, TIGHT),
+    ("lt_mixed", "aten.lt.Tensor", [I, X], {}, aten.lt.Tensor, TIGHT),
+    ("ge_scalar", "aten.ge.Scalar", [I], {"other": 0.5}, lambda a: aten.ge.Scalar(a, 0.5), TIGHT),
+    ("ne_nan", "aten.ne.Tensor", [torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0])], {}, aten.ne.Tensor, TIGHT),
+    ("logical_and", "aten.logical_and.default", [X, I], {}, aten.logical_and.default, TIGHT),
+    ("logical_or", "aten.logical_or.default", [bools(4), bools(4, seed=5)], {}, aten.logical_or.default, TIGHT),
+    ("where", "aten.where.self", [bools(3, 4), X, POS], {}, aten.where.self, TIGHT),
+    ("where_broadcast", "aten.where.self", [bools(4), X, torch.tensor(0.0)], {}, aten.where.self, TIGHT),
+    ("clamp", "aten.clamp.default", [X], {"min": -1.0, "max": 0.5}, lambda a: aten.clamp.default(a, -1.0, 0.5), TIGHT),
+    ("clamp_tensor", "aten.clamp.Tensor", [X, POS * -1, POS], {}, aten.clamp.Tensor, TIGHT),
+    ("to_int", "aten._to_copy.default", [X], {"dtype": torch.int32}, lambda a: aten._to_copy.default(a, dtype=torch.int32), TIGHT),
+    ("to_bool", "aten._to_copy.default", [X], {"dtype": torch.bool}, lambda a: aten._to_copy.default(a, dtype=torch.bool), TIGHT),
+    ("to_bf16", "aten._to_copy.default", [X], {"dtype": torch.bfloat16}, lambda a: aten._to_copy.default(a, dtype=torch.bfloat16), TIGHT),
+    ("to_f64", "aten._to_copy.default", [I], {"dtype": torch.float64}, lambda a: aten._to_copy.default(a, dtype=torch.float64), TIGHT),
+    # reductions
+    ("sum_dim", "aten.sum.dim_IntList", [X], {"dim": [1]}, lambda a: aten.sum.dim_IntList(a, [1]), LOOSE),
+    ("sum_keepdim", "aten.sum.dim_IntList", [X], {"dim": [0], "keepdim": True}, lambda a: aten.sum.dim_IntList(a, [0], True), LOOSE),
+    ("sum_all", "aten.sum.default", [X], {}, aten.sum.default, LOOSE),
+    ("sum_int_to_i64", "aten.sum.dim_IntList", [I], {"dim": [-1]}, lambda a: aten.sum.dim_IntList(a, [-1]), TIGHT),
+    ("sum_bool", "aten.sum.default", [bools(7)], {}, aten.sum.default, TIGHT),
+    ("mean", "aten.mean.dim", [X], {"dim": [0, 1], "keepdim": True}, lambda a: aten.mean.dim(a, [0, 1], True), LOOSE),
+    ("prod", "aten.prod.dim_int", [X], {"dim": 1}, lambda a: aten.prod.dim_int(a, 1), LOOSE),
+    ("amax", "aten.amax.default", [X], {"dim": [1]}, lambda a: aten.amax.default(a, [1]), TIGHT),
+    ("amax_nan", "aten.amax.default", [torch.tensor([[1.0, float("nan"), 3.0], [4.0, 5.0, 6.0]])], {"dim": [1]}, lambda a: aten.amax.default(a, [1]), TIGHT),
+    ("amin_int", "aten.amin.default", [I], {"dim": [0]}, lambda a: aten.amin.default(a, [0]), TIGHT),
+    ("argmax", "aten.argmax.default", [X], {"dim": 1}, lambda a: aten.argmax.default(a, 1), TIGHT),
+    ("argmax_ties", "aten.argmax.default", [torch.tensor([[1.0, 3.0, 3.0], [float("nan"), 5.0, float("nan")]])], {"dim": 1}, lambda a: aten.argmax.default(a, 1), TIGHT),
+    ("argmin_flat", "aten.argmin.default", [X], {}, aten.argmin.default, TIGHT),
+    ("max_dim", "aten.max.dim", [X], {"dim": 0, "keepdim": True}, lambda a: aten.max.dim(a, 0, True), TIGHT),
+    ("var", "aten.var.correction", [X], {"dim": [1], "correction": 1}, lambda a: aten.var.correction(a, [1], correction=1), LOOSE),
+    ("any", "aten.any.dim", [bools(3, 4)], {"dim": 1}, lambda a: aten.any.dim(a, 1), TIGHT),
+    # linear algebra
+    ("mm", "aten.mm.default", [f32(3, 5), f32(5, 2, seed=3)], {}, aten.mm.default, LOOSE),
+    ("bmm", "aten.bmm.default", [f32(2, 3, 4), f32(2, 4, 5, seed=3)], {}, aten.bmm.default, LOOSE),
+    ("addmm", "aten.addmm.default", [f32(5), f32(3, 4), f32(4, 5, seed=3)], {"beta": 0.5, "alpha": 2.0}, lambda b, x, y: aten.addmm.default(b, x, y, beta=0.5, alpha=2.0), LOOSE),
+    # shapes
+    ("view", "aten.view.default", [X], {"size": [2, 6]}, lambda a: aten.view.default(a, [2, 6]), TIGHT),
+    ("permute", "aten.permute.default", [f32(2, 3, 4)], {"dims": [2, 0, 1]}, lambda a: aten.permute.default(a, [2, 0, 1]), TIGHT),
+    ("transpose", "aten.transpose.int", [f32(2, 3, 4)], {"dim0": 0, "dim1": -1}, lambda a: aten.transpose.int(a, 0, -1), TIGHT),
+    ("t", "aten.t.default", [X], {}, aten.t.default, TIGHT),
+    ("squeeze", "aten.squeeze.dim", [f32(3, 1, 4)], {"dim": 1}, lambda a: aten.squeeze.dim(a, 1), TIGHT),
+    ("unsqueeze", "aten.unsqueeze.default", [X], {"dim": -1}, lambda a: aten.unsqueeze.default(a, -1), TIGHT),
+    ("expand", "aten.expand.default", [f32(3, 1)], {"size": [2, 3, 4]}, lambda a: aten.expand.default(a, [2, 3, 4]), TIGHT),
+    ("slice", "aten.slice.Tensor", [f32(5, 6)], {"dim": 1, "start": 1, "end": -1, "step": 2}, lambda a: aten.slice.Tensor(a, 1, 1, -1, 2), TIGHT),
+    ("slice_big_end", "aten.slice.Tensor", [f32(5, 6)], {"dim": 0, "start": -2, "end": 9223372036854775807}, lambda a: aten.slice.Tensor(a, 0, -2, 9223372036854775807), TIGHT),
+    ("select", "aten.select.int", [f32(5, 6)], {"dim": 0, "index": -1}, lambda a: aten.select.int(a, 0, -1), TIGHT),
+    ("cat", "aten.cat.default", [X, POS, I.float()], {"dim": 0}, lambda *a: aten.cat.default(list(a), 0), TIGHT),
+    ("cat_promote", "aten.cat.default", [I, X], {"dim": 1}, lambda *a: aten.cat.default(list(a), 1), TIGHT),
+    ("stack", "aten.stack.default", [X, POS], {"dim": 1}, lambda *a: aten.stack.default(list(a), 1), TIGHT),
+    ("split_with_sizes", "aten.split_with_sizes.default", [f32(7, 2)], {"split_sizes": [2, 5], "dim": 0}, lambda a: aten.split_with_sizes.default(a, [2, 5], 0), TIGHT),
+    ("split", "aten.split.Tensor", [f32(2, 7)], {"split_size": 3, "dim": 1}, lambda a: aten.split.Tensor(a, 3, 1), TIGHT),
+    # factories
+    ("full", "aten.full.default", [], {"size": [2, 3], "fill_value": 1.5}, lambda: aten.full.default([2, 3], 1.5), TIGHT),
+    ("full_int", "aten.full.default", [], {"size": [4], "fill_value": 7, "dtype": torch.int64}, lambda: aten.full.default([4], 7, dtype=torch.int64), TIGHT),
+    ("scalar_tensor", "aten.scalar_tensor.default", [], {"s": 2.5}, lambda: aten.scalar_tensor.default(2.5), TIGHT),
+    ("arange", "aten.arange.start_step", [], {"start": 1, "end": 10, "step": 3}, lambda: aten.arange.start_step(1, 10, 3), TIGHT),
+    ("arange_float", "aten.arange.start_step", [], {"start": 0.0, "end": 1.0, "step": 0.1}, lambda: aten.arange.start_step(0.0, 1.0, 0.1), TIGHT),
+    ("zeros_like", "aten.zeros_like.default", [X], {}, aten.zeros_like.default, TIGHT),
+    ("ones_like_int", "aten.ones_like.default", [I], {}, aten.ones_like.default, TIGHT),
+    # neural-network ops
+    ("softmax", "aten._softmax.default", [X], {"dim": 1, "half_to_float": False}, lambda a: aten._softmax.default(a, 1, False), LOOSE),
+    ("log_softmax", "aten._log_softmax.default", [X], {"dim": 0, "half_to_float": False}, lambda a: aten._log_softmax.default(a, 0, False), LOOSE),
+    ("layer_norm", "aten.native_layer_norm.default", [f32(2, 3, 4), f32(3, 4, seed=5), f32(3, 4, seed=6)], {"normalized_shape": [3, 4], "eps": 1e-5}, lambda x, w, b: aten.native_layer_norm.default(x, [3, 4], w, b, 1e-5), LOOSE),
+    ("layer_norm_no_affine", "aten.native_layer_norm.default", [X], {"normalized_shape": [4], "eps": 1e-5, "weight": None, "bias": None}, lambda x: aten.native_layer_norm.default(x, [4], None, None, 1e-5), LOOSE),
+    ("batch_norm_eval", "aten._native_batch_norm_legit_no_training.default", [f32(2, 3, 4, 4), f32(3, seed=5), f32(3, seed=6), f32(3, seed=7), f32(3, lo=0.5, hi=2, seed=8)], {"momentum": 0.1, "eps": 1e-5}, lambda x, w, b, m, v: aten._native_batch_norm_legit_no_training.default(x, w, b, m, v, 0.1, 1e-5), LOOSE),
+    ("batch_norm_train", "aten._native_batch_norm_legit_functional.default", [f32(2, 3, 4, 4), f32(3, seed=5), f32(3, seed=6), f32(3, seed=7), f32(3, lo=0.5, hi=2, seed=8)], {"training": True, "momentum": 0.1, "eps": 1e-5}, lambda x, w, b, m, v: aten._native_batch_norm_legit_functional.default(x, w, b, m, v, True, 0.1, 1e-5), LOOSE),
+    ("conv2d", "aten.convolution.default", [f32(2, 4, 7, 7), f32(6, 2, 3, 3, seed=5), f32(6, seed=6)], {"stride": [2, 1], "padding": [1, 0], "dilation": [1, 2], "transposed": False, "output_padding": [0, 0], "groups": 2}, lambda x, w, b: aten.convolution.default(x, w, b, [2, 1], [1, 0], [1, 2], False, [0, 0], 2), LOOSE),
+    ("conv1d_no_bias", "aten.convolution.default", [f32(1, 3, 9), f32(4, 3, 3, seed=5)], {"bias": None, "stride": [1], "padding": [1], "dilation": [1], "transposed": False, "output_padding": [0], "groups": 1}, lambda x, w: aten.convolution.default(x, w, None, [1], [1], [1], False, [0], 1), LOOSE),
+    ("max_pool2d", "aten.max_pool2d_with_indices.default", [f32(2, 3, 7, 7)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False}, lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1], [1, 1], False), TIGHT),
+    ("max_pool2d_ceil", "aten.max_pool2d_with_indices.default", [f32(1, 2, 6, 6)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [0, 0], "dilation": [1, 1], "ceil_mode": True}, lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [0, 0], [1, 1], True), TIGHT),
+    # indexing
+    ("embedding", "aten.embedding.default", [f32(10, 4), ints(2, 3, lo=0, hi=10, dtype=torch.int64)], {}, aten.embedding.default, TIGHT),
+    ("index_select", "aten.index_select.default", [f32(5, 6), torch.tensor([4, 0, 2, 2])], {"dim": 1}, lambda a, i: aten.index_select.default(a, 1, i), TIGHT),
+    ("gather", "aten.gather.default", [f32(3, 5), ints(3, 2, lo=0, hi=5, dtype=torch.int64)], {"dim": 1}, lambda a, i: aten.gather.default(a, 1, i), TIGHT),
+    ("scatter_src", "aten.scatter.src", [f32(3, 5), torch.tensor([[0, 1], [2, 3], [4, 0]]), f32(3, 2, seed=9)], {"dim": 1}, lambda a, i, s: aten.scatter.src(a, 1, i, s), TIGHT),
+    ("scatter_value", "aten.scatter.value", [f32(3, 5), torch.tensor([[0], [2], [4]])], {"dim": 1, "value": 9.0}, lambda a, i: aten.scatter.value(a, 1, i, 9.0), TIGHT),
+    ("scatter_add", "aten.scatter_add.default", [f32(3, 5), torch.tensor([[0, 0], [1, 1], [4, 4]]), f32(3, 2, seed=9)], {"dim": 1}, lambda a, i, s: aten.scatter_add.default(a, 1, i, s), TIGHT),
+    ("index_put", "aten.index_put.default", [f32(5, 3), torch.tensor([4, -1, 0]), f32(3, 3, seed=9)], {"indices": [0], "accumulate": False}, lambda a, i, v: aten.index_put.default(a, [i], v, False), TIGHT),
+    ("index_put_acc", "aten.index_put.default", [f32(5, 3), torch.tensor([1, 1, 0]), f32(3, seed=9)], {"indices": [0], "accumulate": True}, lambda a, i, v: aten.index_put.default(a, [i], v, True), TIGHT),
+    ("cumsum", "aten.cumsum.default", [X], {"dim": 1}, lambda a: aten.cumsum.default(a, 1), LOOSE),
+    ("cumsum_int", "aten.cumsum.default", [I], {"dim": 0}, lambda a: aten.cumsum.default(a, 0), TIGHT),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_op_matches_eager(case):
+    name, op, inputs, attrs, fn, (rtol, atol) = case
+    expected = fn(*inputs)
+    got = run_op(op, inputs, attrs, expected)
+    assert_matches(got, expected, rtol, atol, name)
+
+
+def test_dropout_statistics_and_consistency():
+    x = torch.ones(64, 64)
+    out, mask = run_op("aten.native_dropout.default", [x], {"p": 0.25, "train": True}, aten.native_dropout.default(x, 0.25, True))
+    keep = mask.float().mean().item()
+    assert 0.70 < keep < 0.80, keep
+    # Kept elements are scaled by 1/(1-p); dropped are zero.
+    torch.testing.assert_close(out, mask.float() / 0.75)
+    out_eval, mask_eval = run_op("aten.native_dropout.default", [x], {"p": 0.25, "train": False}, aten.native_dropout.default(x, 0.25, False))
+    assert torch.equal(out_eval, x) and bool(mask_eval.all())
+
+
+def test_unsupported_op_is_reported():
+    with pytest.raises(RuntimeError, match=r"unsupported op aten\.nonexistent_op at node %0"):
+        run_op("aten.nonexistent_op.default", [X], {}, X)
+
+
+def test_transposed_convolution_says_why():
+    x, w = f32(1, 2, 4, 4), f32(2, 3, 3, 3)
+    expected = aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1)
+    attrs = {"bias": None, "stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "transposed": True, "output_padding": [0, 0], "groups": 1}
+    with pytest.raises(RuntimeError, match=r"unsupported op aten\.convolution at node %0: transposed convolution"):
+        run_op("aten.convolution.default", [x, w], attrs, expected)
