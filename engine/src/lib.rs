@@ -10,7 +10,7 @@ pub use host::HostTensor;
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 use torchtpu_compiler::ir::{DType, Graph, TensorType};
-use torchtpu_compiler::lower::{LowerError, Lowering, StableHlo};
+use torchtpu_compiler::lower::{Format, LowerError, Lowering, StableHlo};
 use torchtpu_compiler::passes::{PassManager, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
 use torchtpu_runtime::{Buffer, Client, CompileOptions, Device, ElementType, Executable, ExecutableCache, Plugin, RuntimeError};
 
@@ -64,14 +64,14 @@ thread_local! {
     static LOWERING: RefCell<Option<Lowering>> = const { RefCell::new(None) };
 }
 
-/// Runs the pipeline and lowers; no device involved.
-pub fn lower(graph: &Graph, options: &Options) -> Result<(Graph, StableHlo), EngineError> {
+/// Runs the pipeline and lowers to `format`; no device involved.
+pub fn lower(graph: &Graph, options: &Options, format: Format) -> Result<(Graph, StableHlo), EngineError> {
     let mut g = graph.clone();
     let pm = PassManager::from_pipeline(&options.pipeline, PipelineOptions::default())?;
     pm.run(&mut g, &mut std::io::sink())?;
     let hlo = LOWERING.with(|l| {
         let mut l = l.borrow_mut();
-        l.get_or_insert_with(Lowering::new).lower(&g)
+        l.get_or_insert_with(Lowering::new).lower_as(&g, format)
     })?;
     Ok((g, hlo))
 }
@@ -104,8 +104,9 @@ impl Engine {
     }
 
     pub fn compile(&self, graph: &Graph, options: &Options) -> Result<CompiledGraph, EngineError> {
-        let (_, hlo) = lower(graph, options)?;
-        let exe = self.cache.get_or_compile(&self.client, &hlo.text, &CompileOptions::default())?;
+        // PJRT gets bytecode: about 10x cheaper to write than text.
+        let (_, hlo) = lower(graph, options, Format::Bytecode)?;
+        let exe = self.cache.get_or_compile(&self.client, &hlo.code, &CompileOptions::default())?;
         Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone() })
     }
 }
@@ -119,8 +120,9 @@ pub struct CompiledGraph {
 }
 
 impl CompiledGraph {
-    pub fn stablehlo(&self) -> &str {
-        &self.hlo.text
+    /// The lowered module (MLIR bytecode) as given to PJRT.
+    pub fn module(&self) -> &StableHlo {
+        &self.hlo
     }
 
     pub fn input_types(&self) -> &[TensorType] {

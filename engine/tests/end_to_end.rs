@@ -8,7 +8,7 @@ use torchtpu_engine::{compile, EngineError, HostTensor};
 fn run(ir: &str, inputs: &[HostTensor]) -> Vec<HostTensor> {
     let g = parse_graph(ir).expect("test IR parses");
     let compiled = compile(&g).unwrap_or_else(|e| panic!("compile failed: {e}"));
-    compiled.run(inputs).unwrap_or_else(|e| panic!("run failed: {e}\n{}", compiled.stablehlo()))
+    compiled.run(inputs).unwrap_or_else(|e| panic!("run failed: {e}"))
 }
 
 fn assert_close(got: &[f32], want: &[f32], rtol: f32, atol: f32) {

@@ -35,8 +35,9 @@ fn run_pipeline(text: &str, pipeline: &str) -> PyResult<String> {
 fn lower_ir(text: &str, pipeline: &str) -> PyResult<String> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
     let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
-    let (_, hlo) = torchtpu_engine::lower(&g, &options).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(hlo.text)
+    let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(hlo.text().unwrap_or_default().to_string())
 }
 
 /// A host tensor crossing the boundary: (dtype name as in the IR, dims, row-major bytes).

@@ -15,8 +15,8 @@ use crate::options::CompileOptions;
 /// disk cache), add a field here and to [`CacheKey::digest`]'s encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheKey<'a> {
-    /// The StableHLO module text as given to the compiler.
-    pub stablehlo: &'a str,
+    /// The StableHLO module as given to the compiler (MLIR text or bytecode).
+    pub stablehlo: &'a [u8],
     /// `CompileOptions::serialize()`.
     pub compile_options: Vec<u8>,
     /// `Client::platform_name()`.
@@ -44,9 +44,9 @@ impl std::fmt::Debug for CacheDigest {
 
 impl<'a> CacheKey<'a> {
     /// The key for compiling `stablehlo` with `options` on `client`.
-    pub fn new(client: &'a Client, stablehlo: &'a str, options: &CompileOptions) -> Self {
+    pub fn new(client: &'a Client, stablehlo: &'a (impl AsRef<[u8]> + ?Sized), options: &CompileOptions) -> Self {
         CacheKey {
-            stablehlo,
+            stablehlo: stablehlo.as_ref(),
             compile_options: options.serialize(),
             platform_name: client.platform_name(),
             platform_version: client.platform_version(),
@@ -64,7 +64,7 @@ impl<'a> CacheKey<'a> {
             h.update(bytes);
         };
         part("torchtpu-executable-cache-key", b"v1");
-        part("stablehlo", self.stablehlo.as_bytes());
+        part("stablehlo", self.stablehlo);
         part("compile_options", &self.compile_options);
         part("platform_name", self.platform_name.as_bytes());
         part("platform_version", self.platform_version.as_bytes());
@@ -105,15 +105,17 @@ impl ExecutableCache {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cached executable for (`mlir`, `options`, `client`'s platform), compiling on a miss.
+    /// The cached executable for (`mlir` text or bytecode, `options`, `client`'s platform),
+    /// compiling on a miss.
     /// The lock is not held while compiling; if two threads miss at once, both compile and the
     /// first to finish wins (both count as misses).
     pub fn get_or_compile(
         &self,
         client: &Client,
-        mlir: &str,
+        mlir: &(impl AsRef<[u8]> + ?Sized),
         options: &CompileOptions,
     ) -> Result<Arc<Executable>> {
+        let mlir = mlir.as_ref();
         let slot = (
             client.identity(),
             CacheKey::new(client, mlir, options).digest(),
@@ -126,7 +128,7 @@ impl ExecutableCache {
             }
             state.misses += 1;
         }
-        let compiled = Arc::new(client.compile(mlir, options)?);
+        let compiled = Arc::new(client.compile_bytes(mlir, options)?);
         let mut state = self.lock();
         Ok(Arc::clone(state.entries.entry(slot).or_insert(compiled)))
     }
@@ -160,7 +162,7 @@ mod tests {
 
     fn key<'a>(text: &'a str, opts: CompileOptions, version: &'a str) -> CacheKey<'a> {
         CacheKey {
-            stablehlo: text,
+            stablehlo: text.as_bytes(),
             compile_options: opts.serialize(),
             platform_name: "cpu",
             platform_version: version,

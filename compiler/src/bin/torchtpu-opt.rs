@@ -108,7 +108,7 @@ fn run(args: &Args) -> Result<()> {
         Emit::Ir => emit(args, &print_graph(&graph)),
         Emit::Stablehlo => {
             let module = lower_to_stablehlo(&graph)?;
-            emit(args, &module.text)
+            emit(args, module.text().unwrap_or_default())
         }
     }
 }

@@ -33,8 +33,8 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
     if !g.name.split(['.', '-']).all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
         return Err(graph_err(format!("graph name '{}' must be letters, digits, '_', '.' or '-'", g.name)));
     }
-    let names = ValueNames::for_graph(g);
     if let Err(on_cycle) = g.topo_order() {
+        let names = ValueNames::for_graph(g);
         return Err(VerifyError {
             node: Some(names.node(on_cycle).to_string()),
             op: None,
@@ -59,8 +59,9 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
         }
     }
     for id in g.petgraph().node_indices() {
+        // Names are computed only on failure: printing every name costs more than verifying.
         verify_node(g, id).map_err(|message| VerifyError {
-            node: Some(names.node(id).to_string()),
+            node: Some(ValueNames::for_graph(g).node(id).to_string()),
             op: g.node(id).op().map(|o| o.to_string()),
             message,
         })?;

@@ -27,12 +27,32 @@ use melior::ir::{Block, BlockLike, Location, Module, Region, RegionLike, Type};
 use melior::Context;
 use std::collections::HashMap;
 
-/// A lowered program: the StableHLO module text and its signature.
+/// The serialized form of a lowered module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// MLIR text (generic form for StableHLO ops): for people, dumps and lit tests.
+    Text,
+    /// MLIR bytecode: what PJRT is given (about 10x cheaper to write than text).
+    Bytecode,
+}
+
+/// A lowered program: the serialized StableHLO module and its signature.
 #[derive(Clone, Debug)]
 pub struct StableHlo {
-    pub text: String,
+    pub format: Format,
+    pub code: Vec<u8>,
     pub inputs: Vec<TensorType>,
     pub outputs: Vec<TensorType>,
+}
+
+impl StableHlo {
+    /// The module text, when lowered as `Format::Text`.
+    pub fn text(&self) -> Option<&str> {
+        match self.format {
+            Format::Text => std::str::from_utf8(&self.code).ok(),
+            Format::Bytecode => None,
+        }
+    }
 }
 
 /// An MLIR context set up for StableHLO emission: `func` loaded, other dialects unregistered.
@@ -55,8 +75,13 @@ impl Lowering {
         Lowering { context }
     }
 
-    /// Lowers a verified graph with static shapes to a StableHLO module.
+    /// Lowers a verified graph with static shapes to a StableHLO module text.
     pub fn lower(&self, g: &Graph) -> Result<StableHlo, LowerError> {
+        self.lower_as(g, Format::Text)
+    }
+
+    /// Lowers a verified graph with static shapes to a StableHLO module in `format`.
+    pub fn lower_as(&self, g: &Graph, format: Format) -> Result<StableHlo, LowerError> {
         verify(g)?;
         let names = ValueNames::for_graph(g);
         let ctx = &self.context;
@@ -149,7 +174,11 @@ impl Lowering {
         if !module.as_operation().verify() {
             return Err(LowerError::Mlir { context: "module".into(), message: "the emitted module does not verify".into() });
         }
-        Ok(StableHlo { text: module.as_operation().to_string(), inputs: input_types, outputs: output_types })
+        let code = match format {
+            Format::Text => module.as_operation().to_string().into_bytes(),
+            Format::Bytecode => module.as_operation().write_bytecode(),
+        };
+        Ok(StableHlo { format, code, inputs: input_types, outputs: output_types })
     }
 }
 

@@ -114,9 +114,12 @@ pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
             e.ew("stablehlo.divide", &[&one(&x.dims)?, &x], out)?
         }
         "relu" => {
+            // max(x, 0) with x first: XLA keeps a NaN from its first operand and the
+            // constant is never NaN, so NaN propagates without the general NaN selects
+            // (the `relu_nan` eager comparison test guards this).
             let x = e.convert(x, out)?;
             let zero = e.constant(out, &x.dims, Scalar::I(0))?;
-            e.minmax(&x, &zero, true)?
+            e.ew("stablehlo.maximum", &[&x, &zero], out)?
         }
         "exp2" => {
             let x = e.convert(x, out)?;
