@@ -16,6 +16,8 @@ build: setup
 demo: build
 	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce \
 		--print-ir-after-all --timing
+	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce --emit=stablehlo
+	./target/debug/torchtpu-run examples/mlp.ir
 
 test: setup
 	$(MAKE) --no-print-directory test-rust test-lit test-python

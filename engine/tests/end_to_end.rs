@@ -169,3 +169,24 @@ fn wrong_inputs_are_rejected_before_pjrt() {
     let e = c.run(&[]).unwrap_err();
     assert_eq!(e.to_string(), "expected 1 inputs, got 0");
 }
+
+#[test]
+fn every_example_lowers_to_text_that_the_plugin_compiles() {
+    // The text `torchtpu-opt --emit=stablehlo` prints is a valid PJRT program.
+    use torchtpu_compiler::lower::Format;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "ir") {
+            continue;
+        }
+        let g = parse_graph(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let (_, hlo) = torchtpu_engine::lower(&g, &torchtpu_engine::Options::default(), Format::Text).unwrap();
+        let engine = torchtpu_engine::default_engine().unwrap();
+        let exe = engine.client().compile(hlo.text().unwrap(), &Default::default());
+        assert!(exe.is_ok(), "{}: {}", path.display(), exe.err().unwrap());
+        seen += 1;
+    }
+    assert!(seen >= 2, "expected the examples folder to hold IR files");
+}
