@@ -94,6 +94,8 @@ CASES = [
     ("where_broadcast", "aten.where.self", [bools(4), X, torch.tensor(0.0)], {}, aten.where.self, TIGHT),
     ("clamp", "aten.clamp.default", [X], {"min": -1.0, "max": 0.5}, lambda a: aten.clamp.default(a, -1.0, 0.5), TIGHT),
     ("clamp_tensor", "aten.clamp.Tensor", [X, POS * -1, POS], {}, aten.clamp.Tensor, TIGHT),
+    ("hardtanh", "aten.hardtanh.default", [X], {"min_val": -0.5, "max_val": 2.0}, lambda a: aten.hardtanh.default(a, -0.5, 2.0), TIGHT),
+    ("hardtanh_nan", "aten.hardtanh.default", [torch.tensor([float("nan"), -3.0, 3.0])], {}, aten.hardtanh.default, TIGHT),
     ("to_int", "aten._to_copy.default", [X], {"dtype": torch.int32}, lambda a: aten._to_copy.default(a, dtype=torch.int32), TIGHT),
     ("to_bool", "aten._to_copy.default", [X], {"dtype": torch.bool}, lambda a: aten._to_copy.default(a, dtype=torch.bool), TIGHT),
     ("to_bf16", "aten._to_copy.default", [X], {"dtype": torch.bfloat16}, lambda a: aten._to_copy.default(a, dtype=torch.bfloat16), TIGHT),

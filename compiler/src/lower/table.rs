@@ -71,6 +71,7 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.clamp", ew::clamp),
     ("aten.clamp_min", ew::clamp),
     ("aten.clamp_max", ew::clamp),
+    ("aten.hardtanh", ew::hardtanh),
     ("aten._to_copy", ew::convert),
     ("aten.to", ew::convert),
     ("aten.alias", ew::identity),

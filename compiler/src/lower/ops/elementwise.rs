@@ -376,3 +376,12 @@ pub fn identity<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     let x = e.convert(n.arg(0)?, n.out_dtype())?;
     Ok(vec![e.reshape(&x, n.out_dims())?])
 }
+
+/// hardtanh(self, min_val=-1, max_val=1): clamp with PyTorch's NaN propagation.
+pub fn hardtanh<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
+    let x = e.convert(n.arg(0)?, out)?;
+    let lo = e.constant(out, &dims, Scalar::F(n.float_or("min_val", -1.0)?))?;
+    let hi = e.constant(out, &dims, Scalar::F(n.float_or("max_val", 1.0)?))?;
+    Ok(vec![e.minmax(&e.minmax(&x, &lo, true)?, &hi, false)?])
+}
