@@ -87,6 +87,17 @@ pub enum NodeKind {
     Op(OpName),
 }
 
+impl NodeKind {
+    /// Feeds what identifies the kind into a hasher (for CSE-style keys).
+    pub fn op_hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        match self {
+            NodeKind::Input(i) => (0u8, i).hash(h),
+            NodeKind::Op(op) => (1u8, op).hash(h),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Node {
     pub kind: NodeKind,

@@ -36,27 +36,26 @@ enum Rewrite {
     Permute(Value, Vec<i64>),
 }
 
-const MAX_ROUNDS: usize = 32;
+/// Bounds the local fixpoint on one node (each rewrite shortens a chain, so few are needed).
+const MAX_REWRITES_PER_NODE: usize = 16;
 
 impl Pass for Canonicalize {
     pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
+        // One sweep in canonical order suffices: a rewrite only redirects uses to values
+        // defined earlier, so producers are already simplified when a node is visited and its
+        // users are visited after it. A node is rewritten until it stops changing.
+        let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let mut changed = false;
-        for _ in 0..MAX_ROUNDS {
-            let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
-            let mut round_changed = false;
-            for id in order {
-                if !g.contains(id) {
-                    continue;
+        for id in order {
+            for _ in 0..MAX_REWRITES_PER_NODE {
+                let Some(rw) = rewrite_for(g, id) else { break };
+                let forwarded = matches!(rw, Rewrite::Forward(_));
+                apply(g, id, rw);
+                changed = true;
+                if forwarded {
+                    break;
                 }
-                if let Some(rw) = rewrite_for(g, id) {
-                    apply(g, id, rw);
-                    round_changed = true;
-                }
-            }
-            changed |= round_changed;
-            if !round_changed {
-                break;
             }
         }
         changed |= remove_dead_nodes(g) > 0;

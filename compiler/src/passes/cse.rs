@@ -4,8 +4,10 @@
 
 use super::{Pass, PassError};
 use crate::ir::ops::{has_side_effects, is_nondeterministic};
-use crate::ir::{Attr, Graph, NodeKind, OpName, TensorType, Value};
+use crate::ir::{Graph, Node, NodeId, NodeKind, Value};
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 #[derive(Default)]
 pub struct Cse;
@@ -15,19 +17,26 @@ impl Cse {
     pub const DESCRIPTION: &'static str = "merge nodes that compute the same op on the same operands with the same attributes";
 }
 
-#[derive(PartialEq, Eq, Hash)]
-struct Key {
-    op: OpName,
-    operands: Vec<Value>,
-    attrs: Vec<(String, Attr)>,
-    results: Vec<TensorType>,
+/// Hash of what makes two nodes interchangeable; equal hashes are confirmed with `same`.
+fn key_hash(node: &Node) -> u64 {
+    let mut h = DefaultHasher::new();
+    node.kind.op_hash(&mut h);
+    node.operands.hash(&mut h);
+    node.attrs.hash(&mut h);
+    node.results.hash(&mut h);
+    h.finish()
+}
+
+fn same(a: &Node, b: &Node) -> bool {
+    a.kind == b.kind && a.operands == b.operands && a.attrs == b.attrs && a.results == b.results
 }
 
 impl Pass for Cse {
     pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
-        let mut seen: HashMap<Key, crate::ir::NodeId> = HashMap::new();
+        // Candidates by hash; nodes are compared in place, nothing is cloned.
+        let mut seen: HashMap<u64, Vec<NodeId>> = HashMap::new();
         let mut changed = false;
         // Canonical order visits producers first, so by the time a node is keyed its operands
         // already point at the surviving copies.
@@ -37,23 +46,17 @@ impl Pass for Cse {
             if has_side_effects(op) || is_nondeterministic(op) {
                 continue;
             }
-            let key = Key {
-                op: op.clone(),
-                operands: node.operands.clone(),
-                attrs: node.attrs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                results: node.results.clone(),
-            };
-            match seen.get(&key) {
-                Some(&original) => {
-                    for r in 0..g.node(id).results.len() as u32 {
+            let h = key_hash(node);
+            let candidates = seen.entry(h).or_default();
+            match candidates.iter().copied().find(|&o| same(g.node(o), node)) {
+                Some(original) => {
+                    for r in 0..node.results.len() as u32 {
                         g.replace_all_uses(Value::new(id, r), Value::new(original, r));
                     }
                     g.remove_node(id);
                     changed = true;
                 }
-                None => {
-                    seen.insert(key, id);
-                }
+                None => candidates.push(id),
             }
         }
         Ok(changed)
