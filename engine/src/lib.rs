@@ -133,6 +133,29 @@ impl CompiledGraph {
         &self.hlo.outputs
     }
 
+    /// Runs on raw row-major host memory: `inputs[i]` holds input i, the outputs are copied
+    /// straight into `outputs[i]`. Sizes are checked against the declared types; dtypes are the
+    /// caller's responsibility (the Python boundary allocates by the declared types).
+    pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), EngineError> {
+        if inputs.len() != self.hlo.inputs.len() {
+            return Err(EngineError::Arity { expected: self.hlo.inputs.len(), got: inputs.len() });
+        }
+        if outputs.len() != self.hlo.outputs.len() {
+            return Err(EngineError::Arity { expected: self.hlo.outputs.len(), got: outputs.len() });
+        }
+        let mut buffers: Vec<Buffer> = Vec::with_capacity(inputs.len());
+        for (data, ty) in inputs.iter().zip(&self.hlo.inputs) {
+            let dims = ty.static_dims().unwrap_or_default();
+            buffers.push(self.client.buffer_from_host(data, element_type(ty.dtype), &dims, &self.device)?);
+        }
+        let refs: Vec<&Buffer> = buffers.iter().collect();
+        let outs = self.exe.execute(&refs)?;
+        for (b, dst) in outs.iter().zip(outputs.iter_mut()) {
+            b.copy_to_host(dst)?;
+        }
+        Ok(())
+    }
+
     /// Copies the inputs to the device, executes, and copies the outputs back.
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, EngineError> {
         if inputs.len() != self.hlo.inputs.len() {

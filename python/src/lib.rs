@@ -66,6 +66,89 @@ fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -
     Ok(outs.into_iter().map(|t| (t.dtype.name().to_string(), t.dims, PyBytes::new(py, &t.data).unbind())).collect())
 }
 
+/// A graph compiled for the default PJRT device. `run` reads inputs from and writes outputs
+/// to host memory given as (address, byte length) pairs: the caller (torchtpu's backend)
+/// passes contiguous torch tensors it keeps alive for the call, so nothing is copied in
+/// Python.
+#[pyclass(frozen)]
+struct Program {
+    compiled: torchtpu_engine::CompiledGraph,
+}
+
+fn types_of(ts: &[torchtpu_compiler::ir::TensorType]) -> Vec<(String, Vec<i64>)> {
+    ts.iter().map(|t| (t.dtype.name().to_string(), t.static_dims().unwrap_or_default())).collect()
+}
+
+#[pymethods]
+impl Program {
+    /// `(dtype name, dims)` of each input.
+    #[getter]
+    fn input_types(&self) -> Vec<(String, Vec<i64>)> {
+        types_of(self.compiled.input_types())
+    }
+
+    /// `(dtype name, dims)` of each output.
+    #[getter]
+    fn output_types(&self) -> Vec<(String, Vec<i64>)> {
+        types_of(self.compiled.output_types())
+    }
+
+    /// Executes. `inputs` and `outputs` are `(address, nbytes)` of contiguous host memory
+    /// that stays valid (and, for outputs, writable and unaliased) for the whole call.
+    fn run(&self, py: Python<'_>, inputs: Vec<(usize, usize)>, outputs: Vec<(usize, usize)>) -> PyResult<()> {
+        let check = |what: &str, list: &[(usize, usize)]| {
+            if list.iter().any(|&(ptr, n)| ptr == 0 && n != 0) {
+                return Err(PyValueError::new_err(format!("null {what} address")));
+            }
+            Ok(())
+        };
+        check("input", &inputs)?;
+        check("output", &outputs)?;
+        // SAFETY: the caller guarantees each (address, nbytes) is live host memory for the
+        // duration of the call, and that outputs do not alias inputs or each other.
+        let ins: Vec<&[u8]> = inputs
+            .iter()
+            .map(|&(p, n)| if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(p as *const u8, n) } })
+            .collect();
+        let mut outs: Vec<&mut [u8]> = outputs
+            .iter()
+            .map(|&(p, n)| if n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) } })
+            .collect();
+        py.detach(|| self.compiled.run_into(&ins, &mut outs)).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+}
+
+/// Compiles IR text (after `pipeline`) on the default engine; the executable cache makes a
+/// repeated compile of the same program cheap. Returns the program and whether it was a
+/// cache hit.
+#[pyfunction]
+#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
+fn compile(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<(Program, bool)> {
+    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
+    let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
+    let (compiled, hit) = py
+        .detach(|| {
+            let engine = torchtpu_engine::default_engine()?;
+            let before = engine.cache().hits();
+            let compiled = engine.compile(&g, &options)?;
+            Ok::<_, torchtpu_engine::EngineError>((compiled, engine.cache().hits() > before))
+        })
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((Program { compiled }, hit))
+}
+
+/// The ATen ops the lowering table covers (`aten.add`, ...), without overloads.
+#[pyfunction]
+fn supported_ops() -> Vec<&'static str> {
+    torchtpu_compiler::lower::supported_ops()
+}
+
+/// The PJRT plugin the default engine loads (or would load).
+#[pyfunction]
+fn plugin_path() -> String {
+    torchtpu_runtime::plugin_path().display().to_string()
+}
+
 /// `(name, description)` of every registered pass.
 #[pyfunction]
 fn list_passes() -> Vec<(&'static str, &'static str)> {
@@ -80,5 +163,9 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(list_passes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_ir, m)?)?;
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
+    m.add_class::<Program>()?;
     Ok(())
 }

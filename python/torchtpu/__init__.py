@@ -1,15 +1,20 @@
 """torchtpu: a torch.compile backend whose compiler is written in Rust.
 
-Today the package exposes the compiler core through ``torchtpu._C`` (the PyO3 extension):
-parse, verify and print the graph IR, and run named passes over it. The Dynamo backend
-(``torch.compile(model, backend="torchtpu")``) is not implemented yet; see README.md.
+    model = torch.compile(model, backend="torchtpu")                 # no import needed
+    model = torch.compile(model, backend="torchtpu", options={"strict": True})
+
+Options: `strict` (raise instead of falling back to eager), `dump_dir` (write each graph's IR
+and StableHLO; also TORCHTPU_DUMP_DIR), `passes` (the pass pipeline). `torchtpu.stats()` says
+what was compiled, what fell back and why; `torchtpu.explain(model, *args)` reports which ops
+would fall back before you run anything compiled. Logging goes to the `torchtpu` logger.
 """
 
 from torchtpu import _C
+from torchtpu._stats import reset_stats, stats
 
 __version__ = _C.__version__
 
-__all__ = ["__version__", "canonical_ir", "list_passes", "run_pipeline"]
+__all__ = ["__version__", "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
 
 
 def canonical_ir(text: str) -> str:
@@ -28,3 +33,29 @@ def run_pipeline(text: str, pipeline: str) -> str:
 def list_passes() -> list[tuple[str, str]]:
     """``(name, one-line description)`` of every registered compiler pass."""
     return list(_C.list_passes())
+
+
+def explain(model, *args, **kwargs) -> dict:
+    """Traces `model(*args, **kwargs)` the way the backend would and reports, without compiling:
+    the number of graphs (Dynamo graph breaks and their reasons) and the ops that would run
+    eagerly for want of a lowering. Prints a summary and returns it as a dict."""
+    from torchtpu.explain import explain as _explain
+
+    return _explain(model, *args, **kwargs)
+
+
+def _register_backend() -> None:
+    """Registers `torchtpu` with Dynamo unless its entry point is already known: when Dynamo
+    loads the entry point it registers the function itself, and registering twice is an error."""
+    try:
+        from torch._dynamo.backends import registry
+    except Exception:  # torch missing or too old: the compiler core still works
+        return
+    if "torchtpu" in registry._COMPILER_FNS or registry._BACKENDS.get("torchtpu") is not None:
+        return
+    from torchtpu.backend import torchtpu_backend
+
+    registry.register_backend(compiler_fn=torchtpu_backend, name="torchtpu")
+
+
+_register_backend()

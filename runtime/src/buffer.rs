@@ -192,18 +192,31 @@ impl Buffer {
 
     /// Copies the buffer to host memory (dense, row-major), waiting for the copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
-        let plugin = &self.client.plugin;
-        // Every modelled type is whole bytes, so the dense size needs no size query
-        // (`dst_size` must be at least the plugin's size; PJRT reports a shortfall as an error).
+        // Every modelled type is whole bytes, so the dense size needs no size query.
         let mut out = vec![0u8; dense_byte_size(self.element_type, &self.dims)?];
+        self.copy_to_host(&mut out)?;
+        Ok(out)
+    }
+
+    /// Copies the buffer into `dst`, which must be exactly its dense row-major size (callers
+    /// pass the memory of an already allocated host tensor: no intermediate copy).
+    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
+        let expected = dense_byte_size(self.element_type, &self.dims)?;
+        if dst.len() != expected {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "destination is {} bytes but the buffer holds {expected}",
+                dst.len()
+            )));
+        }
+        let plugin = &self.client.plugin;
         let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
         args.src = self.raw;
-        args.dst = out.as_mut_ptr().cast();
-        args.dst_size = out.len();
+        args.dst = dst.as_mut_ptr().cast();
+        args.dst_size = dst.len();
         pjrt_call!(plugin, PJRT_Buffer_ToHostBuffer, &mut args)?;
-        // `out` must stay alive until the copy's event fires.
+        // `dst` must stay alive until the copy's event fires.
         plugin.await_event("PJRT_Buffer_ToHostBuffer", args.event)?;
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -1,0 +1,54 @@
+"""Counters behind torchtpu.stats(): what was compiled, what fell back and why, what ran."""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+_lock = threading.Lock()
+
+
+def _fresh() -> dict:
+    return {
+        "graphs_seen": 0,  # Dynamo graphs handed to the backend (graph breaks make several)
+        "graphs_compiled": 0,  # ATen graphs (or partitions of them) compiled to PJRT programs
+        "graphs_fallback": 0,  # ATen graphs that ran (wholly or partly) in eager
+        "partitions_compiled": 0,
+        "partitions_eager": 0,
+        "fallback_ops": collections.Counter(),  # op name -> count of nodes run eagerly
+        "fallback_reasons": [],  # one line per fallback decision
+        "executions": 0,  # PJRT program executions
+        "compile_seconds": 0.0,
+        "cache_hits": 0,  # programs found in the in-memory executable cache
+        "cache_misses": 0,
+    }
+
+
+_stats = _fresh()
+
+
+def bump(key: str, amount=1) -> None:
+    with _lock:
+        _stats[key] += amount
+
+
+def record_fallback(reason: str, ops=()) -> None:
+    with _lock:
+        _stats["fallback_reasons"].append(reason)
+        for op in ops:
+            _stats["fallback_ops"][op] += 1
+
+
+def stats() -> dict:
+    """A snapshot of torchtpu's counters (a copy: mutate freely)."""
+    with _lock:
+        snap = dict(_stats)
+        snap["fallback_ops"] = dict(_stats["fallback_ops"])
+        snap["fallback_reasons"] = list(_stats["fallback_reasons"])
+        return snap
+
+
+def reset_stats() -> None:
+    global _stats
+    with _lock:
+        _stats = _fresh()

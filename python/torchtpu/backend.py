@@ -1,0 +1,95 @@
+"""The Dynamo backend: torch.compile(model, backend="torchtpu", options={...}).
+
+Dynamo hands over FX graphs (graph breaks give several); AOTAutograd turns each into
+functional ATen graphs (forward and backward when training, or one inference graph) with the
+decompositions of `decompositions.py`; each ATen graph is exported to the IR, compiled by the
+Rust compiler and run on PJRT. What cannot be compiled runs eagerly, with the reason recorded
+(see `fallback.py`); with options={"strict": True} it raises instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from functorch.compile import make_boxed_func
+
+from torchtpu import _C, _stats
+from torchtpu.decompositions import decomposition_table
+from torchtpu.executor import compile_exported
+from torchtpu.exporter import Unsupported, export, unsupported_nodes
+from torchtpu.fallback import FallbackError, partition_and_compile, warn_once
+from torchtpu.options import Options
+
+log = logging.getLogger("torchtpu")
+_graph_ids = itertools.count()
+
+
+def _supported() -> set[str]:
+    if not hasattr(_supported, "cache"):
+        _supported.cache = set(_C.supported_ops())
+    return _supported.cache
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str):
+    """Compiles one ATen graph; returns a boxed callable."""
+    name = f"{kind}_{next(_graph_ids)}"
+    bad = unsupported_nodes(gm, _supported())
+    if bad:
+        ops = sorted({str(n.target) for n in bad})
+        reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(
+            sorted({r for r in bad.values()})
+        )
+        if opts.strict:
+            raise FallbackError(f"torchtpu (strict): {reason}")
+        log.info("%s", reason)
+        _stats.bump("graphs_fallback")
+        _stats.record_fallback(reason, [_short(n.target) for n in bad])
+        return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
+    try:
+        exported = export(gm, name)
+        compiled = compile_exported(exported, opts, name)
+    except (Unsupported, RuntimeError, ValueError) as e:
+        reason = f"graph {name}: {e}"
+        if opts.strict:
+            raise FallbackError(f"torchtpu (strict): {reason}") from e
+        warn_once(name, f"torchtpu: running graph {name} eagerly: {e}")
+        _stats.bump("graphs_fallback")
+        _stats.record_fallback(reason, getattr(e, "ops", []) or ["<compile failure>"])
+        return make_boxed_func(gm.forward)
+    return make_boxed_func(compiled)
+
+
+def _short(target) -> str:
+    from torchtpu.exporter import base_name
+
+    return base_name(target) or str(getattr(target, "__name__", target))
+
+
+def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
+    """Entry point registered as `torchtpu` in the torch_dynamo_backends group."""
+    opts = Options.from_dict(options)
+    if kwargs.get("mode") not in (None, "default"):
+        log.info("torchtpu ignores mode=%r", kwargs["mode"])
+    _stats.bump("graphs_seen")
+
+    def fw(g, inputs):
+        return compile_aten_graph(g, inputs, opts, "forward")
+
+    def bw(g, inputs):
+        return compile_aten_graph(g, inputs, opts, "backward")
+
+    def inference(g, inputs):
+        return compile_aten_graph(g, inputs, opts, "inference")
+
+    return aot_autograd(
+        fw_compiler=fw,
+        bw_compiler=bw,
+        inference_compiler=inference,
+        decompositions=decomposition_table(),
+    )(gm, example_inputs)
+
+
+__all__ = ["torchtpu_backend", "compile_aten_graph"]

@@ -1,0 +1,85 @@
+"""Runs a compiled ATen graph: maps the FX graph's inputs to the program's, allocates the
+outputs as torch tensors, and lets the Rust side copy from and into their memory directly."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import torch
+
+from torchtpu import _C, _stats
+from torchtpu.exporter import TORCH_DTYPES, Exported
+from torchtpu.options import Options
+
+log = logging.getLogger("torchtpu")
+
+
+def _dump(exported: Exported, opts: Options, name: str) -> None:
+    """IR as exported (`NAME.input.ir`), after the passes (`NAME.ir`: what was lowered), and
+    its StableHLO (`NAME.stablehlo.mlir`). `torchtpu-opt NAME.ir --emit=stablehlo` reproduces
+    the StableHLO byte for byte."""
+    os.makedirs(opts.dump_dir, exist_ok=True)
+    base = os.path.join(opts.dump_dir, name)
+    optimised = _C.run_pipeline(exported.text, opts.passes)
+    with open(base + ".input.ir", "w") as f:
+        f.write(f"// passes: {opts.passes}\n" + exported.text)
+    with open(base + ".ir", "w") as f:
+        f.write(optimised)
+    with open(base + ".stablehlo.mlir", "w") as f:
+        f.write(_C.lower_ir(optimised, ""))
+    log.info("dumped %s.{input.ir,ir,stablehlo.mlir}", base)
+
+
+def compile_exported(exported: Exported, opts: Options, name: str) -> "CompiledGraph":
+    if opts.dump_dir:
+        _dump(exported, opts, name)
+    start = time.perf_counter()
+    program, hit = _C.compile(exported.text, opts.passes)
+    seconds = time.perf_counter() - start
+    _stats.bump("compile_seconds", seconds)
+    _stats.bump("graphs_compiled")
+    _stats.bump("cache_hits" if hit else "cache_misses")
+    log.info("compiled %s in %.1f ms%s", name, seconds * 1e3, " (cache hit)" if hit else "")
+    return CompiledGraph(program, exported, name)
+
+
+class CompiledGraph:
+    """Callable with the FX graph's positional inputs; returns its outputs."""
+
+    def __init__(self, program, exported: Exported, name: str):
+        self.program = program
+        self.name = name
+        self.inputs = exported.inputs
+        self.outputs = exported.outputs
+        self.output_is_tuple = exported.output_is_tuple
+        self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
+        self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
+
+    def __call__(self, *args):
+        tensors = []
+        for spec, (dtype, shape) in zip(self.inputs, self.in_types):
+            t = args[spec.index] if spec.kind == "arg" else spec.value
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{self.name}: input {spec.index} is {type(t).__name__}, not a tensor")
+            if t.device.type != "cpu":
+                raise RuntimeError(f"{self.name}: input on device {t.device}; torchtpu takes CPU tensors")
+            if t.dtype != dtype or tuple(t.shape) != shape:
+                raise RuntimeError(f"{self.name}: input {spec.index} is {t.dtype}{list(t.shape)}, compiled for {dtype}{list(shape)}")
+            tensors.append(t.detach().contiguous())
+        outs = [torch.empty(shape, dtype=dtype) for dtype, shape in self.out_types]
+        self.program.run(
+            [(t.data_ptr(), t.nbytes) for t in tensors],
+            [(o.data_ptr(), o.nbytes) for o in outs],
+        )
+        _stats.bump("executions")
+        results = []
+        for spec in self.outputs:
+            if spec.kind == "ir":
+                results.append(outs[spec.index])
+            elif spec.kind == "none":
+                results.append(None)
+            else:
+                results.append(spec.value)
+        return tuple(results) if self.output_is_tuple else results[0]

@@ -1,0 +1,54 @@
+"""torchtpu.explain: which ops of a model would fall back, and where Dynamo breaks graphs."""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from torchtpu import _C
+from torchtpu.decompositions import decomposition_table
+from torchtpu.exporter import base_name, unsupported_nodes
+
+
+def explain(model, *args, **kwargs) -> dict:
+    supported = set(_C.supported_ops())
+    report = {"graphs": 0, "aten_graphs": 0, "ops": collections.Counter(), "fallback_ops": collections.Counter(), "reasons": []}
+
+    def inspect(g, _inputs):
+        report["aten_graphs"] += 1
+        for node in g.graph.nodes:
+            if node.op == "call_function" and base_name(node.target):
+                report["ops"][base_name(node.target)] += 1
+        for node, reason in unsupported_nodes(g, supported).items():
+            report["fallback_ops"][base_name(node.target) or str(node.target)] += 1
+            report["reasons"].append(f"{node.name}: {reason}")
+        return make_boxed_func(g.forward)
+
+    def backend(gm, example_inputs):
+        report["graphs"] += 1
+        return aot_autograd(fw_compiler=inspect, bw_compiler=inspect, inference_compiler=inspect, decompositions=decomposition_table())(gm, example_inputs)
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend=backend)(*args, **kwargs)
+        dynamo = torch._dynamo.explain(model)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    report["graph_breaks"] = dynamo.graph_break_count
+    report["break_reasons"] = [str(b.reason) for b in dynamo.break_reasons]
+    report["ops"] = dict(report["ops"])
+    report["fallback_ops"] = dict(report["fallback_ops"])
+    lines = [
+        f"torchtpu.explain: {report['graphs']} graph(s), {report['graph_breaks']} graph break(s), "
+        f"{report['aten_graphs']} ATen graph(s), {sum(report['ops'].values())} op node(s)",
+    ]
+    lines += [f"  graph break: {r}" for r in report["break_reasons"]]
+    if report["fallback_ops"]:
+        lines.append("  ops that would run eagerly: " + ", ".join(f"{k} x{v}" for k, v in sorted(report["fallback_ops"].items())))
+    else:
+        lines.append("  every op has a lowering: nothing would fall back")
+    print("\n".join(lines))
+    return report

@@ -1,0 +1,344 @@
+"""Writes an ATen-level FX graph (what AOTAutograd hands over) into torchtpu's IR text form.
+
+Conventions (see docs/ir.md and docs/lowering.md): tensor arguments become operands in schema
+order; every other argument becomes an attribute named after its schema parameter, with
+defaults filled in and `none` for an absent optional tensor; a `Tensor?[]` list (index_put's
+`indices`) becomes operands for the present entries plus an `indices` attribute listing their
+positions. Result types come from each node's FakeTensor metadata (`meta["val"]`), i.e. from
+PyTorch itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+IR_DTYPES = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+}
+TORCH_DTYPES = {v: k for k, v in IR_DTYPES.items()}
+
+
+class Unsupported(Exception):
+    """The graph cannot be expressed in the IR; `ops` names the offending ops."""
+
+    def __init__(self, message: str, ops: list[str] | None = None):
+        super().__init__(message)
+        self.ops = ops or []
+
+
+@dataclasses.dataclass
+class InputSpec:
+    kind: str  # "arg": the graph's positional input `index`; "const": a module attribute
+    index: int = -1
+    value: torch.Tensor | None = None
+
+
+@dataclasses.dataclass
+class OutputSpec:
+    kind: str  # "ir": IR output `index`; "none"; "value": a Python value returned as is
+    index: int = -1
+    value: Any = None
+
+
+@dataclasses.dataclass
+class Exported:
+    text: str
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    output_is_tuple: bool
+    ops: list[str]  # op names (namespace.name) in the graph, for stats and explain
+
+
+def op_name(target) -> str | None:
+    """`aten.add.Tensor` for an OpOverload, None for anything else."""
+    if isinstance(target, torch._ops.OpOverload):
+        ns, rest = target.name().split("::", 1)
+        name, _, overload = rest.partition(".")
+        return f"{ns}.{name}.{overload or 'default'}"
+    return None
+
+
+def base_name(target) -> str | None:
+    full = op_name(target)
+    return None if full is None else ".".join(full.split(".")[:2])
+
+
+def tensor_type(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        raise Unsupported(f"expected a tensor, got {type(t).__name__}")
+    if t.dtype not in IR_DTYPES:
+        raise Unsupported(f"dtype {t.dtype} is not supported")
+    if t.layout != torch.strided:
+        raise Unsupported(f"layout {t.layout} is not supported")
+    dims = []
+    for d in t.shape:
+        if not isinstance(d, int):
+            raise Unsupported("symbolic shapes reach the exporter only after specialisation", ["<dynamic shape>"])
+        dims.append(str(d))
+    return f"{IR_DTYPES[t.dtype]}[{', '.join(dims)}]"
+
+
+def _float(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    r = repr(float(v))
+    return r if ("." in r or "e" in r or "n" in r) else r + ".0"
+
+
+def _string(s: str) -> str:
+    out = ['"']
+    for c in s:
+        if c == '"':
+            out.append('\\"')
+        elif c == "\\":
+            out.append("\\\\")
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append("\\u{%x}" % ord(c))
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+def attr_text(v) -> str | None:
+    """The IR text of a non-tensor argument, or None to leave it out (devices, layouts)."""
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return _float(v)
+    if isinstance(v, str):
+        return _string(v)
+    if isinstance(v, torch.dtype):
+        if v not in IR_DTYPES:
+            raise Unsupported(f"dtype {v} is not supported")
+        return IR_DTYPES[v]
+    if isinstance(v, (torch.device, torch.layout)):
+        return None
+    if isinstance(v, torch.memory_format):
+        return _string(str(v))
+    if isinstance(v, (list, tuple)):
+        if all(isinstance(x, bool) for x in v) and v:
+            return "[" + ", ".join(str(int(x)) for x in v) + "]"
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            return "[" + ", ".join(str(x) for x in v) + "]"
+        if all(isinstance(x, (int, float)) for x in v):
+            return "[" + ", ".join(_float(float(x)) for x in v) + "]"
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported("symbolic scalars reach the exporter only after specialisation", ["<dynamic shape>"])
+    if isinstance(v, complex):
+        raise Unsupported("complex scalar arguments are not supported")
+    raise Unsupported(f"argument of type {type(v).__name__} is not supported")
+
+
+def _is_tensor_type(t) -> bool:
+    return isinstance(t, torch.TensorType)
+
+
+def _optional_of(t):
+    return t.getElementType() if isinstance(t, torch.OptionalType) else None
+
+
+def _list_of(t):
+    return t.getElementType() if isinstance(t, torch.ListType) else None
+
+
+class _Writer:
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
+        self.gm = gm
+        self.name = name
+        self.values: dict[torch.fx.Node, str] = {}  # fx node -> IR value (or None: not a tensor)
+        self.multi: dict[torch.fx.Node, int] = {}  # fx node -> number of IR results
+        self.lines: list[str] = []
+        self.params: list[str] = []
+        self.inputs: list[InputSpec] = []
+        self.ops: list[str] = []
+        self.counter = 0
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"%v{self.counter}"
+
+    def ref(self, n) -> str:
+        if not isinstance(n, torch.fx.Node):
+            raise Unsupported(f"expected a tensor-producing node, got {n!r}")
+        v = self.values.get(n)
+        if v is None:
+            raise Unsupported(f"value {n.name} is not a tensor")
+        return v
+
+    def add_input(self, val, spec: InputSpec) -> str:
+        name = f"%in{len(self.params)}"
+        self.params.append(f"{name}: {tensor_type(val)}")
+        self.inputs.append(spec)
+        return name
+
+    def placeholder(self, node, index: int):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            self.values[node] = self.add_input(val, InputSpec("arg", index))
+        else:
+            raise Unsupported(f"non-tensor graph input {node.name} ({type(val).__name__})", ["<dynamic shape>"])
+
+    def get_attr(self, node):
+        value = getattr(self.gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(f"attribute {node.target} is not a tensor")
+        self.values[node] = self.add_input(value, InputSpec("const", value=value))
+
+    def call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            src, idx = node.args
+            if src in self.multi:
+                if not isinstance(idx, int) or not 0 <= idx < self.multi[src]:
+                    raise Unsupported(f"getitem {idx} out of range")
+                self.values[node] = None if self.values.get(src) is None else f"{self.values[src]}#{idx}"
+                return
+            raise Unsupported(f"getitem on {src.name}, which is not a multi-result op")
+        full = op_name(target)
+        if full is None:
+            raise Unsupported(f"call to {getattr(target, '__name__', target)} is not an ATen op", [str(getattr(target, "__name__", target))])
+        self.ops.append(".".join(full.split(".")[:2]))
+        schema = target._schema
+        operands: list[str] = []
+        attrs: list[tuple[str, str]] = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args) and not arg.kwarg_only:
+                value = node.args[i]
+            elif arg.name in node.kwargs:
+                value = node.kwargs[arg.name]
+            elif arg.has_default_value():
+                value = arg.default_value
+            else:
+                raise Unsupported(f"{full}: missing argument {arg.name}")
+            t = arg.type
+            if _is_tensor_type(t):
+                operands.append(self.ref(value))
+            elif _optional_of(t) is not None and _is_tensor_type(_optional_of(t)):
+                if value is None:
+                    attrs.append((arg.name, "none"))
+                else:
+                    operands.append(self.ref(value))
+            elif _list_of(t) is not None and _is_tensor_type(_list_of(t)):
+                operands.extend(self.ref(v) for v in value)
+            elif _list_of(t) is not None and _optional_of(_list_of(t)) is not None:
+                present = [i for i, v in enumerate(value) if v is not None]
+                operands.extend(self.ref(value[i]) for i in present)
+                attrs.append((arg.name, "[" + ", ".join(str(i) for i in present) + "]"))
+            else:
+                text = attr_text(value)
+                if text is not None:
+                    attrs.append((arg.name, text))
+        val = node.meta.get("val")
+        results = list(val) if isinstance(val, (list, tuple)) else [val]
+        if any(r is not None and not isinstance(r, torch.Tensor) for r in results):
+            raise Unsupported(f"{full} returns a non-tensor", [".".join(full.split(".")[:2])])
+        is_multi = isinstance(val, (list, tuple))
+        # Results that are None (optional outputs) still need a slot: give them a dummy type.
+        types = [tensor_type(r) if r is not None else "f32[0]" for r in results]
+        name = self.fresh()
+        attr_part = ""
+        if attrs:
+            attr_part = " {" + ", ".join(f"{k} = {v}" for k, v in sorted(attrs)) + "}"
+        if is_multi:
+            lhs = f"{name}:{len(types)} = " if types else ""
+            ty = "(" + ", ".join(types) + ")"
+            self.multi[node] = len(types)
+        else:
+            lhs = f"{name} = "
+            ty = types[0]
+        self.lines.append(f"  {lhs}{full}({', '.join(operands)}){attr_part} : {ty}  // {node.name}")
+        self.values[node] = name
+
+    def output(self, node):
+        outs = node.args[0]
+        is_tuple = isinstance(outs, (list, tuple))
+        items = list(outs) if is_tuple else [outs]
+        specs: list[OutputSpec] = []
+        refs: list[str] = []
+        types: list[str] = []
+        for item in items:
+            if item is None:
+                specs.append(OutputSpec("none"))
+            elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
+                specs.append(OutputSpec("ir", len(refs)))
+                refs.append(self.ref(item))
+                types.append(tensor_type(item.meta["val"]))
+            elif isinstance(item, (int, float, bool)):
+                specs.append(OutputSpec("value", value=item))
+            else:
+                raise Unsupported(f"graph output {item!r} is not a tensor", ["<non-tensor output>"])
+        return specs, refs, types, is_tuple
+
+
+def export(gm: torch.fx.GraphModule, name: str = "graph") -> Exported:
+    """IR text plus how to map the FX graph's inputs and outputs onto the IR's."""
+    w = _Writer(gm, name)
+    out = None
+    index = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            w.placeholder(node, index)
+            index += 1
+        elif node.op == "get_attr":
+            w.get_attr(node)
+        elif node.op == "call_function":
+            w.call(node)
+        elif node.op == "output":
+            out = w.output(node)
+        else:
+            raise Unsupported(f"FX node kind {node.op} ({node.target}) is not supported", [str(node.target)])
+    specs, refs, types, is_tuple = out
+    text = (
+        f"graph @{name}({', '.join(w.params)}) -> ({', '.join(types)}) {{\n"
+        + "".join(line + "\n" for line in w.lines)
+        + f"  return {', '.join(refs)}\n}}\n"
+    ).replace("return \n", "return\n")
+    return Exported(text, w.inputs, specs, is_tuple, w.ops)
+
+
+def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str]) -> dict[torch.fx.Node, str]:
+    """Nodes the compiler cannot take, with the reason (op not lowered, dtype, ...)."""
+    bad = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        base = base_name(node.target)
+        if base is None:
+            bad[node] = f"{getattr(node.target, '__name__', node.target)} is not an ATen op"
+            continue
+        if base not in supported:
+            bad[node] = f"no lowering for {base}"
+            continue
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (list, tuple)) else [vals]:
+            if isinstance(v, torch.Tensor) and (v.dtype not in IR_DTYPES or v.dtype.is_complex):
+                bad[node] = f"{base} on dtype {v.dtype}"
+    return bad

@@ -1,0 +1,35 @@
+"""Options accepted by torch.compile(..., backend="torchtpu", options={...})."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from torchtpu import _C
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    # Raise instead of falling back to eager (unsupported op, compile or PJRT failure).
+    strict: bool = False
+    # Write each graph's IR (as exported and after the passes) and StableHLO here.
+    dump_dir: str | None = None
+    # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax).
+    passes: str = "canonicalize,fold-constants,cse,dce"
+
+    @staticmethod
+    def from_dict(options: dict | None) -> "Options":
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(Options)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown torchtpu option(s) {unknown}; known: {sorted(known)}")
+        if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
+            options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
+        opts = Options(**options)
+        names = {name for name, _ in _C.list_passes()}
+        for entry in opts.passes.split(","):
+            name = entry.split("{")[0].strip()
+            if name and name not in names:
+                raise ValueError(f"unknown pass {name!r} in passes={opts.passes!r}; available: {sorted(names)}")
+        return opts
