@@ -239,7 +239,11 @@ class _Writer:
             else:
                 raise Unsupported(f"{full}: missing argument {arg.name}")
             t = arg.type
-            if _is_tensor_type(t):
+            if _is_tensor_type(t) and isinstance(value, (int, float, bool)):
+                # Decompositions pass Python numbers for Tensor parameters (mul.Tensor(x, 16)):
+                # a scalar attribute, which the lowering reads as a wrapped number.
+                attrs.append((arg.name, attr_text(value)))
+            elif _is_tensor_type(t):
                 operands.append(self.ref(value))
             elif _optional_of(t) is not None and _is_tensor_type(_optional_of(t)):
                 if value is None:

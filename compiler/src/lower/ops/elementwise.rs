@@ -385,3 +385,29 @@ pub fn hardtanh<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     let hi = e.constant(out, &dims, Scalar::F(n.float_or("max_val", 1.0)?))?;
     Ok(vec![e.minmax(&e.minmax(&x, &lo, true)?, &hi, false)?])
 }
+
+/// isnan / isinf / isfinite: bool results; integers are always finite.
+pub fn classify<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let x = n.arg(0)?;
+    let dims = x.dims.clone();
+    if !x.dtype.is_float() {
+        return Ok(vec![e.constant(DType::Bool, &dims, Scalar::B(name == "isfinite"))?]);
+    }
+    let r = match name {
+        "isnan" => e.compare(x, x, Cmp::Ne)?,
+        "isinf" => {
+            let a = e.ew("stablehlo.abs", &[x], x.dtype)?;
+            let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
+            e.compare(&a, &inf, Cmp::Eq)?
+        }
+        "isfinite" => {
+            // |x| < inf is false for NaN and for infinities.
+            let a = e.ew("stablehlo.abs", &[x], x.dtype)?;
+            let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
+            e.compare(&a, &inf, Cmp::Lt)?
+        }
+        _ => return unsupported!("no classification rule for '{name}'"),
+    };
+    Ok(vec![r])
+}
