@@ -157,6 +157,8 @@ CASES = [
     ("batch_norm_train", "aten._native_batch_norm_legit_functional.default", [f32(2, 3, 4, 4), f32(3, seed=5), f32(3, seed=6), f32(3, seed=7), f32(3, lo=0.5, hi=2, seed=8)], {"training": True, "momentum": 0.1, "eps": 1e-5}, lambda x, w, b, m, v: aten._native_batch_norm_legit_functional.default(x, w, b, m, v, True, 0.1, 1e-5), LOOSE),
     ("conv2d", "aten.convolution.default", [f32(2, 4, 7, 7), f32(6, 2, 3, 3, seed=5), f32(6, seed=6)], {"stride": [2, 1], "padding": [1, 0], "dilation": [1, 2], "transposed": False, "output_padding": [0, 0], "groups": 2}, lambda x, w, b: aten.convolution.default(x, w, b, [2, 1], [1, 0], [1, 2], False, [0, 0], 2), LOOSE),
     ("conv1d_no_bias", "aten.convolution.default", [f32(1, 3, 9), f32(4, 3, 3, seed=5)], {"bias": None, "stride": [1], "padding": [1], "dilation": [1], "transposed": False, "output_padding": [0], "groups": 1}, lambda x, w: aten.convolution.default(x, w, None, [1], [1], [1], False, [0], 1), LOOSE),
+    ("conv_transpose2d", "aten.convolution.default", [f32(2, 4, 5, 5), f32(4, 3, 3, 3, seed=5), f32(3, seed=6)], {"stride": [2, 2], "padding": [1, 0], "dilation": [1, 1], "transposed": True, "output_padding": [1, 0], "groups": 1}, lambda x, w, b: aten.convolution.default(x, w, b, [2, 2], [1, 0], [1, 1], True, [1, 0], 1), LOOSE),
+    ("conv_transpose2d_groups", "aten.convolution.default", [f32(1, 4, 4, 4), f32(4, 3, 2, 2, seed=5)], {"bias": None, "stride": [1, 1], "padding": [0, 0], "dilation": [2, 1], "transposed": True, "output_padding": [0, 0], "groups": 2}, lambda x, w: aten.convolution.default(x, w, None, [1, 1], [0, 0], [2, 1], True, [0, 0], 2), LOOSE),
     ("max_pool2d", "aten.max_pool2d_with_indices.default", [f32(2, 3, 7, 7)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False}, lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1], [1, 1], False), TIGHT),
     ("max_pool2d_ceil", "aten.max_pool2d_with_indices.default", [f32(1, 2, 6, 6)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [0, 0], "dilation": [1, 1], "ceil_mode": True}, lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [0, 0], [1, 1], True), TIGHT),
     # indexing
@@ -197,9 +199,8 @@ def test_unsupported_op_is_reported():
         run_op("aten.nonexistent_op.default", [X], {}, X)
 
 
-def test_transposed_convolution_says_why():
-    x, w = f32(1, 2, 4, 4), f32(2, 3, 3, 3)
-    expected = aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1)
-    attrs = {"bias": None, "stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "transposed": True, "output_padding": [0, 0], "groups": 1}
-    with pytest.raises(RuntimeError, match=r"unsupported op aten\.convolution at node %0: transposed convolution"):
-        run_op("aten.convolution.default", [x, w], attrs, expected)
+def test_unsupported_form_says_why():
+    x = ints(2, 3)
+    expected = aten.round.decimals(x.float(), decimals=2)
+    with pytest.raises(RuntimeError, match=r"unsupported op aten\.round at node %0: round with decimals != 0"):
+        run_op("aten.round.decimals", [x.float()], {"decimals": 2}, expected)

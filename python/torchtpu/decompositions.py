@@ -1,5 +1,7 @@
 """The decomposition table AOTAutograd uses: PyTorch's core ATen decompositions, minus the
-ops torchtpu lowers whole, plus torchtpu's own decompositions of the fused CPU attention pair.
+ops torchtpu lowers whole, plus torchtpu's own decompositions: the fused CPU attention pair,
+and the backward ops the core table keeps (convolution_backward into convolutions,
+max_pool2d_with_indices_backward into a scatter-add).
 
 Scaled dot-product attention on CPU traces to `_scaled_dot_product_flash_attention_for_cpu`
 and, in training, its fused backward. PyTorch's decomposition of the forward returns the
@@ -63,6 +65,51 @@ def sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is
     return grad_query, grad_key, grad_value
 
 
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
+    """Gradients of a (non-transposed) convolution as convolutions, which torchtpu lowers:
+    grad_input is a transposed convolution of grad_output with the weight; grad_weight is a
+    convolution of the input with grad_output, batch and channels exchanged (per group)."""
+    if transposed:
+        return NotImplemented
+    spatial = input.dim() - 2
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        # output_padding restores the input size lost to the forward's stride rounding.
+        out_pad = [
+            input.shape[2 + i]
+            - ((grad_output.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.shape[2 + i] - 1) + 1)
+            for i in range(spatial)
+        ]
+        grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, True, out_pad, groups)
+    if output_mask[1]:
+        cin, cout = input.shape[1] // groups, grad_output.shape[1] // groups
+        parts = []
+        for g in range(groups):
+            x_g = input.narrow(1, g * cin, cin) if groups > 1 else input
+            dy_g = grad_output.narrow(1, g * cout, cout) if groups > 1 else grad_output
+            gw = aten.convolution.default(
+                x_g.transpose(0, 1), dy_g.transpose(0, 1), None, dilation, padding, stride, False, [0] * spatial, 1
+            ).transpose(0, 1)
+            # The correlation can run past the kernel when the forward's stride dropped a remainder.
+            for i in range(spatial):
+                gw = gw.narrow(2 + i, 0, weight.shape[2 + i])
+            parts.append(gw)
+        grad_weight = parts[0] if groups == 1 else torch.cat(parts, 0)
+    if output_mask[2]:
+        grad_bias = grad_output.sum(dim=[0] + list(range(2, input.dim())))
+    return grad_input, grad_weight, grad_bias
+
+
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Scatter-adds each output gradient to the input position its index names (per plane)."""
+    lead = self.shape[:-2]
+    plane = self.shape[-2] * self.shape[-1]
+    flat_grad = grad_output.reshape(*lead, -1)
+    flat_idx = indices.reshape(*lead, -1)
+    zeros = torch.zeros(*lead, plane, dtype=grad_output.dtype)
+    return zeros.scatter_add(-1, flat_idx, flat_grad).reshape(self.shape)
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
     from torch._decomp import core_aten_decompositions
@@ -73,4 +120,6 @@ def decomposition_table() -> dict:
             table.pop(getattr(packet, overload), None)
     table[aten._scaled_dot_product_flash_attention_for_cpu.default] = sdpa_cpu_forward
     table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = sdpa_cpu_backward
+    table[aten.convolution_backward.default] = convolution_backward
+    table[aten.max_pool2d_with_indices_backward.default] = max_pool2d_with_indices_backward
     return table

@@ -245,13 +245,14 @@ fn spatial(v: Vec<i64>, n: usize, what: &str) -> RuleResult<Vec<i64>> {
 }
 
 /// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
-/// groups) for 1-3 spatial dims, NC* layout.
+/// groups) for 1-3 spatial dims, NC* layout. A transposed convolution is the gradient of a
+/// convolution: the input is dilated by the stride (`lhs_dilation`), the kernel is flipped and
+/// read with in/out features swapped, and padding is `dilation * (k - 1) - padding` (plus
+/// `output_padding` on the high side).
 pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let ps = n.params(&["input", "weight", "bias"]);
     let (Some(x), Some(w)) = (ps[0].tensor(), ps[1].tensor()) else { return bad!("missing input or weight") };
-    if n.bool_or("transposed", false)? {
-        return unsupported!("transposed convolution");
-    }
+    let transposed = n.bool_or("transposed", false)?;
     let sp = x.rank().saturating_sub(2);
     if !(1..=3).contains(&sp) || w.rank() != x.rank() {
         return unsupported!("convolution of rank-{} input with rank-{} weight", x.rank(), w.rank());
@@ -260,21 +261,57 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     let padding = spatial(n.ints("padding")?, sp, "padding")?;
     let dilation = spatial(n.ints("dilation")?, sp, "dilation")?;
     let groups = n.int_or("groups", 1)?;
+    if groups < 1 {
+        return bad!("groups must be positive");
+    }
     let out = n.out_dtype();
-    let (xc, wc) = (e.convert(x, out)?, e.convert(w, out)?);
+    let (xc, mut wc) = (e.convert(x, out)?, e.convert(w, out)?);
     let s: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
-    let layout = format!("[b, f, {0}]x[o, i, {0}]->[b, f, {0}]", s.join(", "));
-    let pad = padding.iter().map(|p| format!("[{p}, {p}]")).collect::<Vec<_>>().join(", ");
+    let dims = n.out_dims().to_vec();
+    let (kernel_layout, lhs_dilation, strides, pads) = if transposed {
+        let output_padding = match n.opt_ints("output_padding")? {
+            Some(v) if !v.is_empty() => spatial(v, sp, "output_padding")?,
+            _ => vec![0; sp],
+        };
+        // Flip the kernel's spatial dims.
+        let flip: Vec<i64> = (2..w.rank() as i64).collect();
+        wc = e.op("stablehlo.reverse", &[&wc], out, &wc.dims.clone(), &[("dimensions", e.i64_array(&flip))])?;
+        if groups > 1 {
+            // [C_in, C_out/g, k..] -> [C_in/g, C_out, k..] so that grouped features line up.
+            let (cin, cout_g) = (wc.dims[0], wc.dims[1]);
+            let k: Vec<i64> = wc.dims[2..].to_vec();
+            let mut split = vec![groups, cin / groups, cout_g];
+            split.extend(&k);
+            let g = e.reshape(&wc, &split)?;
+            let mut perm = vec![1, 0, 2];
+            perm.extend(3..3 + sp);
+            let g = e.transpose(&g, &perm)?;
+            let mut merged = vec![cin / groups, groups * cout_g];
+            merged.extend(&k);
+            wc = e.reshape(&g, &merged)?;
+        }
+        let pads: Vec<[i64; 2]> = (0..sp)
+            .map(|i| {
+                let k = w.dims[2 + i];
+                let lo = dilation[i] * (k - 1) - padding[i];
+                [lo, lo + output_padding[i]]
+            })
+            .collect();
+        (format!("[i, o, {}]", s.join(", ")), stride.clone(), vec![1; sp], pads)
+    } else {
+        (format!("[o, i, {}]", s.join(", ")), vec![1; sp], stride.clone(), padding.iter().map(|&p| [p, p]).collect())
+    };
+    let layout = format!("[b, f, {0}]x{kernel_layout}->[b, f, {0}]", s.join(", "));
+    let pad = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
     let attrs = [
         ("dimension_numbers", e.attr(&format!("#stablehlo.conv<{layout}>"))?),
-        ("window_strides", e.i64_array(&stride)),
+        ("window_strides", e.i64_array(&strides)),
         ("padding", e.attr(&format!("dense<[{pad}]> : tensor<{sp}x2xi64>"))?),
-        ("lhs_dilation", e.i64_array(&vec![1; sp])),
+        ("lhs_dilation", e.i64_array(&lhs_dilation)),
         ("rhs_dilation", e.i64_array(&dilation)),
         ("feature_group_count", e.attr(&format!("{groups} : i64"))?),
         ("batch_group_count", e.attr("1 : i64")?),
     ];
-    let dims = n.out_dims().to_vec();
     let mut y = e.op("stablehlo.convolution", &[&xc, &wc], out, &dims, &attrs)?;
     if let Some(b) = ps[2].tensor() {
         let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == 1 { dims[1] } else { 1 }).collect();
