@@ -33,8 +33,45 @@ def _supported() -> set[str]:
     return _supported.cache
 
 
+def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) or (
+            isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape)
+        ):
+            return True
+    return False
+
+
+class _PerShape:
+    """A graph with symbolic shapes, compiled once per concrete input signature: on a new
+    signature the ATen graph is re-traced with those sizes (static) and compiled; calls with a
+    known signature reuse it. Dynamo's own guards decide when this graph is used at all."""
+
+    def __init__(self, gm, opts: Options, kind: str):
+        self.gm, self.opts, self.kind = gm, opts, kind
+        self.compiled: dict = {}
+
+    def __call__(self, *args):
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            static = make_fx(self.gm, tracing_mode="fake")(*args)
+            log.info("specialising a %s graph for input signature %s", self.kind, key)
+            fn = compile_aten_graph(static, args, self.opts, self.kind)
+            self.compiled[key] = fn
+        return fn(list(args))
+
+
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str):
     """Compiles one ATen graph; returns a boxed callable."""
+    if _is_symbolic(gm):
+        per_shape = _PerShape(gm, opts, kind)
+        return make_boxed_func(per_shape)
     name = f"{kind}_{next(_graph_ids)}"
     bad = unsupported_nodes(gm, _supported())
     if bad:

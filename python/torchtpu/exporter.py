@@ -203,6 +203,9 @@ class _Writer:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             self.values[node] = self.add_input(val, InputSpec("arg", index))
+        elif not node.users:
+            # A size (SymInt) input of a graph specialised to concrete sizes: baked in, unused.
+            self.values[node] = None
         else:
             raise Unsupported(f"non-tensor graph input {node.name} ({type(val).__name__})", ["<dynamic shape>"])
 
