@@ -14,10 +14,9 @@ build: setup
 	$(CARGO) build --workspace --exclude torchtpu-python --bins
 
 demo: build
-	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce \
-		--print-ir-after-all --timing
-	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce --emit=stablehlo
-	./target/debug/torchtpu-run examples/mlp.ir
+	$(VENV)/bin/python examples/quickstart.py
+	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce --timing
+	./target/debug/torchtpu-run examples/transformer_block.ir
 
 test: setup
 	$(MAKE) --no-print-directory test-rust test-lit test-python
