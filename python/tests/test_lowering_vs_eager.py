@@ -49,6 +49,11 @@ CASES = [
             ("erf", X), ("reciprocal", POS), ("relu", X), ("logical_not", X), ("bitwise_not", I),
         ]
     ],
+    ("atan_long", "aten.atan.default", [torch.linspace(-9, 9, 200)], {}, aten.atan.default, LOOSE),
+    ("asin_long", "aten.asin.default", [torch.linspace(-0.99, 0.99, 200)], {}, aten.asin.default, LOOSE),
+    ("sinh_long", "aten.sinh.default", [torch.linspace(-5, 5, 200)], {}, aten.sinh.default, LOOSE),
+    ("erf_long", "aten.erf.default", [torch.linspace(-5, 5, 200)], {}, aten.erf.default, LOOSE),
+    ("tan_long", "aten.tan.default", [torch.linspace(-1.5, 1.5, 200)], {}, aten.tan.default, LOOSE),
     ("abs_int", "aten.abs.default", [I], {}, aten.abs.default, TIGHT),
     ("sqrt_int", "aten.sqrt.default", [I.abs()], {}, aten.sqrt.default, LOOSE),
     ("gelu", "aten.gelu.default", [X], {}, aten.gelu.default, LOOSE),

@@ -59,7 +59,6 @@ pub fn unary_op(name: &str) -> Option<&'static str> {
         "erf" => "chlo.erf",
         "asin" => "chlo.asin",
         "acos" => "chlo.acos",
-        "atan" => "chlo.atan",
         "sinh" => "chlo.sinh",
         "cosh" => "chlo.cosh",
         "asinh" => "chlo.asinh",
@@ -134,6 +133,20 @@ pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
             e.ew("stablehlo.divide", &[&l, &c], out)?
         }
         "gelu" => gelu(e, &e.convert(x, out)?, n.str_or("approximate", "none")?)?,
+        "atan" => {
+            // atan(x) = 2 atan2(x, 1 + sqrt(1 + x^2)). The plugin's XLA miscomputes atan, and
+            // atan2(x, 1) which it simplifies to atan, on f32 arrays of 64+ elements (output =
+            // input; measured, see the `atan_long` eager comparison); a non-constant
+            // denominator avoids that path.
+            let x = e.convert(x, out)?;
+            let o = one(&x.dims)?;
+            let x2 = e.ew("stablehlo.multiply", &[&x, &x], out)?;
+            let r = e.ew("stablehlo.sqrt", &[&e.ew("stablehlo.add", &[&o, &x2], out)?], out)?;
+            let den = e.ew("stablehlo.add", &[&o, &r], out)?;
+            let half = e.ew("stablehlo.atan2", &[&x, &den], out)?;
+            let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
+            e.ew("stablehlo.multiply", &[&half, &two], out)?
+        }
         "silu" => {
             let x = e.convert(x, out)?;
             let s = e.ew("stablehlo.logistic", &[&x], out)?;

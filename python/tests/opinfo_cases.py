@@ -1,0 +1,80 @@
+"""Deterministic selection of PyTorch OpInfo samples for the torchtpu OpInfo harness."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+MAX_SAMPLES = 1  # per op and dtype: the first sample (CI budget)
+DTYPES = (torch.float32, torch.int64, torch.bool)
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    op: object
+    dtype: torch.dtype
+    index: int
+
+
+def all_cases() -> list[Case]:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    cases = []
+    for op in op_db:
+        name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        supported = op.supported_dtypes("cpu")
+        for dtype in DTYPES:
+            if dtype not in supported:
+                continue
+            for i in range(MAX_SAMPLES):
+                cases.append(Case(f"{name}-{str(dtype).removeprefix('torch.')}-{i}", op, dtype, i))
+    return cases
+
+
+def sample(case: Case):
+    """The case's sample input, made deterministic (seeded)."""
+    torch.manual_seed(1234)
+    for i, s in enumerate(case.op.sample_inputs("cpu", case.dtype, requires_grad=False)):
+        if i == case.index:
+            return s
+    return None
+
+
+def short_reason(e: BaseException) -> str:
+    """One line saying why a case failed: torchtpu's own message when it raised one."""
+    text = str(e)
+    for line in text.splitlines():
+        if "torchtpu (strict):" in line:
+            return line.split("torchtpu (strict):", 1)[1].strip()[:200]
+    for line in text.splitlines():
+        if line.strip() and "backend='torchtpu' raised" not in line:
+            return f"{type(e).__name__}: {line.strip()}"[:200]
+    return type(e).__name__
+
+
+def run_case(case: Case):
+    """Compiles the case's op with torchtpu (strict, fullgraph) and compares with eager.
+    Returns None when it matches, else a one-line reason. Raises nothing."""
+    import warnings
+
+    s = sample(case)
+    if s is None:
+        return None
+    op, kwargs = case.op, s.kwargs
+
+    def fn(inp, *args):
+        return op(inp, *args, **kwargs)
+
+    torch._dynamo.reset()
+    try:
+        want = fn(s.input, *s.args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = torch.compile(fn, backend="torchtpu", fullgraph=True, options={"strict": True})
+            got = compiled(s.input, *s.args)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    except Exception as e:  # noqa: BLE001 - every failure is a reported result
+        return short_reason(e)
+    return None
