@@ -9,6 +9,16 @@ import torch
 MAX_SAMPLES = 1  # per op and dtype: the first sample (CI budget)
 DTYPES = (torch.float32, torch.int64, torch.bool)
 
+# Ops whose outputs are not comparable with eager: uninitialised memory or random numbers.
+# They are left out of the harness (neither passes nor failures).
+NOT_COMPARABLE = {
+    "bernoulli", "cauchy", "empty", "empty_like", "empty_permuted", "empty_strided", "exponential",
+    "geometric", "log_normal", "multinomial", "new_empty", "new_empty_strided",
+    "nn.functional.alpha_dropout", "nn.functional.dropout", "nn.functional.dropout2d",
+    "nn.functional.dropout3d", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu", "normal",
+    "rand_like", "randint", "randint_like", "randn", "randn_like", "uniform",
+}
+
 
 @dataclasses.dataclass
 class Case:
@@ -23,6 +33,8 @@ def all_cases() -> list[Case]:
 
     cases = []
     for op in op_db:
+        if op.name in NOT_COMPARABLE:
+            continue
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
         supported = op.supported_dtypes("cpu")
         for dtype in DTYPES:
