@@ -182,6 +182,22 @@ def test_constants_created_in_forward():
     assert_compiled_cleanly()
 
 
+def test_outputs_keep_eager_strides():
+    def f(x):
+        return (x * 2).t()
+
+    x = torch.randn(3, 4)
+    got = torch.compile(f, backend="torchtpu")(x)
+    want = f(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    y = torch.randn(2, 3, 4)
+    got = torch.compile(lambda a: (a + 1).permute(2, 0, 1), backend="torchtpu")(y)
+    want = (y + 1).permute(2, 0, 1)
+    assert got.stride() == want.stride() and torch.equal(got, want)
+    assert_compiled_cleanly()
+
+
 def test_dynamic_batch_sizes_compile_once_per_size():
     model = MLP().eval()
     compiled = torch.compile(model, backend="torchtpu")

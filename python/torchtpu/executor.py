@@ -77,7 +77,10 @@ class CompiledGraph:
         results = []
         for spec in self.outputs:
             if spec.kind == "ir":
-                results.append(outs[spec.index])
+                out = outs[spec.index]
+                if spec.stride is not None:
+                    out = torch.empty_strided(out.shape, spec.stride, dtype=out.dtype).copy_(out)
+                results.append(out)
             elif spec.kind == "none":
                 results.append(None)
             else:

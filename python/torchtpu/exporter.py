@@ -55,6 +55,9 @@ class OutputSpec:
     kind: str  # "ir": IR output `index`; "none"; "value": a Python value returned as is
     index: int = -1
     value: Any = None
+    # Eager's strides for this output when they are not the contiguous ones (a transposed
+    # view, channels-last): the executor restrides to match; None when contiguous.
+    stride: tuple | None = None
 
 
 @dataclasses.dataclass
@@ -295,7 +298,11 @@ class _Writer:
             if item is None:
                 specs.append(OutputSpec("none"))
             elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
-                specs.append(OutputSpec("ir", len(refs)))
+                val = item.meta["val"]
+                stride = None
+                if val.numel() > 1 and not val.is_contiguous() and all(isinstance(s, int) for s in val.stride()):
+                    stride = tuple(val.stride())
+                specs.append(OutputSpec("ir", len(refs), stride=stride))
                 refs.append(self.ref(item))
                 types.append(tensor_type(item.meta["val"]))
             elif isinstance(item, (int, float, bool)):
