@@ -10,19 +10,8 @@ import torch
 
 from torchtpu import _C
 
-IR_DTYPES = {
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.float32: "f32",
-    torch.float64: "f64",
-    torch.int8: "i8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.uint8: "u8",
-    torch.bool: "bool",
-}
-TORCH_DTYPES = {v: k for k, v in IR_DTYPES.items()}
+from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES  # one dtype table for the project
+
 
 
 def ir_type(t: torch.Tensor) -> str:

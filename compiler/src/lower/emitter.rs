@@ -264,6 +264,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
         )
     }
 
+    /// Concatenation along `dim` of parts that already share the result dtype.
+    pub fn concatenate(&self, parts: &[Tv<'c, 'a>], dim: usize, dtype: DType, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        if parts.len() == 1 {
+            return self.reshape(&parts[0], dims);
+        }
+        let refs: Vec<&Tv<'c, 'a>> = parts.iter().collect();
+        self.op("stablehlo.concatenate", &refs, dtype, dims, &[("dimension", self.attr(&format!("{dim} : i64"))?)])
+    }
+
     pub fn iota(&self, dtype: DType, dims: &[i64], dim: usize) -> RuleResult<Tv<'c, 'a>> {
         let attr = self.attr(&format!("{dim} : i64"))?;
         let v = self.build("stablehlo.iota", &[], &[self.ty(dtype, dims)], &[("iota_dimension", attr)], Vec::new())?[0];

@@ -30,11 +30,7 @@ fn coordinates<'c, 'a>(e: &Emitter<'c, 'a>, index: &Tv<'c, 'a>, d: usize, rank: 
         .collect::<RuleResult<_>>()?;
     let mut full = shape.clone();
     full.push(rank as i64);
-    if parts.len() == 1 {
-        return e.reshape(&parts[0], &full);
-    }
-    let refs: Vec<&Tv> = parts.iter().collect();
-    e.op("stablehlo.concatenate", &refs, DType::I64, &full, &[("dimension", e.attr(&format!("{} : i64", shape.len()))?)])
+    e.concatenate(&parts, shape.len(), DType::I64, &full)
 }
 
 /// Gathers `x` at element coordinates `coords` (shape S + [rank]) -> shape S.
@@ -225,12 +221,7 @@ pub fn index_put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     }
     let mut full = upd_shape.clone();
     full.push(x.rank() as i64);
-    let refs: Vec<&Tv> = comps.iter().collect();
-    let coords = if refs.len() == 1 {
-        e.reshape(refs[0], &full)?
-    } else {
-        e.op("stablehlo.concatenate", &refs, DType::I64, &full, &[("dimension", e.attr(&format!("{} : i64", upd_shape.len()))?)])?
-    };
+    let coords = e.concatenate(&comps, upd_shape.len(), DType::I64, &full)?;
     let values = e.broadcast_to(&e.convert(&n.args[k + 1], x.dtype)?, &upd_shape)?;
     let accumulate = n.bool_or("accumulate", false)?;
     Ok(vec![scatter_at(e, &x, &coords, &values, accumulate)?])

@@ -2,7 +2,6 @@
 //! slice/select, cat/stack, split. The IR's result type gives every output shape; rules
 //! compute only what the shape alone does not say (which elements).
 
-use crate::ir::DType;
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::node::{dim, NodeCtx};
@@ -91,14 +90,6 @@ pub fn select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     Ok(vec![e.reshape(&s, n.out_dims())?])
 }
 
-fn concatenate<'c, 'a>(e: &Emitter<'c, 'a>, parts: &[Tv<'c, 'a>], d: usize, out: DType, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
-    if parts.len() == 1 {
-        return e.reshape(&parts[0], dims);
-    }
-    let refs: Vec<&Tv<'c, 'a>> = parts.iter().collect();
-    e.op("stablehlo.concatenate", &refs, out, dims, &[("dimension", e.attr(&format!("{d} : i64"))?)])
-}
-
 /// cat(tensors, dim=0): operands converted to the result dtype; PyTorch's legacy empty 1-D
 /// tensors (`[0]`) are skipped.
 pub fn cat<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
@@ -114,7 +105,7 @@ pub fn cat<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     if parts.is_empty() {
         return bad!("cat of no non-empty tensors");
     }
-    Ok(vec![concatenate(e, &parts, d, out, &dims)?])
+    Ok(vec![e.concatenate(&parts, d, out, &dims)?])
 }
 
 /// stack(tensors, dim=0): each operand gains a size-1 dim, then they are concatenated.
@@ -131,7 +122,7 @@ pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
             e.reshape(&e.convert(t, out)?, &unsq)
         })
         .collect::<RuleResult<_>>()?;
-    Ok(vec![concatenate(e, &parts, d, out, &dims)?])
+    Ok(vec![e.concatenate(&parts, d, out, &dims)?])
 }
 
 /// split_with_sizes / split.Tensor / chunk / unbind: consecutive slices along `dim`, each
