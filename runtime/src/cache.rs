@@ -1,147 +1,216 @@
-//! An in-memory cache of compiled executables, keyed by a digest of everything that decides
-//! what the compiler produces.
+//! The executable cache the engine calls: an in-memory level per client, optionally backed
+//! by the persistent [`DiskCache`], with hit/miss counts and the compile time saved.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use sha2::{Digest, Sha256};
-
+use crate::cache_key::{CacheDigest, CacheKey};
 use crate::client::Client;
+use crate::disk_cache::{CacheWarning, DiskCache, Lookup, PutMeta};
 use crate::error::Result;
 use crate::executable::Executable;
 use crate::options::CompileOptions;
 
-/// What identifies a compiled program. To key on more (e.g. the plugin binary's hash for a
-/// disk cache), add a field here and to [`CacheKey::digest`]'s encoding.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CacheKey<'a> {
-    /// The StableHLO module as given to the compiler (MLIR text or bytecode).
-    pub stablehlo: &'a [u8],
-    /// `CompileOptions::serialize()`.
-    pub compile_options: Vec<u8>,
-    /// `Client::platform_name()`.
-    pub platform_name: &'a str,
-    /// `Client::platform_version()`.
-    pub platform_version: &'a str,
-}
-
-/// SHA-256 of a [`CacheKey`]'s encoding.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheDigest(pub [u8; 32]);
-
-impl CacheDigest {
-    /// Lower-case hex, 64 characters.
-    pub fn hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-impl std::fmt::Debug for CacheDigest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CacheDigest({})", self.hex())
-    }
-}
-
-impl<'a> CacheKey<'a> {
-    /// The key for compiling `stablehlo` with `options` on `client`.
-    pub fn new(client: &'a Client, stablehlo: &'a (impl AsRef<[u8]> + ?Sized), options: &CompileOptions) -> Self {
-        CacheKey {
-            stablehlo: stablehlo.as_ref(),
-            compile_options: options.serialize(),
-            platform_name: client.platform_name(),
-            platform_version: client.platform_version(),
-        }
-    }
-
-    /// SHA-256 over a versioned encoding in which every component is named and
-    /// length-prefixed, so no two different keys encode the same way.
-    pub fn digest(&self) -> CacheDigest {
-        let mut h = Sha256::new();
-        let mut part = |name: &str, bytes: &[u8]| {
-            h.update((name.len() as u64).to_le_bytes());
-            h.update(name.as_bytes());
-            h.update((bytes.len() as u64).to_le_bytes());
-            h.update(bytes);
-        };
-        part("torchtpu-executable-cache-key", b"v1");
-        part("stablehlo", self.stablehlo);
-        part("compile_options", &self.compile_options);
-        part("platform_name", self.platform_name.as_bytes());
-        part("platform_version", self.platform_version.as_bytes());
-        CacheDigest(h.finalize().into())
-    }
+/// Counters of an [`ExecutableCache`] (a snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CacheStats {
+    /// Found in memory.
+    pub memory_hits: u64,
+    /// Not in memory, loaded from disk.
+    pub disk_hits: u64,
+    /// Compiled (found nowhere, or the disk entry was unusable).
+    pub misses: u64,
+    /// Sum of the recorded compile times of the disk hits.
+    pub compile_seconds_saved: f64,
+    /// Time spent compiling misses.
+    pub compile_seconds: f64,
+    /// Disk entries found unusable and discarded (each also a miss).
+    pub disk_discarded: u64,
+    /// Entries written to disk.
+    pub disk_writes: u64,
+    /// Disk operations that failed (the compile went ahead; see `take_warnings`).
+    pub disk_errors: u64,
 }
 
 #[derive(Default)]
 struct CacheState {
-    /// Keyed by digest and by client: an executable is loaded on one client only.
+    /// Keyed by client and in-process digest: an executable is loaded on one client only.
     entries: HashMap<(usize, CacheDigest), Arc<Executable>>,
-    hits: u64,
-    misses: u64,
+    stats: CacheStats,
 }
 
-/// Thread-safe in-memory executable cache. Entries live until [`ExecutableCache::clear`] or drop.
+/// Thread-safe executable cache. Memory entries live until [`ExecutableCache::clear`] or
+/// drop; disk entries (with [`ExecutableCache::with_disk`]) outlive the process.
 #[derive(Default)]
 pub struct ExecutableCache {
     state: Mutex<CacheState>,
+    disk: Option<DiskCache>,
 }
 
 impl std::fmt::Debug for ExecutableCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecutableCache")
             .field("len", &self.len())
-            .field("hits", &self.hits())
-            .field("misses", &self.misses())
+            .field("stats", &self.stats())
+            .field("disk", &self.disk.as_ref().map(DiskCache::root))
             .finish()
     }
 }
 
 impl ExecutableCache {
+    /// Memory only.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Memory backed by `disk`.
+    pub fn with_disk(disk: DiskCache) -> Self {
+        ExecutableCache {
+            state: Mutex::default(),
+            disk: Some(disk),
+        }
+    }
+
+    /// Memory backed by [`DiskCache::from_env`] (memory only when that is `None`).
+    pub fn from_env() -> Self {
+        ExecutableCache {
+            state: Mutex::default(),
+            disk: DiskCache::from_env(),
+        }
+    }
+
+    /// The persistent level, if any.
+    pub fn disk(&self) -> Option<&DiskCache> {
+        self.disk.as_ref()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cached executable for (`mlir` text or bytecode, `options`, `client`'s platform),
-    /// compiling on a miss.
-    /// The lock is not held while compiling; if two threads miss at once, both compile and the
-    /// first to finish wins (both count as misses).
+    /// The cached executable for (`mlir` text or bytecode, `options`, `client`), compiling
+    /// only when neither memory nor disk has it.
     pub fn get_or_compile(
         &self,
         client: &Client,
         mlir: &(impl AsRef<[u8]> + ?Sized),
         options: &CompileOptions,
     ) -> Result<Arc<Executable>> {
+        self.get_or_compile_named(client, mlir, options, None)
+    }
+
+    /// [`ExecutableCache::get_or_compile`], recording `graph_name` in a new disk entry.
+    ///
+    /// Order: memory, then disk, then compile (and store to disk). The lock is not held
+    /// while loading or compiling; two threads missing at once both do the work and the
+    /// first to finish is kept. A disk failure never fails the call: it is counted and left
+    /// as a warning ([`ExecutableCache::take_warnings`]), and the module is compiled.
+    pub fn get_or_compile_named(
+        &self,
+        client: &Client,
+        mlir: &(impl AsRef<[u8]> + ?Sized),
+        options: &CompileOptions,
+        graph_name: Option<&str>,
+    ) -> Result<Arc<Executable>> {
         let mlir = mlir.as_ref();
         let slot = (
             client.identity(),
-            CacheKey::new(client, mlir, options).digest(),
+            CacheKey::in_process(client, mlir, options).digest(),
         );
         {
             let mut state = self.lock();
             if let Some(exe) = state.entries.get(&slot).cloned() {
-                state.hits += 1;
+                state.stats.memory_hits += 1;
                 return Ok(exe);
             }
-            state.misses += 1;
         }
-        let compiled = Arc::new(client.compile_bytes(mlir, options)?);
+
+        let disk_key = self.disk.as_ref().and_then(|disk| {
+            disk.key(client, mlir, options)
+                .map_err(|e| self.disk_error(disk, e))
+                .ok()
+        });
+        if let (Some(disk), Some(key)) = (&self.disk, &disk_key) {
+            match disk.lookup(client, key) {
+                Ok(Lookup::Hit { executable, meta }) => {
+                    let mut state = self.lock();
+                    state.stats.disk_hits += 1;
+                    state.stats.compile_seconds_saved += meta.map_or(0.0, |m| m.compile_seconds);
+                    let exe = Arc::new(executable);
+                    return Ok(Arc::clone(state.entries.entry(slot).or_insert(exe)));
+                }
+                Ok(Lookup::Miss) => {}
+                Ok(Lookup::Discarded { .. }) => self.lock().stats.disk_discarded += 1,
+                Err(e) => self.disk_error(disk, e),
+            }
+        }
+
+        let started = Instant::now();
+        let compiled = client.compile_bytes(mlir, options);
+        let seconds = started.elapsed().as_secs_f64();
+        {
+            let mut state = self.lock();
+            state.stats.misses += 1;
+            state.stats.compile_seconds += seconds;
+        }
+        let compiled = Arc::new(compiled?);
+
+        if let (Some(disk), Some(key)) = (&self.disk, &disk_key) {
+            let meta = PutMeta {
+                graph_name: graph_name.map(str::to_owned),
+                compile_seconds: seconds,
+            };
+            match disk.put(key, &compiled, &meta) {
+                Ok(crate::disk_cache::PutOutcome::Stored { .. }) => {
+                    self.lock().stats.disk_writes += 1
+                }
+                Ok(_) => {}
+                Err(e) => self.disk_error(disk, e),
+            }
+        }
         let mut state = self.lock();
         Ok(Arc::clone(state.entries.entry(slot).or_insert(compiled)))
     }
 
+    fn disk_error(&self, disk: &DiskCache, e: crate::RuntimeError) {
+        self.lock().stats.disk_errors += 1;
+        disk.warn(disk.root(), e.to_string());
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> CacheStats {
+        self.lock().stats
+    }
+
+    /// Requests served from memory.
     pub fn hits(&self) -> u64 {
-        self.lock().hits
+        self.lock().stats.memory_hits
     }
 
+    /// Requests served from disk (not in memory).
+    pub fn disk_hits(&self) -> u64 {
+        self.lock().stats.disk_hits
+    }
+
+    /// Requests that compiled.
     pub fn misses(&self) -> u64 {
-        self.lock().misses
+        self.lock().stats.misses
     }
 
-    /// Number of cached executables.
+    /// Sum of the recorded compile times of the disk hits, in seconds.
+    pub fn compile_seconds_saved(&self) -> f64 {
+        self.lock().stats.compile_seconds_saved
+    }
+
+    /// The disk level's warnings since the last call (empty without a disk level).
+    pub fn take_warnings(&self) -> Vec<CacheWarning> {
+        self.disk
+            .as_ref()
+            .map_or_else(Vec::new, DiskCache::take_warnings)
+    }
+
+    /// Number of executables in memory.
     pub fn len(&self) -> usize {
         self.lock().entries.len()
     }
@@ -150,65 +219,9 @@ impl ExecutableCache {
         self.len() == 0
     }
 
-    /// Drops every entry (executables still referenced elsewhere stay alive); keeps the counters.
+    /// Drops every memory entry (executables still referenced elsewhere stay alive; disk
+    /// entries stay); keeps the counters.
     pub fn clear(&self) {
         self.lock().entries.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key<'a>(text: &'a str, opts: CompileOptions, version: &'a str) -> CacheKey<'a> {
-        CacheKey {
-            stablehlo: text.as_bytes(),
-            compile_options: opts.serialize(),
-            platform_name: "cpu",
-            platform_version: version,
-        }
-    }
-
-    #[test]
-    fn every_component_changes_the_digest() {
-        let base = key("module {}", CompileOptions::default(), "1").digest();
-        assert_eq!(
-            base,
-            key("module {}", CompileOptions::default(), "1").digest()
-        );
-        assert_ne!(
-            base,
-            key("module { }", CompileOptions::default(), "1").digest()
-        );
-        assert_ne!(
-            base,
-            key(
-                "module {}",
-                CompileOptions {
-                    num_replicas: 2,
-                    num_partitions: 1
-                },
-                "1"
-            )
-            .digest()
-        );
-        assert_ne!(
-            base,
-            key("module {}", CompileOptions::default(), "2").digest()
-        );
-        let mut other_platform = key("module {}", CompileOptions::default(), "1");
-        other_platform.platform_name = "gpu";
-        assert_ne!(base, other_platform.digest());
-        assert_eq!(base.hex().len(), 64);
-    }
-
-    #[test]
-    fn length_prefixes_keep_boundaries_apart() {
-        // "cp" + "u1" and "cpu" + "1" concatenate to the same bytes.
-        let mut a = key("m", CompileOptions::default(), "u1");
-        let mut b = key("m", CompileOptions::default(), "1");
-        a.platform_name = "cp";
-        b.platform_name = "cpu";
-        assert_ne!(a.digest(), b.digest());
     }
 }

@@ -29,6 +29,11 @@ pub enum RuntimeError {
         expected_major: i32,
     },
 
+    /// The plugin binary's SHA-256 could not be established (unreadable, or the file was
+    /// replaced or rewritten after it was loaded).
+    #[error("cannot hash PJRT plugin {}: {reason}", path.display())]
+    PluginHash { path: PathBuf, reason: String },
+
     /// The plugin's function table (or version struct) is too short for an entry we need.
     #[error("PJRT plugin (C API {major}.{minor}) is too old for {function}: its PJRT_Api is {have} bytes, {function} needs {need}")]
     ApiTooOld {
@@ -54,6 +59,20 @@ pub enum RuntimeError {
     /// The caller passed something the runtime rejects before calling the plugin.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A file-system operation of the persistent cache failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    CacheIo {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A persistent-cache entry is unusable (truncated, corrupt, wrong checksum or key, or the
+    /// plugin could not load it). Callers treat it as a miss.
+    #[error("bad cache entry {}: {reason}", path.display())]
+    CacheEntry { path: PathBuf, reason: String },
 
     /// The plugin returned a buffer whose element type this runtime does not model.
     #[error(

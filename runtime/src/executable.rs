@@ -14,6 +14,8 @@ pub struct Executable {
     client: Arc<ClientInner>,
     raw: *mut ffi::PJRT_LoadedExecutable,
     num_outputs: usize,
+    /// Loaded from serialized bytes rather than compiled (see [`Executable::serialize`]).
+    deserialized: bool,
 }
 
 // SAFETY: PJRT loaded executables are thread-safe (concurrent Execute calls are allowed);
@@ -70,32 +72,73 @@ impl Client {
                 message: "the plugin reported success but returned no executable".into(),
             });
         }
-        // Owned from here: an error below destroys it.
-        let mut exe = Executable {
-            client: Arc::clone(&self.inner),
-            raw: args.executable,
-            num_outputs: 0,
-        };
-        exe.num_outputs = exe.query_num_outputs()?;
-        Ok(exe)
+        Executable::adopt(&self.inner, args.executable, false)
     }
 }
 
 impl Executable {
-    fn query_num_outputs(&self) -> Result<usize> {
+    /// Takes ownership of a loaded executable the plugin just returned (destroyed on drop,
+    /// including when this fails) and reads its output count.
+    pub(crate) fn adopt(
+        client: &Arc<ClientInner>,
+        raw: *mut ffi::PJRT_LoadedExecutable,
+        deserialized: bool,
+    ) -> Result<Executable> {
+        let mut exe = Executable {
+            client: Arc::clone(client),
+            raw,
+            num_outputs: 0,
+            deserialized,
+        };
+        exe.num_outputs = exe.query_num_outputs()?;
+        Ok(exe)
+    }
+
+    /// The plugin this executable was loaded by.
+    pub(crate) fn plugin(&self) -> &crate::plugin::Plugin {
+        &self.client.plugin
+    }
+
+    /// Whether this executable was loaded with [`Client::deserialize_executable`] (such an
+    /// executable cannot be serialized again).
+    pub fn is_deserialized(&self) -> bool {
+        self.deserialized
+    }
+
+    /// Runs `f` on the `PJRT_Executable` behind this loaded executable
+    /// (`PJRT_LoadedExecutable_GetExecutable`), destroying that handle afterwards.
+    pub(crate) fn with_unloaded<T>(
+        &self,
+        f: impl FnOnce(*mut ffi::PJRT_Executable) -> Result<T>,
+    ) -> Result<T> {
         let plugin = &self.client.plugin;
         let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
         get.loaded_executable = self.raw;
         pjrt_call!(plugin, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
+        if get.executable.is_null() {
+            return Err(RuntimeError::Pjrt {
+                call: "PJRT_LoadedExecutable_GetExecutable",
+                code: 13,
+                message: "the plugin reported success but returned no executable".into(),
+            });
+        }
 
-        let mut n = ffi::PJRT_Executable_NumOutputs_Args::new();
-        n.executable = get.executable;
-        let counted = pjrt_call!(plugin, PJRT_Executable_NumOutputs, &mut n);
+        let result = f(get.executable);
 
         let mut destroy = ffi::PJRT_Executable_Destroy_Args::new();
         destroy.executable = get.executable;
         let destroyed = pjrt_call!(plugin, PJRT_Executable_Destroy, &mut destroy);
-        counted.and(destroyed).map(|()| n.num_outputs)
+        let value = result?;
+        destroyed.map(|()| value)
+    }
+
+    fn query_num_outputs(&self) -> Result<usize> {
+        self.with_unloaded(|executable| {
+            let mut n = ffi::PJRT_Executable_NumOutputs_Args::new();
+            n.executable = executable;
+            pjrt_call!(self.client.plugin, PJRT_Executable_NumOutputs, &mut n)?;
+            Ok(n.num_outputs)
+        })
     }
 
     /// Outputs per execution (the entry function's results, tuples flattened).

@@ -42,6 +42,7 @@ opaque!(
     PJRT_Extension_Base,
     PJRT_NamedValue,
     PJRT_Buffer_MemoryLayout,
+    PJRT_SerializedExecutable,
 );
 
 /// `PJRT_Buffer_Type` values (a C enum, so `int`-sized).
@@ -131,7 +132,7 @@ pub struct PJRT_Api {
     pub PJRT_Executable_GetCostAnalysis: Unused,
     pub PJRT_Executable_OutputMemoryKinds: Unused,
     pub PJRT_Executable_OptimizedProgram: Unused,
-    pub PJRT_Executable_Serialize: Unused,
+    pub PJRT_Executable_Serialize: PjrtFn<PJRT_Executable_Serialize_Args>,
 
     pub PJRT_LoadedExecutable_Destroy: PjrtFn<PJRT_LoadedExecutable_Destroy_Args>,
     pub PJRT_LoadedExecutable_GetExecutable: PjrtFn<PJRT_LoadedExecutable_GetExecutable_Args>,
@@ -139,7 +140,7 @@ pub struct PJRT_Api {
     pub PJRT_LoadedExecutable_Delete: Unused,
     pub PJRT_LoadedExecutable_IsDeleted: Unused,
     pub PJRT_LoadedExecutable_Execute: PjrtFn<PJRT_LoadedExecutable_Execute_Args>,
-    pub PJRT_Executable_DeserializeAndLoad: Unused,
+    pub PJRT_Executable_DeserializeAndLoad: PjrtFn<PJRT_Executable_DeserializeAndLoad_Args>,
     pub PJRT_LoadedExecutable_Fingerprint: Unused,
 
     pub PJRT_Buffer_Destroy: PjrtFn<PJRT_Buffer_Destroy_Args>,
@@ -356,6 +357,39 @@ pub struct PJRT_Executable_NumOutputs_Args {
     pub num_outputs: usize,
 }
 
+/// Frees the plugin-owned memory behind `PJRT_Executable_Serialize_Args::serialized_bytes`.
+pub type PJRT_SerializedExecutable_Deleter =
+    Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
+
+#[repr(C)]
+pub struct PJRT_Executable_Serialize_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    /// `const PJRT_Executable*` in C (from `PJRT_LoadedExecutable_GetExecutable`).
+    pub executable: *const PJRT_Executable,
+    /// Out: valid until `serialized_executable_deleter(serialized_executable)` is called.
+    pub serialized_bytes: *const c_char,
+    pub serialized_bytes_size: usize,
+    /// Out: owns `serialized_bytes`.
+    pub serialized_executable: *mut PJRT_SerializedExecutable,
+    /// Out: must be called exactly once on `serialized_executable`.
+    pub serialized_executable_deleter: PJRT_SerializedExecutable_Deleter,
+}
+
+#[repr(C)]
+pub struct PJRT_Executable_DeserializeAndLoad_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub client: *mut PJRT_Client,
+    pub serialized_executable: *const c_char,
+    pub serialized_executable_size: usize,
+    /// Out: owned by the caller (`PJRT_LoadedExecutable_Destroy`).
+    pub loaded_executable: *mut PJRT_LoadedExecutable,
+    /// A serialized `CompileOptionsProto` replacing the one in the blob; null keeps it.
+    pub overridden_serialized_compile_options: *const c_char,
+    pub overridden_serialized_compile_options_size: usize,
+}
+
 #[repr(C)]
 pub struct PJRT_ExecuteOptions {
     pub struct_size: usize,
@@ -465,6 +499,8 @@ impl_args!(
     PJRT_LoadedExecutable_Destroy_Args,
     PJRT_LoadedExecutable_GetExecutable_Args,
     PJRT_Executable_NumOutputs_Args,
+    PJRT_Executable_Serialize_Args,
+    PJRT_Executable_DeserializeAndLoad_Args,
     PJRT_ExecuteOptions,
     PJRT_LoadedExecutable_Execute_Args,
     PJRT_Buffer_Destroy_Args,
@@ -494,7 +530,25 @@ mod tests {
             offset_of!(PJRT_Api, PJRT_LoadedExecutable_Execute),
             40 + 55 * 8
         );
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Executable_Serialize), 40 + 49 * 8);
+        assert_eq!(
+            offset_of!(PJRT_Api, PJRT_Executable_DeserializeAndLoad),
+            40 + 56 * 8
+        );
         assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_ToHostBuffer), 40 + 70 * 8);
+        assert_eq!(size_of::<PJRT_Executable_Serialize_Args>(), 56);
+        assert_eq!(
+            offset_of!(
+                PJRT_Executable_Serialize_Args,
+                serialized_executable_deleter
+            ),
+            48
+        );
+        assert_eq!(size_of::<PJRT_Executable_DeserializeAndLoad_Args>(), 64);
+        assert_eq!(
+            offset_of!(PJRT_Executable_DeserializeAndLoad_Args, loaded_executable),
+            40
+        );
         assert_eq!(size_of::<PJRT_Client_Create_Args>(), 88);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, type_), 32);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, dims), 40);

@@ -2,22 +2,29 @@
 //! C API.
 //!
 //! [`Plugin`] loads the plugin, [`Client`] owns devices, [`Buffer`]s and compiled
-//! [`Executable`]s; [`ExecutableCache`] avoids recompiling the same module. See `docs/runtime.md`.
+//! [`Executable`]s; [`ExecutableCache`] avoids recompiling the same module, in memory and (with
+//! a [`DiskCache`]) across processes. See `docs/runtime.md` and `docs/cache.md`.
 
 use std::path::PathBuf;
 
 mod buffer;
 mod cache;
+mod cache_key;
 mod client;
+pub mod disk_cache;
 mod error;
 mod executable;
 mod ffi;
 mod options;
 mod plugin;
+mod plugin_file;
+mod serialize;
 
 pub use buffer::{dense_byte_size, Buffer, ElementType};
-pub use cache::{CacheDigest, CacheKey, ExecutableCache};
+pub use cache::{CacheStats, ExecutableCache};
+pub use cache_key::{CacheDigest, CacheKey, KeyComponents, TORCHTPU_VERSION};
 pub use client::{Client, Device};
+pub use disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta, PutOutcome};
 pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
 pub use executable::Executable;
 pub use options::CompileOptions;
@@ -62,5 +69,6 @@ mod tests {
         assert_send_sync::<Buffer>();
         assert_send_sync::<Executable>();
         assert_send_sync::<ExecutableCache>();
+        assert_send_sync::<DiskCache>();
     }
 }

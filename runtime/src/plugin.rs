@@ -14,6 +14,7 @@ use libloading::Library;
 
 use crate::error::{Result, RuntimeError};
 use crate::ffi::{self, Args};
+use crate::plugin_file::FileStamp;
 
 /// The PJRT C API major version these bindings are written against.
 pub const SUPPORTED_API_MAJOR: i32 = 0;
@@ -80,6 +81,10 @@ pub struct Plugin {
     error_destroy: ErrorDestroyFn,
     error_message: ErrorMessageFn,
     error_get_code: ErrorGetCodeFn,
+    /// The .so file's stamp when it was loaded.
+    stamp: FileStamp,
+    /// Hex SHA-256 of the .so (or why it is unknown), computed on first request.
+    sha256: OnceLock<std::result::Result<String, String>>,
     _library: Library,
 }
 
@@ -137,11 +142,44 @@ impl Plugin {
         &self.path
     }
 
+    /// Hex SHA-256 of the plugin's .so file: what tells two builds of a plugin apart (their
+    /// platform versions may be equal). Computed once per process, on the first call (hashing
+    /// the ~200 MB CPU plugin takes 0.2-0.4 s, so loading does not pay for it), and only if the
+    /// file is still the one that was loaded: a plugin replaced on disk after loading gives
+    /// `PluginHash`, never the new file's hash.
+    pub fn binary_sha256(&self) -> Result<&str> {
+        self.sha256
+            .get_or_init(|| crate::plugin_file::sha256_if_unchanged(&self.path, &self.stamp))
+            .as_deref()
+            .map_err(|reason| RuntimeError::PluginHash {
+                path: self.path.clone(),
+                reason: reason.clone(),
+            })
+    }
+
+    /// Whether [`Plugin::binary_sha256`] is already known (no hashing needed).
+    pub fn binary_sha256_is_known(&self) -> bool {
+        matches!(self.sha256.get(), Some(Ok(_)))
+    }
+
+    /// The .so file's stamp taken when it was loaded.
+    pub(crate) fn file_stamp(&self) -> &FileStamp {
+        &self.stamp
+    }
+
+    /// Supplies the hash from a trusted memo (one recorded for this exact file stamp), so
+    /// [`Plugin::binary_sha256`] need not read the file. Ignored if already known.
+    pub(crate) fn seed_binary_sha256(&self, sha256: String) {
+        let _ = self.sha256.set(Ok(sha256));
+    }
+
     fn open(path: &Path) -> Result<Plugin> {
         let load_err = |reason: String| RuntimeError::PluginLoad {
             path: path.to_path_buf(),
             reason,
         };
+        // Taken before dlopen: if the file changes after this, `binary_sha256` refuses.
+        let stamp = FileStamp::of(path).map_err(|e| load_err(e.to_string()))?;
         // SAFETY: loading a shared library runs its initializers; a PJRT plugin is meant to
         // be dlopen'ed this way.
         let library = unsafe { Library::new(path) }.map_err(|e| load_err(e.to_string()))?;
@@ -194,6 +232,8 @@ impl Plugin {
             error_destroy: never_destroy,
             error_message: never_message,
             error_get_code: never_code,
+            stamp,
+            sha256: OnceLock::new(),
             _library: library,
         };
         plugin.error_destroy = pjrt_fn!(plugin, PJRT_Error_Destroy)?;
@@ -332,6 +372,14 @@ mod tests {
             error_destroy: never_destroy,
             error_message: never_message,
             error_get_code: never_code,
+            stamp: FileStamp {
+                dev: 0,
+                ino: 0,
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+            },
+            sha256: OnceLock::new(),
             _library: libloading::os::unix::Library::this().into(),
         };
         match pjrt_fn!(plugin, PJRT_Client_Create) {

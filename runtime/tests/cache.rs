@@ -36,12 +36,22 @@ fn different_options_give_different_keys_and_entries() {
         num_replicas: 2,
         num_partitions: 1,
     };
-    let k1 = CacheKey::new(client(), NEG, &one);
-    let k2 = CacheKey::new(client(), NEG, &two);
+    let k1 = CacheKey::new(client(), NEG, &one).unwrap();
+    let k2 = CacheKey::new(client(), NEG, &two).unwrap();
     assert_eq!(k1.platform_name, "cpu");
+    assert_eq!(k1.plugin_sha256, client().plugin().binary_sha256().unwrap());
+    assert_eq!(k1.plugin_sha256.len(), 64);
+    assert_eq!(k1.torchtpu_version, env!("CARGO_PKG_VERSION"));
     assert_ne!(k1.compile_options, k2.compile_options);
     assert_ne!(k1.digest(), k2.digest());
-    assert_eq!(k1.digest(), CacheKey::new(client(), NEG, &one).digest());
+    assert_eq!(
+        k1.digest(),
+        CacheKey::new(client(), NEG, &one).unwrap().digest()
+    );
+    // The in-process key leaves the plugin hash out (the client fixes the plugin).
+    let local = CacheKey::in_process(client(), NEG, &one);
+    assert_eq!(local.plugin_sha256, "");
+    assert_ne!(local.digest(), k1.digest());
 
     let cache = ExecutableCache::new();
     let a = cache.get_or_compile(client(), NEG, &one).unwrap();

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod modules;
+
 use std::sync::OnceLock;
 
 use torchtpu_runtime::{Buffer, Client, Device, ElementType, Plugin};

@@ -1,0 +1,419 @@
+//! `torchtpu-cache`: inspect and maintain torchtpu's persistent compilation cache
+//! (list, show, stats, explain, verify, prune, clear). See `docs/cache.md`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{ArgGroup, Parser, Subcommand};
+use serde::Serialize;
+use torchtpu_runtime::disk_cache::units::{
+    format_age, format_size, format_unix_ms, now_unix_ms, parse_duration, parse_size,
+};
+use torchtpu_runtime::disk_cache::{EntryInfo, PruneReport, CACHE_DIR_ENV, CACHE_ENV};
+use torchtpu_runtime::{Client, DiskCache, Plugin};
+
+#[derive(Parser)]
+#[command(
+    name = "torchtpu-cache",
+    version,
+    about = "Inspect and maintain torchtpu's persistent compilation cache"
+)]
+struct Cli {
+    /// Cache folder [default: $TORCHTPU_CACHE_DIR, else $XDG_CACHE_HOME/torchtpu, else
+    /// ~/.cache/torchtpu]
+    #[arg(long, global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print JSON (for scripts) instead of text
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One line per entry, most recently used first
+    List,
+    /// Everything about one entry (a unique key prefix is enough)
+    Show { key: String },
+    /// Entries, total size, hits and compile time saved
+    Stats,
+    /// Which key components differ between two entries
+    Explain { key1: String, key2: String },
+    /// Check every entry's checksum and that it loads into the current plugin; exits 1
+    /// listing bad entries
+    Verify {
+        /// Only check checksums (do not load the PJRT plugin)
+        #[arg(long)]
+        checksums_only: bool,
+    },
+    /// Remove entries unused for longer than --older-than, then the least recently used
+    /// until the cache fits in --max-size
+    #[command(group(ArgGroup::new("limit").required(true).multiple(true).args(["max_size", "older_than"])))]
+    Prune {
+        /// e.g. 500M, 2GiB, 1000000 (bytes)
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_size: Option<u64>,
+        /// e.g. 30d, 12h, 90m
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        older_than: Option<Duration>,
+    },
+    /// Remove every entry
+    Clear,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(
+                e.kind(),
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("torchtpu-cache: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("torchtpu-cache: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The cache to operate on: `--dir`, else the environment's folder; limits from the
+/// environment. `TORCHTPU_CACHE=0` does not stop the tool.
+fn open(cli: &Cli) -> Result<DiskCache> {
+    let dir: Option<OsString> = cli.dir.clone().map(Into::into);
+    DiskCache::from_vars(|name| match name {
+        CACHE_ENV => None,
+        CACHE_DIR_ENV => dir.clone().or_else(|| std::env::var_os(name)),
+        _ => std::env::var_os(name),
+    })
+    .context(
+        "cannot tell where the cache is: pass --dir, or set TORCHTPU_CACHE_DIR, \
+         XDG_CACHE_HOME or HOME",
+    )
+}
+
+fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn absent(cache: &DiskCache) -> anyhow::Error {
+    anyhow::anyhow!(
+        "no cache at {} (nothing has been cached there yet; the folder comes from --dir, \
+         TORCHTPU_CACHE_DIR, XDG_CACHE_HOME or HOME)",
+        cache.root().display()
+    )
+}
+
+fn run(cli: &Cli) -> Result<ExitCode> {
+    let cache = open(cli)?;
+    let needs_cache = !matches!(cli.command, Command::Prune { .. } | Command::Clear);
+    if needs_cache && !cache.exists() {
+        return Err(absent(&cache));
+    }
+    match &cli.command {
+        Command::List => list(&cache, cli.json)?,
+        Command::Show { key } => show(&cache, key, cli.json)?,
+        Command::Stats => stats(&cache, cli.json)?,
+        Command::Explain { key1, key2 } => explain(&cache, key1, key2, cli.json)?,
+        Command::Verify { checksums_only } => return verify(&cache, *checksums_only, cli.json),
+        Command::Prune {
+            max_size,
+            older_than,
+        } => {
+            let report = if cache.exists() {
+                cache.prune(*max_size, *older_than)?
+            } else {
+                PruneReport::default()
+            };
+            removal(&cache, &report, "pruned", cli.json)?
+        }
+        Command::Clear => {
+            let report = if cache.exists() {
+                cache.clear()?
+            } else {
+                PruneReport::default()
+            };
+            removal(&cache, &report, "cleared", cli.json)?
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn short(key: &str) -> &str {
+    &key[..key.len().min(12)]
+}
+
+fn last_hit(e: &EntryInfo) -> String {
+    match e.meta.as_ref().and_then(|m| m.last_hit_unix_ms) {
+        Some(ms) => format!(
+            "{} ago",
+            format_age(Duration::from_millis(now_unix_ms().saturating_sub(ms)))
+        ),
+        None => "never".into(),
+    }
+}
+
+fn list(cache: &DiskCache, json: bool) -> Result<()> {
+    let entries = cache.entries()?;
+    if json {
+        return print_json(&entries);
+    }
+    println!(
+        "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
+        "KEY", "GRAPH", "SIZE", "COMPILE", "HITS", "LAST HIT"
+    );
+    for e in &entries {
+        let graph = e.meta.as_ref().and_then(|m| m.graph_name.clone());
+        let compile = e
+            .meta
+            .as_ref()
+            .map_or("?".into(), |m| format!("{:.3}s", m.compile_seconds));
+        let hits = e
+            .meta
+            .as_ref()
+            .map_or("?".into(), |m| m.hit_count.to_string());
+        println!(
+            "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
+            short(&e.key),
+            graph.as_deref().unwrap_or("-"),
+            format_size(e.entry_bytes + e.sidecar_bytes),
+            compile,
+            hits,
+            last_hit(e)
+        );
+    }
+    let total: u64 = entries
+        .iter()
+        .map(|e| e.entry_bytes + e.sidecar_bytes)
+        .sum();
+    println!("{} entries, {}", entries.len(), format_size(total));
+    Ok(())
+}
+
+fn show(cache: &DiskCache, key: &str, json: bool) -> Result<()> {
+    let e = cache.find(key)?;
+    if json {
+        return print_json(&e);
+    }
+    let row = |name: &str, value: &dyn std::fmt::Display| println!("{name:<20} {value}");
+    row("key", &e.key);
+    row("toolchain folder", &e.toolchain);
+    row("path", &e.path.display());
+    row(
+        "entry size",
+        &format!("{} ({} bytes)", format_size(e.entry_bytes), e.entry_bytes),
+    );
+    row("sidecar size", &format!("{} bytes", e.sidecar_bytes));
+    row("last used", &format_unix_ms(e.last_used_unix_ms));
+    let Some(m) = &e.meta else {
+        row(
+            "metadata",
+            &format!(
+                "unavailable ({})",
+                e.sidecar_error.as_deref().unwrap_or("?")
+            ),
+        );
+        return Ok(());
+    };
+    row("graph", &m.graph_name.as_deref().unwrap_or("-"));
+    row("payload size", &format!("{} bytes", m.payload_bytes));
+    row("compile time", &format!("{:.3} s", m.compile_seconds));
+    row("created", &format_unix_ms(m.created_unix_ms));
+    row(
+        "last hit",
+        &m.last_hit_unix_ms.map_or("never".into(), format_unix_ms),
+    );
+    row("hits", &m.hit_count);
+    println!("key components:");
+    for (name, value) in m.components.fields() {
+        println!("  {name:<20} {value}");
+    }
+    Ok(())
+}
+
+fn stats(cache: &DiskCache, json: bool) -> Result<()> {
+    let s = cache.summary()?;
+    if json {
+        return print_json(&s);
+    }
+    println!("cache folder         {}", s.root.display());
+    println!(
+        "entries              {} (in {} toolchain folder{})",
+        s.entries,
+        s.toolchains,
+        if s.toolchains == 1 { "" } else { "s" }
+    );
+    println!(
+        "total size           {} of {} limit",
+        format_size(s.total_bytes),
+        format_size(s.max_size)
+    );
+    println!("hits                 {}", s.hits);
+    println!("compile time saved   {:.3} s", s.compile_seconds_saved);
+    println!("compile time stored  {:.3} s", s.compile_seconds_stored);
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Difference {
+    component: &'static str,
+    key1: String,
+    key2: String,
+}
+
+#[derive(Serialize)]
+struct Explanation {
+    key1: String,
+    key2: String,
+    differences: Vec<Difference>,
+    same: Vec<&'static str>,
+}
+
+fn explain(cache: &DiskCache, key1: &str, key2: &str, json: bool) -> Result<()> {
+    let (a, b) = (cache.find(key1)?, cache.find(key2)?);
+    let components = |e: &EntryInfo| {
+        e.meta
+            .as_ref()
+            .map(|m| m.components.clone())
+            .with_context(|| {
+                format!(
+                    "entry {} has no readable sidecar ({})",
+                    short(&e.key),
+                    e.sidecar_error.as_deref().unwrap_or("?")
+                )
+            })
+    };
+    let (ca, cb) = (components(&a)?, components(&b)?);
+    let differences: Vec<Difference> = ca
+        .differences(&cb)
+        .into_iter()
+        .map(|(component, key1, key2)| Difference {
+            component,
+            key1,
+            key2,
+        })
+        .collect();
+    let same = ca
+        .fields()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| differences.iter().all(|d| d.component != *name))
+        .collect();
+    let out = Explanation {
+        key1: a.key.clone(),
+        key2: b.key.clone(),
+        differences,
+        same,
+    };
+    if json {
+        return print_json(&out);
+    }
+    if a.key == b.key {
+        println!("{} and {} are the same entry", key1, key2);
+        return Ok(());
+    }
+    if out.differences.is_empty() {
+        println!(
+            "{} and {}: every key component is equal (the entries differ only in the key \
+             encoding version)",
+            short(&a.key),
+            short(&b.key)
+        );
+    } else {
+        println!("{} vs {}:", short(&a.key), short(&b.key));
+        for d in &out.differences {
+            println!("  {} differs:\n    {}\n    {}", d.component, d.key1, d.key2);
+        }
+    }
+    println!("same: {}", out.same.join(", "));
+    Ok(())
+}
+
+fn verify(cache: &DiskCache, checksums_only: bool, json: bool) -> Result<ExitCode> {
+    let client = if checksums_only {
+        None
+    } else {
+        let plugin = Plugin::load_default()
+            .context("cannot load the PJRT plugin to verify entries (try --checksums-only)")?;
+        Some(Client::new(plugin).context("cannot create a PJRT client to verify entries")?)
+    };
+    let report = cache.verify(client.as_ref())?;
+    if json {
+        print_json(&report)?;
+    } else {
+        for b in &report.bad {
+            println!("BAD  {}  {}  {}", short(&b.key), b.path.display(), b.reason);
+        }
+        println!(
+            "verified {} entries: {} ok, {} bad, {} skipped (other toolchains){}",
+            report.checked,
+            report.ok,
+            report.bad.len(),
+            report.skipped.len(),
+            if report.loaded {
+                ""
+            } else {
+                "; checksums only, nothing loaded"
+            }
+        );
+    }
+    Ok(if report.bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn removal(cache: &DiskCache, r: &PruneReport, verb: &str, json: bool) -> Result<()> {
+    if json {
+        return print_json(r);
+    }
+    if !cache.exists() {
+        println!("nothing to do: no cache at {}", cache.root().display());
+        return Ok(());
+    }
+    println!(
+        "{verb}: removed {} entries ({}) and {} leftover files; {} entries ({}) remain",
+        r.removed_entries,
+        format_size(r.removed_bytes),
+        r.removed_leftovers,
+        r.remaining_entries,
+        format_size(r.remaining_bytes)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bad_sizes_and_durations_are_rejected() {
+        assert!(Cli::try_parse_from(["t", "prune", "--max-size", "lots"]).is_err());
+        assert!(Cli::try_parse_from(["t", "prune", "--older-than", "3y"]).is_err());
+        assert!(Cli::try_parse_from(["t", "prune"]).is_err());
+        assert!(Cli::try_parse_from(["t", "prune", "--max-size", "1G", "--json"]).is_ok());
+    }
+}

@@ -1,0 +1,108 @@
+//! File-system primitives that keep the cache consistent without locks: every write goes
+//! to a uniquely named temporary file in the destination folder and is `rename`d into place,
+//! so readers (in any process) see the old file or the new one, never a partial one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Result, RuntimeError};
+
+/// Temporary files start with this, so listings skip them and stale ones can be swept.
+pub const TMP_PREFIX: &str = ".tmp-";
+
+pub fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    let path = path.to_path_buf();
+    move |source| RuntimeError::CacheIo {
+        action,
+        path,
+        source,
+    }
+}
+
+/// A temporary name next to `dest`, unique across processes and threads.
+fn temp_path(dest: &Path) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let name = dest
+        .file_name()
+        .map_or_else(Default::default, |n| n.to_string_lossy());
+    dest.with_file_name(format!(
+        "{TMP_PREFIX}{}-{n}-{nanos}-{name}",
+        std::process::id()
+    ))
+}
+
+/// Writes `bytes` to `dest` atomically (temporary file + rename), creating the folder.
+/// Not fsync'ed: after a power loss an entry may be empty or stale, which its checksum
+/// turns into a miss.
+pub fn write_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    }
+    let tmp = temp_path(dest);
+    let written = std::fs::File::create_new(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(io_err("write", &tmp))
+        .and_then(|()| std::fs::rename(&tmp, dest).map_err(io_err("rename into", dest)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Reads `path`; `Ok(None)` if it does not exist.
+pub fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read", path)(e)),
+    }
+}
+
+/// Removes `path`; a file that is already gone is not an error. Returns whether it removed.
+pub fn remove_if_exists(path: &Path) -> Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_err("remove", path)(e)),
+    }
+}
+
+/// Identity of the file now at `path` (device and inode on Unix), to avoid deleting a file
+/// that another process renamed into place after we read the old one.
+#[cfg(unix)]
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.len(), 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("sub").join("a.bin");
+        write_atomic(&dest, b"one").unwrap();
+        write_atomic(&dest, b"two").unwrap();
+        assert_eq!(read_if_exists(&dest).unwrap().unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dest.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a.bin"]);
+        assert!(remove_if_exists(&dest).unwrap());
+        assert!(!remove_if_exists(&dest).unwrap());
+        assert!(read_if_exists(&dest).unwrap().is_none());
+    }
+}
