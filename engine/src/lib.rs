@@ -87,7 +87,9 @@ impl Engine {
     pub fn new(plugin: Arc<Plugin>) -> Result<Engine, EngineError> {
         let client = Client::new(plugin)?;
         let device = client.first_device()?;
-        Ok(Engine { client, device, cache: ExecutableCache::new() })
+        // Memory cache, backed by the persistent disk cache unless TORCHTPU_CACHE=0
+        // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
+        Ok(Engine { client, device, cache: ExecutableCache::from_env() })
     }
 
     /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
@@ -106,7 +108,8 @@ impl Engine {
     pub fn compile(&self, graph: &Graph, options: &Options) -> Result<CompiledGraph, EngineError> {
         // PJRT gets bytecode: about 10x cheaper to write than text.
         let (_, hlo) = lower(graph, options, Format::Bytecode)?;
-        let exe = self.cache.get_or_compile(&self.client, &hlo.code, &CompileOptions::default())?;
+        let exe =
+            self.cache.get_or_compile_named(&self.client, &hlo.code, &CompileOptions::default(), Some(&graph.name))?;
         Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone() })
     }
 }

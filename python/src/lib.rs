@@ -118,23 +118,60 @@ impl Program {
     }
 }
 
-/// Compiles IR text (after `pipeline`) on the default engine; the executable cache makes a
-/// repeated compile of the same program cheap. Returns the program and whether it was a
-/// cache hit.
+/// Compiles IR text (after `pipeline`) on the default engine, through the executable
+/// caches. Returns the program, where it came from ("memory", "disk" or "compiled") and the
+/// XLA compile seconds a disk hit saved.
 #[pyfunction]
 #[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
-fn compile(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<(Program, bool)> {
+fn compile(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<(Program, &'static str, f64)> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
     let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
-    let (compiled, hit) = py
+    let (compiled, source, saved) = py
         .detach(|| {
             let engine = torchtpu_engine::default_engine()?;
-            let before = engine.cache().hits();
+            let before = engine.cache().stats();
             let compiled = engine.compile(&g, &options)?;
-            Ok::<_, torchtpu_engine::EngineError>((compiled, engine.cache().hits() > before))
+            let after = engine.cache().stats();
+            let source = if after.memory_hits > before.memory_hits {
+                "memory"
+            } else if after.disk_hits > before.disk_hits {
+                "disk"
+            } else {
+                "compiled"
+            };
+            let saved = after.compile_seconds_saved - before.compile_seconds_saved;
+            Ok::<_, torchtpu_engine::EngineError>((compiled, source, saved))
         })
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((Program { compiled }, hit))
+    Ok((Program { compiled }, source, saved))
+}
+
+/// The executable caches' counters: memory_hits, disk_hits, misses, compile_seconds,
+/// compile_seconds_saved, disk_discarded, disk_writes, disk_errors, and the disk cache's
+/// folder (None when disabled). Empty when no engine was started.
+#[pyfunction]
+fn cache_stats(py: Python<'_>) -> PyResult<Py<pyo3::types::PyDict>> {
+    let d = pyo3::types::PyDict::new(py);
+    if let Ok(engine) = torchtpu_engine::default_engine() {
+        let s = engine.cache().stats();
+        d.set_item("memory_hits", s.memory_hits)?;
+        d.set_item("disk_hits", s.disk_hits)?;
+        d.set_item("misses", s.misses)?;
+        d.set_item("compile_seconds", s.compile_seconds)?;
+        d.set_item("compile_seconds_saved", s.compile_seconds_saved)?;
+        d.set_item("disk_discarded", s.disk_discarded)?;
+        d.set_item("disk_writes", s.disk_writes)?;
+        d.set_item("disk_errors", s.disk_errors)?;
+        d.set_item("disk_dir", engine.cache().disk().map(|c| c.root().display().to_string()))?;
+    }
+    Ok(d.unbind())
+}
+
+/// Warnings the disk cache collected since the last call (corrupt entries discarded, I/O
+/// failures), one line each; the caller logs them.
+#[pyfunction]
+fn cache_warnings() -> Vec<String> {
+    torchtpu_engine::default_engine().map(|e| e.cache().take_warnings().iter().map(|w| w.to_string()).collect()).unwrap_or_default()
 }
 
 /// The ATen ops the lowering table covers (`aten.add`, ...), without overloads.
@@ -164,6 +201,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_ir, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_warnings, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
     m.add_class::<Program>()?;

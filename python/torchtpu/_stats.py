@@ -19,8 +19,11 @@ def _fresh() -> dict:
         "fallback_reasons": [],  # one line per fallback decision
         "executions": 0,  # PJRT program executions
         "compile_seconds": 0.0,
-        "cache_hits": 0,  # programs found in the in-memory executable cache
-        "cache_misses": 0,
+        "cache_hits": 0,  # programs found in a cache: memory_hits + disk_hits
+        "memory_hits": 0,  # found in this process's executable cache
+        "disk_hits": 0,  # loaded from the persistent cache (no XLA compile)
+        "cache_misses": 0,  # compiled by XLA
+        "compile_seconds_saved": 0.0,  # XLA compile time the disk hits did not spend
     }
 
 

@@ -36,12 +36,20 @@ def compile_exported(exported: Exported, opts: Options, name: str) -> "CompiledG
     if opts.dump_dir:
         _dump(exported, opts, name)
     start = time.perf_counter()
-    program, hit = _C.compile(exported.text, opts.passes)
+    program, source, saved = _C.compile(exported.text, opts.passes)
     seconds = time.perf_counter() - start
+    _stats.bump("compile_seconds_saved", saved)
+    for warning in _C.cache_warnings():
+        # A corrupt or unreadable cache entry: it was recompiled and replaced.
+        log.warning("torchtpu cache: %s", warning)
     _stats.bump("compile_seconds", seconds)
     _stats.bump("graphs_compiled")
-    _stats.bump("cache_hits" if hit else "cache_misses")
-    log.info("compiled %s in %.1f ms%s", name, seconds * 1e3, " (cache hit)" if hit else "")
+    if source == "compiled":
+        _stats.bump("cache_misses")
+    else:
+        _stats.bump("cache_hits")
+        _stats.bump("memory_hits" if source == "memory" else "disk_hits")
+    log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
     return CompiledGraph(program, exported, name)
 
 
