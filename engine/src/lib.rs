@@ -3,13 +3,15 @@
 //! devices, not models): pass pipeline -> StableHLO lowering -> PJRT compile (through the
 //! in-memory executable cache) -> execute on host tensors.
 
+mod graph_cache;
 mod host;
 
+pub use graph_cache::{graph_key, GraphCache, GraphCacheStats};
 pub use host::HostTensor;
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
-use torchtpu_compiler::ir::{DType, Graph, TensorType};
+use torchtpu_compiler::ir::{print_graph, DType, Graph, TensorType};
 use torchtpu_compiler::lower::{Format, LowerError, Lowering, StableHlo};
 use torchtpu_compiler::passes::{PassManager, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
 use torchtpu_runtime::{Buffer, Client, CompileOptions, Device, ElementType, Executable, ExecutableCache, Plugin, RuntimeError};
@@ -81,6 +83,7 @@ pub struct Engine {
     client: Client,
     device: Device,
     cache: ExecutableCache,
+    graphs: GraphCache,
 }
 
 impl Engine {
@@ -89,7 +92,9 @@ impl Engine {
         let device = client.first_device()?;
         // Memory cache, backed by the persistent disk cache unless TORCHTPU_CACHE=0
         // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
-        Ok(Engine { client, device, cache: ExecutableCache::from_env() })
+        let cache = ExecutableCache::from_env();
+        let graphs = GraphCache::new(cache.disk().map(|d| d.root()));
+        Ok(Engine { client, device, cache, graphs })
     }
 
     /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
@@ -105,9 +110,28 @@ impl Engine {
         &self.cache
     }
 
+    pub fn graph_cache(&self) -> &GraphCache {
+        &self.graphs
+    }
+
     pub fn compile(&self, graph: &Graph, options: &Options) -> Result<CompiledGraph, EngineError> {
-        // PJRT gets bytecode: about 10x cheaper to write than text.
-        let (_, hlo) = lower(graph, options, Format::Bytecode)?;
+        // Graph level first: a graph seen before (same canonical IR and pipeline) skips the
+        // passes and the lowering. PJRT gets bytecode: about 10x cheaper to write than text.
+        let key = graph_key(&print_graph(graph), &options.pipeline);
+        let hlo = match self.graphs.get(&key) {
+            Some(code) => StableHlo {
+                format: Format::Bytecode,
+                code: code.as_ref().clone(),
+                // The passes keep the signature, so it is the input graph's.
+                inputs: graph.inputs().iter().map(|&i| graph.node(i).results[0].clone()).collect(),
+                outputs: graph.outputs().iter().map(|&v| graph.value_type(v).clone()).collect(),
+            },
+            None => {
+                let (_, hlo) = lower(graph, options, Format::Bytecode)?;
+                self.graphs.put(&key, hlo.code.clone());
+                hlo
+            }
+        };
         let exe =
             self.cache.get_or_compile_named(&self.client, &hlo.code, &CompileOptions::default(), Some(&graph.name))?;
         Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone() })

@@ -3,7 +3,21 @@
 //! stated; integer and bool results exact.
 
 use torchtpu_compiler::ir::parse_graph;
-use torchtpu_engine::{compile, EngineError, HostTensor};
+use torchtpu_engine::{EngineError, HostTensor};
+
+/// Points the persistent cache at a folder of this test run, never the user's cache.
+fn isolated_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("torchtpu-engine-tests-{}", std::process::id()));
+        std::env::set_var("TORCHTPU_CACHE_DIR", dir);
+    });
+}
+
+fn compile(g: &torchtpu_compiler::ir::Graph) -> Result<torchtpu_engine::CompiledGraph, EngineError> {
+    isolated_cache();
+    torchtpu_engine::compile(g)
+}
 
 fn run(ir: &str, inputs: &[HostTensor]) -> Vec<HostTensor> {
     let g = parse_graph(ir).expect("test IR parses");
@@ -183,6 +197,7 @@ fn every_example_lowers_to_text_that_the_plugin_compiles() {
         }
         let g = parse_graph(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let (_, hlo) = torchtpu_engine::lower(&g, &torchtpu_engine::Options::default(), Format::Text).unwrap();
+        isolated_cache();
         let engine = torchtpu_engine::default_engine().unwrap();
         let exe = engine.client().compile(hlo.text().unwrap(), &Default::default());
         assert!(exe.is_ok(), "{}: {}", path.display(), exe.err().unwrap());

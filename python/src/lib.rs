@@ -163,6 +163,11 @@ fn cache_stats(py: Python<'_>) -> PyResult<Py<pyo3::types::PyDict>> {
         d.set_item("disk_writes", s.disk_writes)?;
         d.set_item("disk_errors", s.disk_errors)?;
         d.set_item("disk_dir", engine.cache().disk().map(|c| c.root().display().to_string()))?;
+        let g = engine.graph_cache().stats();
+        d.set_item("graph_memory_hits", g.memory_hits)?;
+        d.set_item("graph_disk_hits", g.disk_hits)?;
+        d.set_item("graph_misses", g.misses)?;
+        d.set_item("graph_discarded", g.discarded)?;
     }
     Ok(d.unbind())
 }
@@ -171,7 +176,13 @@ fn cache_stats(py: Python<'_>) -> PyResult<Py<pyo3::types::PyDict>> {
 /// failures), one line each; the caller logs them.
 #[pyfunction]
 fn cache_warnings() -> Vec<String> {
-    torchtpu_engine::default_engine().map(|e| e.cache().take_warnings().iter().map(|w| w.to_string()).collect()).unwrap_or_default()
+    torchtpu_engine::default_engine()
+        .map(|e| {
+            let mut w: Vec<String> = e.cache().take_warnings().iter().map(|w| w.to_string()).collect();
+            w.extend(e.graph_cache().take_warnings());
+            w
+        })
+        .unwrap_or_default()
 }
 
 /// The ATen ops the lowering table covers (`aten.add`, ...), without overloads.

@@ -17,7 +17,9 @@ with torch.no_grad():
     y = torch.compile(model, backend="torchtpu")(x)
     torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
 s = torchtpu.stats()
-print(json.dumps({k: s[k] for k in ("cache_misses", "disk_hits", "memory_hits", "compile_seconds_saved", "executions")}))
+out = {k: s[k] for k in ("cache_misses", "disk_hits", "memory_hits", "compile_seconds_saved", "executions")}
+out["graph_disk_hits"] = torchtpu._C.cache_stats()["graph_disk_hits"]
+print(json.dumps(out))
 """
 
 
@@ -42,6 +44,7 @@ def test_second_process_loads_from_disk_and_corruption_is_recompiled(tmp_path):
     assert second["cache_misses"] == 0, second  # no XLA compile at all
     assert second["disk_hits"] == first["cache_misses"], second
     assert second["compile_seconds_saved"] > 0, second
+    assert second["graph_disk_hits"] == second["disk_hits"], second  # no lowering either
 
     listed = cache_tool("list", "--json", cache_dir=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -50,7 +53,7 @@ def test_second_process_loads_from_disk_and_corruption_is_recompiled(tmp_path):
 
     # Flip bytes in the middle of every entry's payload: verify must see it, the backend
     # must recompile (and still give the right answer), and then the cache is whole again.
-    bins = list(tmp_path.rglob("*.bin"))
+    bins = list(tmp_path.rglob("*.bin")) + list(tmp_path.rglob("*.hlo"))
     assert bins
     for b in bins:
         data = bytearray(b.read_bytes())
@@ -61,6 +64,7 @@ def test_second_process_loads_from_disk_and_corruption_is_recompiled(tmp_path):
 
     third, stderr = run(tmp_path)
     assert third["cache_misses"] == first["cache_misses"] and third["disk_hits"] == 0, third
+    assert third["graph_disk_hits"] == 0, third
     assert "torchtpu cache" in stderr, stderr  # the discarded entry is reported
     ok = cache_tool("verify", cache_dir=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
