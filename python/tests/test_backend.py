@@ -195,6 +195,10 @@ def test_outputs_keep_eager_strides():
     got = torch.compile(lambda a: (a + 1).permute(2, 0, 1), backend="torchtpu")(y)
     want = (y + 1).permute(2, 0, 1)
     assert got.stride() == want.stride() and torch.equal(got, want)
+    # An expanded (stride-0) output comes back as values, contiguous.
+    z = torch.randn(3, 1)
+    got = torch.compile(lambda a: (a * 2).expand(3, 4), backend="torchtpu")(z)
+    assert torch.equal(got, (z * 2).expand(3, 4))
     assert_compiled_cleanly()
 
 

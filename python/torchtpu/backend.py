@@ -75,7 +75,6 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     name = f"{kind}_{next(_graph_ids)}"
     bad = unsupported_nodes(gm, _supported())
     if bad:
-        ops = sorted({str(n.target) for n in bad})
         reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(
             sorted({r for r in bad.values()})
         )
@@ -87,7 +86,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
         return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
     try:
         exported = export(gm, name)
-        compiled = compile_exported(exported, opts, name)
+        compiled = compile_exported(exported, opts, name, eager=gm.forward)
     except (Unsupported, RuntimeError, ValueError) as e:
         reason = f"graph {name}: {e}"
         if opts.strict:

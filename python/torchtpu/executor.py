@@ -32,7 +32,7 @@ def _dump(exported: Exported, opts: Options, name: str) -> None:
     log.info("dumped %s.{input.ir,ir,stablehlo.mlir}", base)
 
 
-def compile_exported(exported: Exported, opts: Options, name: str) -> "CompiledGraph":
+def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -> "CompiledGraph":
     if opts.dump_dir:
         _dump(exported, opts, name)
     start = time.perf_counter()
@@ -50,14 +50,16 @@ def compile_exported(exported: Exported, opts: Options, name: str) -> "CompiledG
         _stats.bump("cache_hits")
         _stats.bump("memory_hits" if source == "memory" else "disk_hits")
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
-    return CompiledGraph(program, exported, name)
+    return CompiledGraph(program, exported, name, None if opts.strict else eager)
 
 
 class CompiledGraph:
     """Callable with the FX graph's positional inputs; returns its outputs."""
 
-    def __init__(self, program, exported: Exported, name: str):
+    def __init__(self, program, exported: Exported, name: str, eager=None):
         self.program = program
+        # Runs the graph eagerly if PJRT fails at run time (None: raise, as in strict mode).
+        self.eager = eager
         self.name = name
         self.inputs = exported.inputs
         self.outputs = exported.outputs
@@ -77,10 +79,20 @@ class CompiledGraph:
                 raise RuntimeError(f"{self.name}: input {spec.index} is {t.dtype}{list(t.shape)}, compiled for {dtype}{list(shape)}")
             tensors.append(t.detach().contiguous())
         outs = [torch.empty(shape, dtype=dtype) for dtype, shape in self.out_types]
-        self.program.run(
-            [(t.data_ptr(), t.nbytes) for t in tensors],
-            [(o.data_ptr(), o.nbytes) for o in outs],
-        )
+        try:
+            self.program.run(
+                [(t.data_ptr(), t.nbytes) for t in tensors],
+                [(o.data_ptr(), o.nbytes) for o in outs],
+            )
+        except RuntimeError as e:
+            if self.eager is None:
+                raise
+            from torchtpu.fallback import warn_once
+
+            warn_once(self.name + ":run", f"torchtpu: PJRT failed running {self.name}, running it eagerly: {e}")
+            _stats.bump("graphs_fallback")
+            _stats.record_fallback(f"graph {self.name}: execution failed: {e}", ["<execution failure>"])
+            return self.eager(*args)
         _stats.bump("executions")
         results = []
         for spec in self.outputs:

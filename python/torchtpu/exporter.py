@@ -160,6 +160,18 @@ def attr_text(v) -> str | None:
     raise Unsupported(f"argument of type {type(v).__name__} is not supported")
 
 
+def is_non_overlapping_and_dense(t) -> bool:
+    """Whether `t`'s strides are a permutation of a contiguous layout (each element stored
+    once, no gaps), i.e. whether a dense buffer can be viewed with them."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
 def _is_tensor_type(t) -> bool:
     return isinstance(t, torch.TensorType)
 
@@ -300,7 +312,14 @@ class _Writer:
             elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
                 val = item.meta["val"]
                 stride = None
-                if val.numel() > 1 and not val.is_contiguous() and all(isinstance(s, int) for s in val.stride()):
+                # Only dense, non-overlapping layouts (permutations of contiguous) are
+                # reproduced; expanded views (stride 0) come back contiguous, as values.
+                if (
+                    val.numel() > 1
+                    and all(isinstance(s, int) for s in val.stride())
+                    and not val.is_contiguous()
+                    and is_non_overlapping_and_dense(val)
+                ):
                     stride = tuple(val.stride())
                 specs.append(OutputSpec("ir", len(refs), stride=stride))
                 refs.append(self.ref(item))
