@@ -4,12 +4,15 @@ The persistent compilation cache goes to a fresh folder for the session (and sub
 inherit it), so tests never read or fill the user's cache. Prints the OpInfo harness totals
 when it ran."""
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
-if "TORCHTPU_CACHE_DIR" not in os.environ or os.environ.get("TORCHTPU_TEST_KEEP_CACHE") != "1":
-    os.environ["TORCHTPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchtpu-test-cache-")
+_session_cache = tempfile.mkdtemp(prefix="torchtpu-test-cache-")
+os.environ["TORCHTPU_CACHE_DIR"] = _session_cache
+atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):
