@@ -78,7 +78,9 @@ def main():
 
     s = torchtpu.stats()
     print("torchtpu.stats():")
-    for key in ("graphs_seen", "graphs_compiled", "graphs_fallback", "fallback_ops", "executions", "compile_seconds", "cache_hits", "cache_misses"):
+    keys = ("graphs_seen", "graphs_compiled", "graphs_fallback", "fallback_ops", "executions", "compile_seconds",
+            "memory_hits", "disk_hits", "cache_misses", "compile_seconds_saved")
+    for key in keys:
         value = s[key]
         print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
 
