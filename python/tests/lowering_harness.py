@@ -4,40 +4,13 @@ so the lowering is checked against PyTorch's dtype and shape semantics too."""
 
 from __future__ import annotations
 
-import math
 
 import torch
 
 from torchtpu import _C
 
-from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES  # one dtype table for the project
+from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, attr_text, tensor_type  # the exporter's own IR writers
 
-
-
-def ir_type(t: torch.Tensor) -> str:
-    return f"{IR_DTYPES[t.dtype]}[{', '.join(str(d) for d in t.shape)}]"
-
-
-def ir_attr(v) -> str:
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v) if ("." in repr(v) or "e" in repr(v)) else repr(v) + ".0"
-    if isinstance(v, str):
-        return '"' + v + '"'
-    if isinstance(v, torch.dtype):
-        return IR_DTYPES[v]
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(ir_attr(x) for x in v) + "]"
-    raise TypeError(v)
 
 
 def to_wire(t: torch.Tensor):
@@ -60,12 +33,12 @@ def from_wire(w) -> torch.Tensor:
 def run_op(op: str, inputs: list[torch.Tensor], attrs: dict, expected) -> list[torch.Tensor]:
     """Builds a one-node graph `op(inputs) {attrs}` typed like `expected`, runs it."""
     outs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    params = ", ".join(f"%a{i}: {ir_type(t)}" for i, t in enumerate(inputs))
+    params = ", ".join(f"%a{i}: {tensor_type(t)}" for i, t in enumerate(inputs))
     operands = ", ".join(f"%a{i}" for i in range(len(inputs)))
     attr_text = ""
     if attrs:
-        attr_text = " {" + ", ".join(f"{k} = {ir_attr(v)}" for k, v in sorted(attrs.items())) + "}"
-    types = ", ".join(ir_type(o) for o in outs)
+        attr_text = " {" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(attrs.items())) + "}"
+    types = ", ".join(tensor_type(o) for o in outs)
     if len(outs) == 1:
         node = f"  %r = {op}({operands}){attr_text} : {types}\n"
         ret = "%r"

@@ -2,19 +2,21 @@
 
 use std::time::Duration;
 
+/// Splits "1.5 GiB" into the number and the lower-cased, trimmed unit ("gib").
+fn split_number(text: &str) -> Option<(f64, String)> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    Some((num.parse().ok()?, unit.trim().to_ascii_lowercase()))
+}
+
 /// Parses a byte size: a number with an optional unit. `K`, `M`, `G`, `T` and `KiB`..`TiB`
 /// are powers of 1024; `KB`..`TB` powers of 1000; `B` or no unit means bytes. Case and a
 /// space before the unit do not matter; fractions are allowed ("1.5G").
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected e.g. 500M, 2GiB or 1000000"))?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+    let (value, unit) = split_number(text)
+        .ok_or_else(|| format!("invalid size {text:?}: expected e.g. 500M, 2GiB or 1000000"))?;
+    let multiplier: f64 = match unit.as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
         "m" | "mib" => 1024f64.powi(2),
@@ -40,15 +42,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Parses a duration: a number with a unit `s`, `m`, `h`, `d` or `w` ("30d", "1.5h");
 /// a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 30d, 12h, 90m or 45s"))?;
-    let seconds = match unit.trim().to_ascii_lowercase().as_str() {
+    let (value, unit) = split_number(text)
+        .ok_or_else(|| format!("invalid duration {text:?}: expected e.g. 30d, 12h, 90m or 45s"))?;
+    let seconds = match unit.as_str() {
         "" | "s" | "sec" | "secs" => 1.0,
         "m" | "min" | "mins" => 60.0,
         "h" | "hour" | "hours" => 3600.0,
