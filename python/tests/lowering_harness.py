@@ -35,15 +35,15 @@ def run_op(op: str, inputs: list[torch.Tensor], attrs: dict, expected) -> list[t
     outs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
     params = ", ".join(f"%a{i}: {tensor_type(t)}" for i, t in enumerate(inputs))
     operands = ", ".join(f"%a{i}" for i in range(len(inputs)))
-    attr_text = ""
+    attr_part = ""
     if attrs:
-        attr_text = " {" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(attrs.items())) + "}"
+        attr_part = " {" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(attrs.items())) + "}"
     types = ", ".join(tensor_type(o) for o in outs)
     if len(outs) == 1:
-        node = f"  %r = {op}({operands}){attr_text} : {types}\n"
+        node = f"  %r = {op}({operands}){attr_part} : {types}\n"
         ret = "%r"
     else:
-        node = f"  %r:{len(outs)} = {op}({operands}){attr_text} : ({types})\n"
+        node = f"  %r:{len(outs)} = {op}({operands}){attr_part} : ({types})\n"
         ret = ", ".join(f"%r#{i}" for i in range(len(outs)))
     ir = f"graph @case({params}) -> ({types}) {{\n{node}  return {ret}\n}}\n"
     # No passes: the op under test must reach the lowering as written.
