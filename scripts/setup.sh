@@ -17,6 +17,8 @@ PYTEST_VERSION=9.2.0
 LIT_VERSION=18.1.8
 NUMPY_VERSION=2.4.6        # PyTorch's OpInfo database (the OpInfo harness) needs it
 EXPECTTEST_VERSION=0.3.0   # imported by torch.testing._internal
+TORCHVISION_VERSION=0.29.2 # the model zoo (python/tests/models)
+TRANSFORMERS_VERSION=5.24.0
 PLUGIN_PKG=lammps-jax-pjrt-cpu
 PLUGIN_VERSION=0.11.2
 
@@ -48,7 +50,8 @@ VPY="$VENV/bin/python"
 
 # Which pinned requirements are missing (one interpreter start; `pip show` is slow).
 REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION"
-      "numpy==$NUMPY_VERSION" "expecttest==$EXPECTTEST_VERSION")
+      "numpy==$NUMPY_VERSION" "expecttest==$EXPECTTEST_VERSION"
+      "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION")
 mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
 import sys, importlib.metadata as md
 for req in sys.argv[1:]:

@@ -1,7 +1,8 @@
 """The decomposition table AOTAutograd uses: PyTorch's core ATen decompositions, minus the
-ops torchtpu lowers whole, plus torchtpu's own decompositions: the fused CPU attention pair,
-and the backward ops the core table keeps (convolution_backward into convolutions,
-max_pool2d_with_indices_backward into a scatter-add).
+ops torchtpu lowers whole, plus PyTorch's non-core decompositions of ops torchtpu cannot lower,
+plus torchtpu's own decompositions: the fused CPU attention pair, and the backward ops the
+core table keeps (convolution_backward into convolutions, max_pool2d_with_indices_backward
+into a scatter-add, adaptive average pooling's backward into average pooling's).
 
 Scaled dot-product attention on CPU traces to `_scaled_dot_product_flash_attention_for_cpu`
 and, in training, its fused backward. PyTorch's decomposition of the forward returns the
@@ -21,6 +22,9 @@ aten = torch.ops.aten
 
 # Lowered whole by torchtpu even where the core table would decompose them.
 KEEP_WHOLE = (aten.hardtanh,)
+# Non-core decompositions never taken: lifting constants must stay as PyTorch traces it
+# (decomposed, a real tensor meets fake ones).
+NEVER_DECOMPOSE = {"aten.lift", "aten.lift_fresh", "aten.is_same_size", "aten.sym_numel"}
 
 
 def _scores(query, key, is_causal, attn_mask, scale):
@@ -110,11 +114,51 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     return zeros.scatter_add(-1, flat_idx, flat_grad).reshape(self.shape)
 
 
+def adaptive_avg_pool2d_backward(grad_output, self):
+    """When the input divides evenly into the output, adaptive average pooling is plain
+    average pooling with kernel = stride = input // output, and so is its gradient."""
+    ih, iw = self.shape[-2:]
+    oh, ow = grad_output.shape[-2:]
+    if ih % oh or iw % ow:
+        return NotImplemented  # uneven windows: the op stays whole (and runs eagerly)
+    k = [ih // oh, iw // ow]
+    return aten.avg_pool2d_backward.default(grad_output, self, k, k, [0, 0], False, True, None)
+
+
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """Group norm from mean/var/rsqrt (PyTorch's own decomposition goes through prims)."""
+    acc = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    x = input.to(acc).reshape(N, group, -1)
+    mean = x.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    out = ((x - mean) * rstd).reshape(input.shape)
+    affine_shape = [1, C] + [1] * (input.dim() - 2)
+    if weight is not None:
+        out = out * weight.reshape(affine_shape)
+    if bias is not None:
+        out = out + bias.reshape(affine_shape)
+    return out.to(input.dtype), mean.reshape(N, group).to(input.dtype), rstd.reshape(N, group).to(input.dtype)
+
+
+def _lowered_whole(op: torch._ops.OpOverload, supported: set) -> bool:
+    ns, name = op._schema.name.split("::", 1)
+    return f"{ns}.{name}" in supported or f"{ns}.{name}" in NEVER_DECOMPOSE
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
+    """Core decompositions, then PyTorch's other decompositions for ops torchtpu has no
+    lowering for (group norm, repeat, diagonal, upsampling, ...), then torchtpu's own."""
     from torch._decomp import core_aten_decompositions
+    from torch._decomp import decomposition_table as every_decomposition
 
+    from torchtpu import _C
+
+    supported = set(_C.supported_ops())
     table = dict(core_aten_decompositions())
+    for op, fn in every_decomposition.items():
+        if op not in table and isinstance(op, torch._ops.OpOverload) and not _lowered_whole(op, supported):
+            table[op] = fn
     for packet in KEEP_WHOLE:
         for overload in packet.overloads():
             table.pop(getattr(packet, overload), None)
@@ -122,4 +166,6 @@ def decomposition_table() -> dict:
     table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = sdpa_cpu_backward
     table[aten.convolution_backward.default] = convolution_backward
     table[aten.max_pool2d_with_indices_backward.default] = max_pool2d_with_indices_backward
+    table[aten._adaptive_avg_pool2d_backward.default] = adaptive_avg_pool2d_backward
+    table[aten.native_group_norm.default] = native_group_norm
     return table

@@ -264,6 +264,46 @@ impl<'c, 'a> Emitter<'c, 'a> {
         )
     }
 
+    /// `stablehlo.pad`: `low`/`high` edge padding (negative crops) and `interior` padding
+    /// between elements, filled with the scalar `value`.
+    pub fn pad(&self, x: &Tv<'c, 'a>, value: &Tv<'c, 'a>, low: &[i64], high: &[i64], interior: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        let dims: Vec<i64> = (0..x.rank())
+            .map(|i| low[i] + high[i] + x.dims[i] + (x.dims[i] - 1).max(0) * interior[i])
+            .collect();
+        self.op(
+            "stablehlo.pad",
+            &[x, value],
+            x.dtype,
+            &dims,
+            &[
+                ("edge_padding_low", self.i64_array(low)),
+                ("edge_padding_high", self.i64_array(high)),
+                ("interior_padding", self.i64_array(interior)),
+            ],
+        )
+    }
+
+    /// A summing `stablehlo.reduce_window` with zero padding given per dim as [low, high].
+    pub fn window_sum(&self, x: &Tv<'c, 'a>, window: &[i64], strides: &[i64], pads: &[[i64; 2]], out_dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        let d = x.dtype;
+        let r = x.rank();
+        let region = self.scalar_region(&[d, d], |b, a| Ok(vec![b.ew("stablehlo.add", &[&a[0], &a[1]], d)?]))?;
+        let init = self.constant(d, &[], Scalar::I(0))?;
+        let pad_text = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
+        let vals = self.build(
+            "stablehlo.reduce_window",
+            &[x.v, init.v],
+            &[self.ty(d, out_dims)],
+            &[
+                ("window_dimensions", self.i64_array(window)),
+                ("window_strides", self.i64_array(strides)),
+                ("padding", self.attr(&format!("dense<[{pad_text}]> : tensor<{r}x2xi64>"))?),
+            ],
+            vec![region],
+        )?;
+        Ok(Tv { v: vals[0], dtype: d, dims: out_dims.to_vec() })
+    }
+
     /// Concatenation along `dim` of parts that already share the result dtype.
     pub fn concatenate(&self, parts: &[Tv<'c, 'a>], dim: usize, dtype: DType, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
         if parts.len() == 1 {

@@ -1,7 +1,7 @@
 //! The lowering table: one entry per ATen op (namespace.name; overloads are handled inside
 //! the rule, which reads the attributes). Adding an op = one line here plus its rule.
 
-use super::ops::{elementwise as ew, factory, indexing, linalg, nn, reduce, shape, RuleFn};
+use super::ops::{elementwise as ew, factory, indexing, linalg, nn, reduce, shape, sort, RuleFn};
 use crate::ir::OpName;
 
 static TABLE: &[(&str, RuleFn)] = &[
@@ -36,6 +36,9 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.atanh", ew::unary),
     ("aten.sigmoid", ew::unary),
     ("aten.erf", ew::unary),
+    ("aten.erfinv", ew::unary),
+    ("aten.lgamma", ew::unary),
+    ("aten.digamma", ew::unary),
     ("aten.reciprocal", ew::unary),
     ("aten.relu", ew::unary),
     ("aten.gelu", ew::unary),
@@ -120,6 +123,7 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.chunk", shape::split),
     ("aten.unbind", shape::split),
     ("aten.flip", shape::flip),
+    ("aten.constant_pad_nd", shape::constant_pad),
     // factories
     ("aten.full", factory::fill),
     ("aten.full_like", factory::fill),
@@ -146,6 +150,8 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.native_dropout", nn::dropout),
     ("aten.convolution", nn::convolution),
     ("aten.max_pool2d_with_indices", nn::max_pool2d),
+    ("aten.avg_pool2d", nn::avg_pool2d),
+    ("aten.avg_pool2d_backward", nn::avg_pool2d_backward),
     // indexing
     ("aten.embedding", indexing::embedding),
     ("aten.index_select", indexing::index_select),
@@ -153,7 +159,17 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.scatter", indexing::scatter),
     ("aten.scatter_add", indexing::scatter),
     ("aten.index_put", indexing::index_put),
+    ("aten._unsafe_index_put", indexing::index_put),
+    ("aten.index", indexing::index),
+    ("aten._unsafe_index", indexing::index),
+    ("aten.slice_scatter", indexing::slice_scatter),
+    ("aten.select_scatter", indexing::slice_scatter),
     ("aten.cumsum", indexing::cumsum),
+    ("aten.cumprod", indexing::cumsum),
+    ("aten.as_strided", indexing::as_strided),
+    // sorting
+    ("aten.sort", sort::sort),
+    ("aten.topk", sort::topk),
 ];
 
 pub fn rule_for(op: &OpName) -> Option<RuleFn> {

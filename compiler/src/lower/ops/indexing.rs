@@ -1,4 +1,5 @@
-//! Indexing: gather, scatter/scatter_add, index_select, embedding, index_put, cumsum.
+//! Indexing: gather, scatter/scatter_add, index_select, embedding, index/index_put,
+//! slice/select_scatter, as_strided, cumsum/cumprod.
 //! Gathers and scatters use explicit per-element coordinates (one index vector per output
 //! element), which keeps every form on one well-tested StableHLO pattern. Out-of-range
 //! indices are clamped (gather) or dropped (scatter) by XLA where PyTorch raises.
@@ -166,69 +167,167 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     Ok(vec![scatter_at(e, &x, &coords, &updates, add)?])
 }
 
-/// index_put(self, indices, values, accumulate=False). The index tensors are operands after
-/// `self` (values last); the `indices` attribute lists which dims they index, which must be
-/// adjacent. Integer indices only (boolean masks have data-dependent shapes).
-pub fn index_put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let x = e.convert(n.arg(0)?, n.out_dtype())?;
-    let Some(Attr::IntList(indexed)) = n.attr("indices") else {
-        return bad!("index_put needs the 'indices' attribute listing the indexed dims");
-    };
-    let k = indexed.len();
-    if k == 0 || n.args.len() != k + 2 {
-        return bad!("index_put expects {} index operands and values", k);
-    }
-    let dims: Vec<usize> = indexed.iter().map(|&d| dim(d, x.rank())).collect::<RuleResult<_>>()?;
-    if dims.windows(2).any(|w| w[1] != w[0] + 1) {
-        return unsupported!("index_put with non-adjacent indexed dims {dims:?}");
-    }
-    let idx: Vec<&Tv> = n.args[1..=k].iter().collect();
+/// Advanced indexing shared by `index` and `index_put`: `x` indexed at dims `dims` (sorted,
+/// from the `indices` attribute) by integer tensors `idx`. The index tensors broadcast
+/// together to B; the result shape is x's dims with the indexed block replaced by B when the
+/// indexed dims are adjacent, else B first and the remaining dims after it (NumPy rules).
+/// Returns that shape and per-element coordinates into `x` (shape + [rank]).
+fn advanced_index<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], idx: &[&Tv<'c, 'a>]) -> RuleResult<(Vec<i64>, Tv<'c, 'a>)> {
     if idx.iter().any(|t| t.dtype == DType::Bool || t.dtype == DType::U8) {
-        return unsupported!("index_put with boolean mask indices");
+        return unsupported!("indexing with boolean mask indices (data-dependent shape)");
     }
-    // All index tensors broadcast together to B; the update covers x's dims with the
-    // indexed block replaced by B.
     let mut b: Vec<i64> = Vec::new();
-    for t in &idx {
-        b = match crate::ir::types::broadcast_shapes(
-            &b.iter().map(|&d| crate::ir::Dim::Static(d)).collect::<Vec<_>>(),
-            &t.dims.iter().map(|&d| crate::ir::Dim::Static(d)).collect::<Vec<_>>(),
-        ) {
+    for t in idx {
+        b = match crate::ir::types::broadcast_shapes(&static_dims(&b), &static_dims(&t.dims)) {
             Some(s) => s.iter().map(|d| if let crate::ir::Dim::Static(v) = d { *v } else { 0 }).collect(),
             None => return bad!("index tensors do not broadcast together"),
         };
     }
-    let first = dims[0];
-    let mut upd_shape: Vec<i64> = x.dims[..first].to_vec();
-    upd_shape.extend(&b);
-    upd_shape.extend(&x.dims[first + k..]);
-    // Per-element coordinates over the update shape: the B block gives the indexed dims,
-    // the other update dims give the remaining dims.
-    let mut one = upd_shape.clone();
+    let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
+    let k = dims.len();
+    // Where the B block starts in the result, and where each non-indexed dim of x lands.
+    let block = if adjacent { dims[0] } else { 0 };
+    let mut shape: Vec<i64> = Vec::with_capacity(x.rank() - k + b.len());
+    let mut rest_pos = vec![0usize; x.rank()];
+    let rest: Vec<usize> = (0..x.rank()).filter(|j| !dims.contains(j)).collect();
+    let before: Vec<usize> = rest.iter().copied().filter(|&j| j < block).collect();
+    for &j in &before {
+        rest_pos[j] = shape.len();
+        shape.push(x.dims[j]);
+    }
+    shape.extend(&b);
+    for &j in rest.iter().filter(|&&j| j >= block) {
+        rest_pos[j] = shape.len();
+        shape.push(x.dims[j]);
+    }
+    let mut one = shape.clone();
     one.push(1);
     let mut comps = Vec::with_capacity(x.rank());
     for j in 0..x.rank() {
-        let c = if j < first {
-            e.iota(DType::I64, &upd_shape, j)?
-        } else if j < first + k {
-            let t = wrap_negative(e, idx[j - first], x.dims[j])?;
-            let mapping: Vec<i64> = (0..t.rank()).map(|i| (first + b.len() - t.rank() + i) as i64).collect();
-            e.broadcast_in_dim(&t, &upd_shape, &mapping)?
-        } else {
-            e.iota(DType::I64, &upd_shape, j - k + b.len())?
+        let c = match dims.iter().position(|&d| d == j) {
+            Some(i) => {
+                let t = wrap_negative(e, idx[i], x.dims[j])?;
+                let lead = block + b.len() - t.rank();
+                let mapping: Vec<i64> = (0..t.rank()).map(|r| (lead + r) as i64).collect();
+                e.broadcast_in_dim(&t, &shape, &mapping)?
+            }
+            None => e.iota(DType::I64, &shape, rest_pos[j])?,
         };
         comps.push(e.reshape(&c, &one)?);
     }
-    let mut full = upd_shape.clone();
+    let mut full = shape.clone();
     full.push(x.rank() as i64);
-    let coords = e.concatenate(&comps, upd_shape.len(), DType::I64, &full)?;
+    let coords = e.concatenate(&comps, shape.len(), DType::I64, &full)?;
+    Ok((shape, coords))
+}
+
+fn static_dims(v: &[i64]) -> Vec<crate::ir::Dim> {
+    v.iter().map(|&d| crate::ir::Dim::Static(d)).collect()
+}
+
+/// The indexed dims and index operands of an `index`/`index_put` node: operands after `self`
+/// named by the `indices` attribute (positions of the non-None entries of `Tensor?[]`).
+fn indexed_dims<'n>(n: &'n NodeCtx<'_, '_, '_>, rank: usize) -> RuleResult<Vec<usize>> {
+    let Some(Attr::IntList(indexed)) = n.attr("indices") else {
+        return bad!("indexing needs the 'indices' attribute listing the indexed dims");
+    };
+    if indexed.is_empty() {
+        return bad!("indexing with no index tensors");
+    }
+    let dims: Vec<usize> = indexed.iter().map(|&d| dim(d, rank)).collect::<RuleResult<_>>()?;
+    if dims.windows(2).any(|w| w[1] <= w[0]) {
+        return bad!("indexed dims {dims:?} must increase");
+    }
+    Ok(dims)
+}
+
+/// index.Tensor(self, indices): advanced (integer-tensor) indexing, a gather.
+pub fn index<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let dims = indexed_dims(n, x.rank())?;
+    if n.args.len() != dims.len() + 1 {
+        return bad!("index expects {} index operands", dims.len());
+    }
+    let idx: Vec<&Tv> = n.args[1..].iter().collect();
+    let (shape, coords) = advanced_index(e, x, &dims, &idx)?;
+    let out = gather_at(e, x, &coords)?;
+    Ok(vec![e.reshape(&out, &shape)?])
+}
+
+/// index_put(self, indices, values, accumulate=False): a scatter at the same coordinates
+/// `index` would gather from.
+pub fn index_put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = e.convert(n.arg(0)?, n.out_dtype())?;
+    let dims = indexed_dims(n, x.rank())?;
+    let k = dims.len();
+    if n.args.len() != k + 2 {
+        return bad!("index_put expects {} index operands and values", k);
+    }
+    let idx: Vec<&Tv> = n.args[1..=k].iter().collect();
+    let (upd_shape, coords) = advanced_index(e, &x, &dims, &idx)?;
     let values = e.broadcast_to(&e.convert(&n.args[k + 1], x.dtype)?, &upd_shape)?;
     let accumulate = n.bool_or("accumulate", false)?;
     Ok(vec![scatter_at(e, &x, &coords, &values, accumulate)?])
 }
 
-/// cumsum(self, dim, dtype=None): a prefix-sum window along `dim`.
+/// slice_scatter(self, src, dim, start, end, step) and select_scatter(self, src, dim, index):
+/// `src` written over the slice (or the single index) of `self` along `dim`.
+pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let src = e.convert(n.arg(1)?, out)?;
+    let d = dim(n.int_or("dim", 0)?, x.rank())?;
+    let size = x.dims[d];
+    let is_select = n.node.op().is_some_and(|o| o.name == "select_scatter");
+    let (start, step, src) = if is_select {
+        let i = n.int("index")?;
+        let i = if i < 0 { i + size } else { i };
+        let mut dims = src.dims.clone();
+        dims.insert(d, 1);
+        (i, 1, e.reshape(&src, &dims)?)
+    } else {
+        let s = n.int_or("start", 0)?;
+        let s = if s < 0 { s + size } else { s }.clamp(0, size);
+        (s, n.int_or("step", 1)?, src)
+    };
+    if src.rank() != x.rank() || step < 1 {
+        return bad!("slice_scatter: src {:?} does not fit self {:?}", src.dims, x.dims);
+    }
+    if src.dims.iter().product::<i64>() == 0 {
+        return Ok(vec![x]);
+    }
+    if step == 1 {
+        // A contiguous window: one dynamic_update_slice at constant offsets.
+        let starts: Vec<Tv> = (0..x.rank())
+            .map(|j| e.constant(DType::I64, &[], Scalar::I(if j == d { start } else { 0 })))
+            .collect::<RuleResult<_>>()?;
+        let mut operands = vec![x.v, src.v];
+        operands.extend(starts.iter().map(|t| t.v));
+        let v = e.build("stablehlo.dynamic_update_slice", &operands, &[e.ty(out, &x.dims)], &[], Vec::new())?[0];
+        return Ok(vec![Tv { v, dtype: out, dims: x.dims.clone() }]);
+    }
+    let shape = src.dims.clone();
+    let mut one = shape.clone();
+    one.push(1);
+    let mut comps = Vec::with_capacity(x.rank());
+    for j in 0..x.rank() {
+        let mut c = e.iota(DType::I64, &shape, j)?;
+        if j == d {
+            let s = e.constant(DType::I64, &shape, Scalar::I(step))?;
+            let o = e.constant(DType::I64, &shape, Scalar::I(start))?;
+            c = e.ew("stablehlo.add", &[&e.ew("stablehlo.multiply", &[&c, &s], DType::I64)?, &o], DType::I64)?;
+        }
+        comps.push(e.reshape(&c, &one)?);
+    }
+    let mut full = shape.clone();
+    full.push(x.rank() as i64);
+    let coords = e.concatenate(&comps, shape.len(), DType::I64, &full)?;
+    Ok(vec![scatter_at(e, &x, &coords, &src, false)?])
+}
+
+/// cumsum / cumprod (self, dim, dtype=None): a prefix-sum (-product) window along `dim`.
 pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let prod = n.node.op().is_some_and(|o| o.name == "cumprod");
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     if x.rank() == 0 {
@@ -239,9 +338,14 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let size = x.dims[d];
     let win: Vec<i64> = (0..r).map(|i| if i == d { size.max(1) } else { 1 }).collect();
     let pads = (0..r).map(|i| if i == d { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
-    let op = if out == DType::Bool { "stablehlo.or" } else { "stablehlo.add" };
+    let op = match (out == DType::Bool, prod) {
+        (true, false) => "stablehlo.or",
+        (true, true) => "stablehlo.and",
+        (false, false) => "stablehlo.add",
+        (false, true) => "stablehlo.multiply",
+    };
     let region = e.scalar_region(&[out, out], |b, a| Ok(vec![b.ew(op, &[&a[0], &a[1]], out)?]))?;
-    let init = e.constant(out, &[], Scalar::I(0))?;
+    let init = e.constant(out, &[], Scalar::I(prod as i64))?;
     let vals = e.build(
         "stablehlo.reduce_window",
         &[x.v, init.v],
@@ -254,4 +358,34 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
         vec![region],
     )?;
     Ok(vec![Tv { v: vals[0], dtype: out, dims: x.dims.clone() }])
+}
+
+/// as_strided(self, size, stride, storage_offset=None): element p of the result is element
+/// `offset + sum(p[i] * stride[i])` of `self` read in row-major order. Exact when `self` is
+/// contiguous from offset 0, which is how the IR holds every value (as Inductor assumes too).
+pub fn as_strided<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let size = n.ints("size")?;
+    let stride = n.ints("stride")?;
+    if size.len() != stride.len() {
+        return bad!("as_strided: size {size:?} and stride {stride:?} differ in length");
+    }
+    let offset = n.int_or("storage_offset", 0)?;
+    let numel: i64 = x.dims.iter().product();
+    let last = offset + size.iter().zip(&stride).map(|(&s, &st)| (s - 1).max(0) * st).sum::<i64>();
+    if size.iter().product::<i64>() > 0 && (offset < 0 || last >= numel) {
+        return bad!("as_strided reads element {last} of a {numel}-element tensor");
+    }
+    let flat = e.reshape(x, &[numel])?;
+    let mut pos = e.constant(DType::I64, &size, Scalar::I(offset))?;
+    for (i, &st) in stride.iter().enumerate() {
+        let along = e.iota(DType::I64, &size, i)?;
+        let scaled = e.ew("stablehlo.multiply", &[&along, &e.constant(DType::I64, &size, Scalar::I(st))?], DType::I64)?;
+        pos = e.ew("stablehlo.add", &[&pos, &scaled], DType::I64)?;
+    }
+    let mut with_vec = size.clone();
+    with_vec.push(1);
+    let coords = e.reshape(&pos, &with_vec)?;
+    let out = gather_at(e, &flat, &coords)?;
+    Ok(vec![e.reshape(&out, n.out_dims())?])
 }

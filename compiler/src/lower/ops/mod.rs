@@ -8,6 +8,7 @@ pub mod linalg;
 pub mod nn;
 pub mod reduce;
 pub mod shape;
+pub mod sort;
 
 use super::emitter::{Emitter, Tv};
 use super::error::RuleResult;

@@ -403,3 +403,136 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let indices = Tv { v: vals[1], dtype: DType::I64, dims: n.results[1].1.clone() };
     Ok(vec![e.convert(&values, n.out_dtype())?, e.convert(&indices, n.results[1].0)?])
 }
+
+/// The 2-D pooling geometry shared by avg_pool2d and its backward.
+struct Pool2d {
+    kernel: Vec<i64>,
+    stride: Vec<i64>,
+    padding: Vec<i64>,
+    count_include_pad: bool,
+    divisor_override: Option<i64>,
+}
+
+impl Pool2d {
+    fn read(n: &NodeCtx) -> RuleResult<Pool2d> {
+        let kernel = spatial(n.ints("kernel_size")?, 2, "kernel_size")?;
+        let stride = match n.opt_ints("stride")? {
+            Some(s) if !s.is_empty() => spatial(s, 2, "stride")?,
+            _ => kernel.clone(),
+        };
+        let padding = spatial(n.ints("padding").unwrap_or(vec![0]), 2, "padding")?;
+        let divisor_override = match n.attr("divisor_override") {
+            None | Some(crate::ir::Attr::None) => None,
+            Some(_) => Some(n.int("divisor_override")?),
+        };
+        Ok(Pool2d { kernel, stride, padding, count_include_pad: n.bool_or("count_include_pad", true)?, divisor_override })
+    }
+
+    /// Per-dim [low, high] padding of a rank-`r` input of spatial size `hw` so that every
+    /// window of the declared `out` size exists (ceil_mode windows run past the high side).
+    fn pads(&self, r: usize, hw: [i64; 2], out: [i64; 2]) -> Vec<[i64; 2]> {
+        let mut pads = vec![[0i64, 0i64]; r];
+        for k in 0..2 {
+            let need = (out[k] - 1) * self.stride[k] + self.kernel[k];
+            pads[r - 2 + k] = [self.padding[k], (need - hw[k] - self.padding[k]).max(self.padding[k])];
+        }
+        pads
+    }
+
+    fn window(&self, r: usize) -> (Vec<i64>, Vec<i64>) {
+        let mut win = vec![1i64; r];
+        let mut strides = vec![1i64; r];
+        for k in 0..2 {
+            win[r - 2 + k] = self.kernel[k];
+            strides[r - 2 + k] = self.stride[k];
+        }
+        (win, strides)
+    }
+
+    /// What each output window divides by, shaped like the output: the override, or the
+    /// number of window elements inside the input (count_include_pad=False) or inside the
+    /// input plus its explicit padding (True), as PyTorch counts them.
+    fn divisor<'c, 'a>(&self, e: &Emitter<'c, 'a>, d: DType, in_dims: &[i64], out_dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+        if let Some(v) = self.divisor_override {
+            return e.constant(d, out_dims, Scalar::I(v));
+        }
+        let r = in_dims.len();
+        let hw = [in_dims[r - 2], in_dims[r - 1]];
+        let mut pads = self.pads(r, hw, [out_dims[r - 2], out_dims[r - 1]]);
+        // Count over one plane (the count does not depend on batch or channel), then broadcast.
+        let mut plane = vec![1i64; r];
+        plane[r - 2] = hw[0];
+        plane[r - 1] = hw[1];
+        let mut ones = e.constant(d, &plane, Scalar::I(1))?;
+        if self.count_include_pad {
+            let one = e.constant(d, &[], Scalar::I(1))?;
+            let mut lo = vec![0; r];
+            let mut hi = vec![0; r];
+            for k in 0..2 {
+                lo[r - 2 + k] = self.padding[k];
+                hi[r - 2 + k] = self.padding[k];
+                pads[r - 2 + k] = [0, pads[r - 2 + k][1] - self.padding[k]];
+            }
+            ones = e.pad(&ones, &one, &lo, &hi, &vec![0; r])?;
+        }
+        let (win, strides) = self.window(r);
+        let mut out_plane = vec![1i64; r];
+        out_plane[r - 2] = out_dims[r - 2];
+        out_plane[r - 1] = out_dims[r - 1];
+        let counts = e.window_sum(&ones, &win, &strides, &pads, &out_plane)?;
+        e.broadcast_to(&counts, out_dims)
+    }
+}
+
+/// avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+/// divisor_override): a window sum divided by PyTorch's divisor.
+pub fn avg_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let r = x.rank();
+    if r != 3 && r != 4 {
+        return bad!("avg_pool2d needs a 3-D or 4-D input");
+    }
+    let out = n.out_dtype();
+    let acc = acc_type(out);
+    let p = Pool2d::read(n)?;
+    let out_dims = n.out_dims().to_vec();
+    let pads = p.pads(r, [x.dims[r - 2], x.dims[r - 1]], [out_dims[r - 2], out_dims[r - 1]]);
+    let (win, strides) = p.window(r);
+    let sum = e.window_sum(&e.convert(x, acc)?, &win, &strides, &pads, &out_dims)?;
+    let div = p.divisor(e, acc, &x.dims, &out_dims)?;
+    let avg = e.ew("stablehlo.divide", &[&sum, &div], acc)?;
+    Ok(vec![e.convert(&avg, out)?])
+}
+
+/// avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override): each input element receives the sum of
+/// grad/divisor over the windows that cover it - the gradient spread back with a transposed
+/// window sum (interior padding by stride-1, then a stride-1 window sum).
+pub fn avg_pool2d_backward<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (g, x) = (n.arg(0)?, n.arg(1)?);
+    let r = x.rank();
+    if r != 3 && r != 4 {
+        return bad!("avg_pool2d_backward needs a 3-D or 4-D input");
+    }
+    let out = n.out_dtype();
+    let acc = acc_type(out);
+    let p = Pool2d::read(n)?;
+    let g = e.convert(g, acc)?;
+    let div = p.divisor(e, acc, &x.dims, &g.dims)?;
+    let scaled = e.ew("stablehlo.divide", &[&g, &div], acc)?;
+    let zero = e.constant(acc, &[], Scalar::I(0))?;
+    let (mut lo, mut hi, mut interior) = (vec![0; r], vec![0; r], vec![0; r]);
+    let mut win = vec![1i64; r];
+    for k in 0..2 {
+        let (size, kern, s, pad) = (x.dims[r - 2 + k], p.kernel[k], p.stride[k], p.padding[k]);
+        let dilated = (g.dims[r - 2 + k] - 1) * s + 1;
+        interior[r - 2 + k] = s - 1;
+        lo[r - 2 + k] = kern - 1 - pad;
+        // After a stride-1 window of `kern`, exactly `size` positions remain.
+        hi[r - 2 + k] = size + kern - 1 - lo[r - 2 + k] - dilated;
+        win[r - 2 + k] = kern;
+    }
+    let spread = e.pad(&scaled, &zero, &lo, &hi, &interior)?;
+    let grad = e.window_sum(&spread, &win, &vec![1; r], &vec![[0, 0]; r], &x.dims)?;
+    Ok(vec![e.convert(&grad, out)?])
+}

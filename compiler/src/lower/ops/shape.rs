@@ -155,3 +155,23 @@ pub fn flip<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let dims: Vec<i64> = n.ints("dims")?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
     Ok(vec![e.op("stablehlo.reverse", &[x], x.dtype, &x.dims.clone(), &[("dimensions", e.i64_array(&dims))])?])
 }
+
+/// constant_pad_nd(self, pad, value=0): `pad` lists (low, high) pairs from the last dim
+/// backwards; negative amounts crop.
+pub fn constant_pad<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = e.convert(n.arg(0)?, n.out_dtype())?;
+    let pad = n.ints("pad")?;
+    let r = x.rank();
+    if pad.len() % 2 != 0 || pad.len() / 2 > r {
+        return bad!("pad has {} entries for a rank-{r} tensor", pad.len());
+    }
+    let (mut low, mut high) = (vec![0; r], vec![0; r]);
+    for (i, pair) in pad.chunks(2).enumerate() {
+        low[r - 1 - i] = pair[0];
+        high[r - 1 - i] = pair[1];
+    }
+    let value = n.float_or("value", 0.0)?;
+    let value = e.constant(x.dtype, &[], crate::passes::patterns::Scalar::F(value))?;
+    let out = e.pad(&x, &value, &low, &high, &vec![0; r])?;
+    Ok(vec![e.reshape(&out, n.out_dims())?])
+}
