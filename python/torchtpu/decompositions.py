@@ -86,19 +86,21 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
         ]
         grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, True, out_pad, groups)
     if output_mask[1]:
-        cin, cout = input.shape[1] // groups, grad_output.shape[1] // groups
-        parts = []
-        for g in range(groups):
-            x_g = input.narrow(1, g * cin, cin) if groups > 1 else input
-            dy_g = grad_output.narrow(1, g * cout, cout) if groups > 1 else grad_output
-            gw = aten.convolution.default(
-                x_g.transpose(0, 1), dy_g.transpose(0, 1), None, dilation, padding, stride, False, [0] * spatial, 1
-            ).transpose(0, 1)
-            # The correlation can run past the kernel when the forward's stride dropped a remainder.
-            for i in range(spatial):
-                gw = gw.narrow(2 + i, 0, weight.shape[2 + i])
-            parts.append(gw)
-        grad_weight = parts[0] if groups == 1 else torch.cat(parts, 0)
+        # One convolution for every group at once: the input's channels of group g become
+        # the "input channels" (g, n) with cin as the batch, grad_output of group g the
+        # kernels (g, cout) over n; groups=G keeps the groups apart.
+        n, cin, cout = input.shape[0], input.shape[1] // groups, grad_output.shape[1] // groups
+        sp_in, sp_out = list(input.shape[2:]), list(grad_output.shape[2:])
+        perm = [2, 1, 0] + list(range(3, 3 + spatial))
+        x = input.reshape(n, groups, cin, *sp_in).permute(perm).reshape(cin, groups * n, *sp_in)
+        w = grad_output.reshape(n, groups, cout, *sp_out).permute([1, 2, 0] + list(range(3, 3 + spatial)))
+        w = w.reshape(groups * cout, n, *sp_out)
+        gw = aten.convolution.default(x, w, None, dilation, padding, stride, False, [0] * spatial, groups)
+        gw = gw.transpose(0, 1)
+        # The correlation can run past the kernel when the forward's stride dropped a remainder.
+        for i in range(spatial):
+            gw = gw.narrow(2 + i, 0, weight.shape[2 + i])
+        grad_weight = gw
     if output_mask[2]:
         grad_bias = grad_output.sum(dim=[0] + list(range(2, input.dim())))
     return grad_input, grad_weight, grad_bias

@@ -32,6 +32,17 @@ IMAGE = 32  # Hugging Face vision models
 TV_IMAGE = 64  # torchvision models
 
 
+def _randomize_zero_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Some models zero-initialise their heads (torchvision's ViT); all-zero logits would make
+    the comparison with eager vacuous, so such weight matrices get small random values."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+    return model
+
+
 def _ids(vocab=VOCAB, batch=BATCH, seq=SEQ):
     g = torch.Generator().manual_seed(0)
     return torch.randint(3, vocab, (batch, seq), generator=g)
@@ -71,7 +82,7 @@ def _hf(config_name: str, model_name: str, **config):
         if hasattr(cfg, "use_cache"):
             cfg.use_cache = False
         torch.manual_seed(0)
-        return getattr(transformers, model_name)(cfg).eval()
+        return _randomize_zero_weights(getattr(transformers, model_name)(cfg).eval())
 
     return build
 
@@ -159,7 +170,7 @@ def _tv(name: str, **kwargs):
         import torchvision
 
         torch.manual_seed(0)
-        return getattr(torchvision.models, name)(weights=None, **kwargs).eval()
+        return _randomize_zero_weights(getattr(torchvision.models, name)(weights=None, **kwargs).eval())
 
     return build
 
