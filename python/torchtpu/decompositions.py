@@ -142,6 +142,29 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return out.to(input.dtype), mean.reshape(N, group).to(input.dtype), rstd.reshape(N, group).to(input.dtype)
 
 
+def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    out = torch.bmm(batch1, batch2).sum(0)
+    if alpha != 1:
+        out = out * alpha
+    if beta == 0:
+        return out.expand(self.shape).clone() if out.shape != self.shape else out  # self ignored, NaNs too
+    return self * beta + out if beta != 1 else self + out
+
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """`src` written over a diagonal as one index_put (PyTorch's decomposition copies in place)."""
+    d1, d2 = dim1 % input.dim(), dim2 % input.dim()
+    length = src.shape[-1]
+    i = torch.arange(length)
+    rows, cols = (i, i + offset) if offset >= 0 else (i - offset, i)
+    indices = [None] * input.dim()
+    indices[d1], indices[d2] = rows, cols
+    # index_put puts the indexed block where the indexed dims were when they are adjacent,
+    # else first; src has the diagonal last.
+    position = min(d1, d2) if abs(d1 - d2) == 1 else 0
+    return aten.index_put.default(input, indices, src.movedim(-1, position))
+
+
 def _lowered_whole(op: torch._ops.OpOverload, supported: set) -> bool:
     ns, name = op._schema.name.split("::", 1)
     return f"{ns}.{name}" in supported or f"{ns}.{name}" in NEVER_DECOMPOSE
@@ -170,4 +193,6 @@ def decomposition_table() -> dict:
     table[aten.max_pool2d_with_indices_backward.default] = max_pool2d_with_indices_backward
     table[aten._adaptive_avg_pool2d_backward.default] = adaptive_avg_pool2d_backward
     table[aten.native_group_norm.default] = native_group_norm
+    table[aten.addbmm.default] = addbmm
+    table[aten.diagonal_scatter.default] = diagonal_scatter
     return table

@@ -372,6 +372,6 @@ def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str]) -> dict[tor
             continue
         vals = node.meta.get("val")
         for v in vals if isinstance(vals, (list, tuple)) else [vals]:
-            if isinstance(v, torch.Tensor) and (v.dtype not in IR_DTYPES or v.dtype.is_complex):
+            if isinstance(v, torch.Tensor) and v.dtype not in IR_DTYPES:
                 bad[node] = f"{base} on dtype {v.dtype}"
     return bad

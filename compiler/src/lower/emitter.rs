@@ -141,6 +141,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
             (d, v) if d.is_float() => self.attr(&format!("dense<{}> : {}", float_literal(d, v.as_f64()), scalar_ty))?,
             (d, Scalar::I(i)) if d.is_integer() => self.attr(&format!("dense<{i}> : {scalar_ty}"))?,
             (d, v) if d.is_integer() => self.attr(&format!("dense<{}> : {scalar_ty}", v.as_f64() as i64))?,
+            (d, v) if d.is_complex() => {
+                let part = if d == DType::C128 { DType::F64 } else { DType::F32 };
+                self.attr(&format!("dense<({}, {})> : {scalar_ty}", float_literal(part, v.as_f64()), float_literal(part, 0.0)))?
+            }
             (d, _) => return Err(RuleError::Unsupported(format!("constants of dtype {d}"))),
         };
         let c = self.build("stablehlo.constant", &[], &[scalar_ty], &[("value", attr)], Vec::new())?[0];
@@ -166,6 +170,12 @@ impl<'c, 'a> Emitter<'c, 'a> {
             // x != 0, exactly as PyTorch's bool conversion (NaN -> true).
             let zero = self.constant(x.dtype, &x.dims, Scalar::I(0))?;
             return self.compare(x, &zero, Cmp::Ne);
+        }
+        if x.dtype.is_complex() && !to.is_complex() {
+            // PyTorch keeps the real part (StableHLO leaves complex -> real undefined).
+            let part = if x.dtype == DType::C128 { DType::F64 } else { DType::F32 };
+            let re = self.op("stablehlo.real", &[x], part, &x.dims.clone(), &[])?;
+            return self.convert(&re, to);
         }
         self.op("stablehlo.convert", &[x], to, &x.dims.clone(), &[])
     }
@@ -342,6 +352,48 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let region = Region::new();
         region.append_block(block);
         Ok(region)
+    }
+
+    /// A region with one block whose arguments have the types of `args`; `body` builds the
+    /// values for `stablehlo.return`.
+    pub fn tensor_region(
+        &self,
+        args: &[(DType, Vec<i64>)],
+        body: impl for<'b> FnOnce(&Emitter<'c, 'b>, &[Tv<'c, 'b>]) -> RuleResult<Vec<Tv<'c, 'b>>>,
+    ) -> RuleResult<Region<'c>> {
+        let types: Vec<(Type<'c>, Location<'c>)> = args.iter().map(|(d, dims)| (self.ty(*d, dims), self.loc)).collect();
+        let block = Block::new(&types);
+        {
+            let inner = Emitter { ctx: self.ctx, block: &block, loc: self.loc };
+            let params: Vec<Tv<'c, '_>> = args
+                .iter()
+                .enumerate()
+                .map(|(i, (d, dims))| Ok(Tv { v: block.argument(i)?.into(), dtype: *d, dims: dims.clone() }))
+                .collect::<RuleResult<_>>()?;
+            let out = body(&inner, &params)?;
+            let vals: Vec<Value<'c, '_>> = out.iter().map(|t| t.v).collect();
+            inner.build("stablehlo.return", &vals, &[], &[], Vec::new())?;
+        }
+        let region = Region::new();
+        region.append_block(block);
+        Ok(region)
+    }
+
+    /// `stablehlo.while` over the carried values `init`: `cond` returns a scalar bool, `body`
+    /// the next values (same types). Returns the final values.
+    pub fn while_loop(
+        &self,
+        init: &[&Tv<'c, 'a>],
+        cond: impl for<'b> FnOnce(&Emitter<'c, 'b>, &[Tv<'c, 'b>]) -> RuleResult<Tv<'c, 'b>>,
+        body: impl for<'b> FnOnce(&Emitter<'c, 'b>, &[Tv<'c, 'b>]) -> RuleResult<Vec<Tv<'c, 'b>>>,
+    ) -> RuleResult<Vec<Tv<'c, 'a>>> {
+        let sig: Vec<(DType, Vec<i64>)> = init.iter().map(|t| (t.dtype, t.dims.clone())).collect();
+        let cond_region = self.tensor_region(&sig, |b, a| Ok(vec![cond(b, a)?]))?;
+        let body_region = self.tensor_region(&sig, body)?;
+        let operands: Vec<Value<'c, 'a>> = init.iter().map(|t| t.v).collect();
+        let results: Vec<Type<'c>> = sig.iter().map(|(d, dims)| self.ty(*d, dims)).collect();
+        let vals = self.build("stablehlo.while", &operands, &results, &[], vec![cond_region, body_region])?;
+        Ok(vals.into_iter().zip(sig).map(|(v, (dtype, dims))| Tv { v, dtype, dims }).collect())
     }
 
     /// `stablehlo.reduce` of several operands over `dims`, with a scalar body.

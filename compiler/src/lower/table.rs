@@ -1,7 +1,7 @@
 //! The lowering table: one entry per ATen op (namespace.name; overloads are handled inside
 //! the rule, which reads the attributes). Adding an op = one line here plus its rule.
 
-use super::ops::{elementwise as ew, factory, indexing, linalg, nn, reduce, shape, sort, RuleFn};
+use super::ops::{elementwise as ew, factory, fft, indexing, linalg, nn, polynomial, prims, reduce, shape, sort, RuleFn};
 use crate::ir::OpName;
 
 static TABLE: &[(&str, RuleFn)] = &[
@@ -158,6 +158,8 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.gather", indexing::gather),
     ("aten.scatter", indexing::scatter),
     ("aten.scatter_add", indexing::scatter),
+    ("aten.scatter_reduce", indexing::scatter_reduce),
+    ("aten.index_reduce", indexing::index_reduce),
     ("aten.index_put", indexing::index_put),
     ("aten._unsafe_index_put", indexing::index_put),
     ("aten.index", indexing::index),
@@ -167,9 +169,68 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.cumsum", indexing::cumsum),
     ("aten.cumprod", indexing::cumsum),
     ("aten.as_strided", indexing::as_strided),
+    // prims left by PyTorch's reference decompositions, special functions
+    ("prims.sum", prims::reduction),
+    ("prims.var", prims::reduction),
+    ("prims.broadcast_in_dim", prims::broadcast_in_dim),
+    ("prims.where", prims::where_),
+    ("prims.div", prims::div),
+    ("prims.abs", ew::unary),
+    ("prims.neg", ew::unary),
+    ("prims.erfc", ew::unary),
+    ("aten.erfc", ew::unary),
+    ("prims.bessel_i1e", ew::unary),
+    ("prims.signbit", prims::signbit),
+    ("aten.signbit", prims::signbit),
+    ("prims.fmax", prims::binary),
+    ("prims.fmin", prims::binary),
+    ("aten.fmax", prims::binary),
+    ("aten.fmin", prims::binary),
+    ("prims.shift_left", prims::binary),
+    ("prims.shift_right_arithmetic", prims::binary),
+    ("prims.zeta", prims::binary),
+    ("prims.hypot", prims::binary),
+    ("aten.hypot", prims::binary),
+    ("aten.polygamma", prims::polygamma),
+    ("aten.angle", prims::angle),
+    ("aten.copy", prims::copy),
+    ("aten.empty_permuted", factory::fill),
+    ("aten.empty_strided", factory::fill),
+    ("aten.new_empty_strided", factory::fill),
+    // Fourier transforms and complex parts
+    ("aten._fft_r2c", fft::r2c),
+    ("aten._fft_c2r", fft::c2r),
+    ("aten._fft_c2c", fft::c2c),
+    ("aten._conj", fft::conj),
+    ("aten._conj_physical", fft::conj),
+    ("aten.conj_physical", fft::conj),
+    ("aten.real", fft::part),
+    ("aten.imag", fft::part),
+    ("aten.view_as_real", fft::view_as_real),
+    ("aten.view_as_complex", fft::view_as_complex),
+    // orthogonal polynomials
+    ("aten.special_chebyshev_polynomial_t", polynomial::polynomial),
+    ("aten.special_chebyshev_polynomial_u", polynomial::polynomial),
+    ("aten.special_chebyshev_polynomial_v", polynomial::polynomial),
+    ("aten.special_chebyshev_polynomial_w", polynomial::polynomial),
+    ("aten.special_shifted_chebyshev_polynomial_t", polynomial::polynomial),
+    ("aten.special_shifted_chebyshev_polynomial_u", polynomial::polynomial),
+    ("aten.special_shifted_chebyshev_polynomial_v", polynomial::polynomial),
+    ("aten.special_shifted_chebyshev_polynomial_w", polynomial::polynomial),
+    ("aten.special_hermite_polynomial_h", polynomial::polynomial),
+    ("aten.special_hermite_polynomial_he", polynomial::polynomial),
+    ("aten.special_laguerre_polynomial_l", polynomial::polynomial),
+    ("aten.special_legendre_polynomial_p", polynomial::polynomial),
     // sorting
     ("aten.sort", sort::sort),
     ("aten.topk", sort::topk),
+    ("aten.kthvalue", sort::kthvalue),
+    ("aten.median", sort::median),
+    ("aten.nanmedian", sort::median),
+    ("aten.searchsorted", sort::searchsorted),
+    ("aten.bucketize", sort::searchsorted),
+    ("aten.cummax", sort::cumulative_extreme),
+    ("aten.cummin", sort::cumulative_extreme),
 ];
 
 pub fn rule_for(op: &OpName) -> Option<RuleFn> {

@@ -152,7 +152,7 @@ def _hf_specs() -> list[ModelSpec]:
         S("convnext", "vision", _hf("ConvNextConfig", "ConvNextForImageClassification", num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10), _pixels()),
         S("resnet", "vision", _hf("ResNetConfig", "ResNetForImageClassification", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10), _pixels()),
         S("regnet", "vision", _hf("RegNetConfig", "RegNetForImageClassification", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], groups_width=8, num_labels=10), _pixels()),
-        S("mobilevit", "vision", _hf("MobileViTConfig", "MobileViTForImageClassification", image_size=IMAGE, patch_size=2, hidden_sizes=[32, 32, 32], neck_hidden_sizes=[8, 8, 16, 16, 16, 32, 64], num_attention_heads=4, num_labels=10), _pixels()),
+        S("mobilevit", "vision", _hf("MobileViTConfig", "MobileViTForImageClassification", image_size=IMAGE, patch_size=2, hidden_sizes=[32, 32, 32], neck_hidden_sizes=[8, 8, 16, 16, 16, 32, 64], num_attention_heads=4, num_labels=10, initializer_range=0.5), _pixels()),
         S("clip", "vision", _hf("CLIPConfig", "CLIPModel",
                                  text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
                                  vision_config=dict(image_size=IMAGE, patch_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4),

@@ -58,6 +58,8 @@ pub fn unary_op(name: &str) -> Option<&'static str> {
         "sigmoid" => "stablehlo.logistic",
         "erf" => "chlo.erf",
         "erfinv" => "chlo.erf_inv",
+        "erfc" => "chlo.erfc",
+        "bessel_i1e" => "chlo.bessel_i1e",
         "lgamma" => "chlo.lgamma",
         "digamma" => "chlo.digamma",
         "asin" => "chlo.asin",

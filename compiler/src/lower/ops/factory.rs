@@ -26,9 +26,6 @@ pub fn fill<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         "ones" | "ones_like" | "new_ones" => Scalar::I(1),
         _ => Scalar::I(0),
     };
-    if n.out_dtype().is_complex() {
-        return unsupported!("complex fills");
-    }
     Ok(vec![e.constant(n.out_dtype(), n.out_dims(), value)?])
 }
 

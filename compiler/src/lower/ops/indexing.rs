@@ -18,7 +18,7 @@ fn list(v: impl Iterator<Item = usize>) -> String {
 
 /// Coordinates `shape + [rank]` whose component `d` is `index` and every other component
 /// `j` is the element's own position along `j`.
-fn coordinates<'c, 'a>(e: &Emitter<'c, 'a>, index: &Tv<'c, 'a>, d: usize, rank: usize) -> RuleResult<Tv<'c, 'a>> {
+pub(crate) fn coordinates<'c, 'a>(e: &Emitter<'c, 'a>, index: &Tv<'c, 'a>, d: usize, rank: usize) -> RuleResult<Tv<'c, 'a>> {
     let shape = index.dims.clone();
     let mut one = shape.clone();
     one.push(1);
@@ -35,7 +35,7 @@ fn coordinates<'c, 'a>(e: &Emitter<'c, 'a>, index: &Tv<'c, 'a>, d: usize, rank: 
 }
 
 /// Gathers `x` at element coordinates `coords` (shape S + [rank]) -> shape S.
-fn gather_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+pub(crate) fn gather_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
     let rank = x.rank();
     let out: Vec<i64> = coords.dims[..coords.rank() - 1].to_vec();
     let dn = format!(
@@ -59,6 +59,20 @@ fn gather_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>) -
 /// Scatters `updates` (shape S) into `x` at `coords` (S + [rank]); `add` accumulates,
 /// otherwise later updates overwrite.
 fn scatter_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, add: bool) -> RuleResult<Tv<'c, 'a>> {
+    scatter_combine(e, x, coords, updates, if add { Combine::Add } else { Combine::Replace })
+}
+
+/// How a scatter combines an update with the value already there.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Combine {
+    Replace,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+fn scatter_combine<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, how: Combine) -> RuleResult<Tv<'c, 'a>> {
     let rank = x.rank();
     let dn = format!(
         "#stablehlo.scatter<update_window_dims = [], inserted_window_dims = [{0}], scatter_dims_to_operand_dims = [{0}], index_vector_dim = {1}>",
@@ -66,11 +80,14 @@ fn scatter_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, 
         updates.rank()
     );
     let d = x.dtype;
+    let boolean = d == DType::Bool;
     let region = e.scalar_region(&[d, d], |b, a| {
-        Ok(vec![if add {
-            b.ew(if d == DType::Bool { "stablehlo.or" } else { "stablehlo.add" }, &[&a[0], &a[1]], d)?
-        } else {
-            a[1].clone()
+        Ok(vec![match how {
+            Combine::Replace => a[1].clone(),
+            Combine::Add => b.ew(if boolean { "stablehlo.or" } else { "stablehlo.add" }, &[&a[0], &a[1]], d)?,
+            Combine::Mul => b.ew(if boolean { "stablehlo.and" } else { "stablehlo.multiply" }, &[&a[0], &a[1]], d)?,
+            Combine::Max => b.minmax(&a[0], &a[1], true)?,
+            Combine::Min => b.minmax(&a[0], &a[1], false)?,
         }])
     })?;
     let vals = e.build(
@@ -85,6 +102,123 @@ fn scatter_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, 
         vec![region],
     )?;
     Ok(Tv { v: vals[0], dtype: d, dims: x.dims.clone() })
+}
+
+/// scatter_reduce / index_reduce with reduce in sum|prod|mean|amax|amin and include_self:
+/// `x` combined with `updates` at `coords`. Without include_self the positions that receive
+/// an update start from the reduction's identity; mean divides by the number of values
+/// reduced (floor division for integers, as PyTorch).
+fn reduce_into<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, reduce: &str, include_self: bool) -> RuleResult<Tv<'c, 'a>> {
+    let d = x.dtype;
+    let how = match reduce {
+        "sum" | "mean" => Combine::Add,
+        "prod" => Combine::Mul,
+        "amax" => Combine::Max,
+        "amin" => Combine::Min,
+        other => return unsupported!("reduce='{other}'"),
+    };
+    let base = if include_self {
+        x.clone()
+    } else {
+        let identity = match how {
+            Combine::Mul => Scalar::I(1),
+            Combine::Max if d.is_float() => Scalar::F(f64::NEG_INFINITY),
+            Combine::Min if d.is_float() => Scalar::F(f64::INFINITY),
+            Combine::Max => Scalar::I(if d == DType::Bool { 0 } else if d == DType::U8 { 0 } else { int_bound(d, false) }),
+            Combine::Min => Scalar::I(if d == DType::Bool { 1 } else if d == DType::U8 { 255 } else { int_bound(d, true) }),
+            _ => Scalar::I(0),
+        };
+        let touched = touched_mask(e, x, coords, updates)?;
+        e.select(&touched, &e.constant(d, &x.dims, identity)?, x)?
+    };
+    let combined = scatter_combine(e, &base, coords, updates, how)?;
+    if reduce != "mean" {
+        return Ok(combined);
+    }
+    let counts_dtype = if d.is_float() { d } else { DType::I64 };
+    let start = e.constant(counts_dtype, &x.dims, Scalar::I(include_self as i64))?;
+    let ones = e.constant(counts_dtype, &updates.dims, Scalar::I(1))?;
+    let counts = scatter_combine(e, &start, coords, &ones, Combine::Add)?;
+    let one = e.constant(counts_dtype, &x.dims, Scalar::I(1))?;
+    let zero = e.constant(counts_dtype, &x.dims, Scalar::I(0))?;
+    let none = e.compare(&counts, &zero, Cmp::Eq)?;
+    let safe = e.select(&none, &one, &counts)?;
+    let safe = e.convert(&safe, d)?;
+    let mean = if d.is_float() { e.ew("stablehlo.divide", &[&combined, &safe], d)? } else { floor_div(e, &combined, &safe)? };
+    e.select(&none, &combined, &mean)
+}
+
+fn int_bound(d: DType, max: bool) -> i64 {
+    match (d, max) {
+        (DType::I8, true) => i8::MAX as i64,
+        (DType::I8, false) => i8::MIN as i64,
+        (DType::I16, true) => i16::MAX as i64,
+        (DType::I16, false) => i16::MIN as i64,
+        (DType::I32, true) => i32::MAX as i64,
+        (DType::I32, false) => i32::MIN as i64,
+        (_, true) => i64::MAX,
+        (_, false) => i64::MIN,
+    }
+}
+
+/// Integer floor division a / b (b > 0 here).
+fn floor_div<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+    let d = a.dtype;
+    let q = e.ew("stablehlo.divide", &[a, b], d)?;
+    let back = e.ew("stablehlo.multiply", &[&q, b], d)?;
+    let inexact = e.compare(&back, a, Cmp::Ne)?;
+    let zero = e.constant(d, &a.dims, Scalar::I(0))?;
+    let neg = e.compare(a, &zero, Cmp::Lt)?;
+    let fix = e.ew("stablehlo.and", &[&inexact, &neg], DType::Bool)?;
+    let one = e.constant(d, &a.dims, Scalar::I(1))?;
+    let lower = e.ew("stablehlo.subtract", &[&q, &one], d)?;
+    e.select(&fix, &lower, &q)
+}
+
+/// Which positions of `x` a scatter at `coords` writes.
+fn touched_mask<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+    let none = e.constant(DType::Bool, &x.dims, Scalar::B(false))?;
+    let all = e.constant(DType::Bool, &updates.dims, Scalar::B(true))?;
+    scatter_combine(e, &none, coords, &all, Combine::Replace)
+}
+
+/// scatter_reduce.two(self, dim, index, src, reduce, include_self=True).
+pub fn scatter_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let index = n.arg(1)?;
+    let d = dim(n.int("dim")?, x.rank())?;
+    let src = e.convert(n.arg(2)?, out)?;
+    let src = e.slice(&src, &vec![0; src.rank()], &index.dims, &vec![1; src.rank()])?;
+    let reduce = n.str_or("reduce", "sum")?.to_string();
+    let include_self = n.bool_or("include_self", true)?;
+    if x.rank() == 0 {
+        return unsupported!("scatter_reduce of a 0-d tensor");
+    }
+    if index.dims.iter().product::<i64>() == 0 {
+        return Ok(vec![x]);
+    }
+    let coords = coordinates(e, index, d, x.rank())?;
+    Ok(vec![reduce_into(e, &x, &coords, &src, &reduce, include_self)?])
+}
+
+/// index_reduce(self, dim, index, source, reduce, include_self=True): slice i of `source`
+/// along `dim` is reduced into slice index[i] of `self`.
+pub fn index_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let (index, src) = (n.arg(1)?, e.convert(n.arg(2)?, out)?);
+    if x.rank() == 0 || src.dims.iter().product::<i64>() == 0 {
+        return unsupported!("index_reduce of a 0-d or empty tensor");
+    }
+    let d = dim(n.int("dim")?, x.rank())?;
+    let reduce = n.str_or("reduce", "prod")?.to_string();
+    let include_self = n.bool_or("include_self", true)?;
+    let flat = e.reshape(index, &[index.dims.iter().product()])?;
+    let wrapped = wrap_negative(e, &flat, x.dims[d])?;
+    let spread = e.broadcast_in_dim(&wrapped, &src.dims, &[d as i64])?;
+    let coords = coordinates(e, &spread, d, x.rank())?;
+    Ok(vec![reduce_into(e, &x, &coords, &src, &reduce, include_self)?])
 }
 
 /// Negative indices count from the end of `size`.
@@ -142,11 +276,13 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
     let (x, index) = (n.arg(0)?, n.arg(1)?);
     let d = dim(n.int("dim")?, x.rank())?;
-    let add = match (name, n.str_or("reduce", "")?) {
-        ("scatter_add", _) | (_, "add" | "sum") => true,
-        (_, "") => false,
+    let how = match (name, n.str_or("reduce", "")?) {
+        ("scatter_add", _) | (_, "add" | "sum") => Combine::Add,
+        (_, "multiply") => Combine::Mul,
+        (_, "") => Combine::Replace,
         (_, other) => return unsupported!("scatter with reduce='{other}'"),
     };
+    let add = how == Combine::Add;
     let out = n.out_dtype();
     let x = e.convert(x, out)?;
     let updates = match n.attr("value") {
@@ -163,8 +299,11 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     if x.rank() == 0 {
         return Ok(vec![if add { e.ew("stablehlo.add", &[&x, &updates], out)? } else { e.reshape(&updates, &[])? }]);
     }
+    if how == Combine::Mul && x.rank() == 0 {
+        return Ok(vec![e.ew("stablehlo.multiply", &[&x, &e.reshape(&updates, &[])?], out)?]);
+    }
     let coords = coordinates(e, index, d, x.rank())?;
-    Ok(vec![scatter_at(e, &x, &coords, &updates, add)?])
+    Ok(vec![scatter_combine(e, &x, &coords, &updates, how)?])
 }
 
 /// Advanced indexing shared by `index` and `index_put`: `x` indexed at dims `dims` (sorted,

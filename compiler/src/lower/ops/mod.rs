@@ -3,9 +3,12 @@
 
 pub mod elementwise;
 pub mod factory;
+pub mod fft;
 pub mod indexing;
 pub mod linalg;
 pub mod nn;
+pub mod polynomial;
+pub mod prims;
 pub mod reduce;
 pub mod shape;
 pub mod sort;
