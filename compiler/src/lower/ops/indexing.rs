@@ -1,5 +1,6 @@
 //! Indexing: gather, scatter/scatter_add, index_select, embedding, index/index_put,
-//! slice/select_scatter, as_strided, cumsum/cumprod.
+//! slice/select_scatter, as_strided(_scatter), put, masked_scatter, nonzero_static,
+//! cumsum/cumprod/logcumsumexp.
 //! Gathers and scatters use explicit per-element coordinates (one index vector per output
 //! element), which keeps every form on one well-tested StableHLO pattern. Out-of-range
 //! indices are clamped (gather) or dropped (scatter) by XLA where PyTorch raises.
@@ -516,15 +517,167 @@ pub fn as_strided<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         return bad!("as_strided reads element {last} of a {numel}-element tensor");
     }
     let flat = e.reshape(x, &[numel])?;
-    let mut pos = e.constant(DType::I64, &size, Scalar::I(offset))?;
-    for (i, &st) in stride.iter().enumerate() {
-        let along = e.iota(DType::I64, &size, i)?;
-        let scaled = e.ew("stablehlo.multiply", &[&along, &e.constant(DType::I64, &size, Scalar::I(st))?], DType::I64)?;
-        pos = e.ew("stablehlo.add", &[&pos, &scaled], DType::I64)?;
-    }
+    let pos = strided_positions(e, &size, &stride, offset)?;
     let mut with_vec = size.clone();
     with_vec.push(1);
     let coords = e.reshape(&pos, &with_vec)?;
     let out = gather_at(e, &flat, &coords)?;
     Ok(vec![e.reshape(&out, n.out_dims())?])
+}
+
+/// Inclusive prefix sum of a 1-D tensor.
+fn prefix_sum<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+    let n = x.dims[0];
+    e.window_sum(x, &[n.max(1)], &[1], &[[(n - 1).max(0), 0]], &x.dims.clone())
+}
+
+/// Flat (1-D) scatter of `updates` into `flat` at `positions` (both 1-D, same length).
+fn scatter_flat<'c, 'a>(e: &Emitter<'c, 'a>, flat: &Tv<'c, 'a>, positions: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, how: Combine) -> RuleResult<Tv<'c, 'a>> {
+    let coords = e.reshape(positions, &[positions.dims[0], 1])?;
+    scatter_combine(e, flat, &coords, updates, how)
+}
+
+/// put(self, index, source, accumulate=False): `source` written (or added) at flat indices.
+pub fn put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let (index, source) = (n.arg(1)?, e.convert(n.arg(2)?, out)?);
+    let numel: i64 = x.dims.iter().product();
+    let k: i64 = index.dims.iter().product();
+    if k == 0 {
+        return Ok(vec![x]);
+    }
+    let flat = e.reshape(&x, &[numel])?;
+    let idx = wrap_negative(e, &e.reshape(index, &[k])?, numel)?;
+    let src = e.reshape(&source, &[k])?;
+    let how = if n.bool_or("accumulate", false)? { Combine::Add } else { Combine::Replace };
+    let r = scatter_flat(e, &flat, &idx, &src, how)?;
+    Ok(vec![e.reshape(&r, &x.dims)?])
+}
+
+/// masked_scatter(self, mask, source): the masked positions, in row-major order, take
+/// consecutive elements of `source`.
+pub fn masked_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let mask = e.broadcast_to(&e.convert(n.arg(1)?, DType::Bool)?, &x.dims)?;
+    let source = e.convert(n.arg(2)?, out)?;
+    let numel: i64 = x.dims.iter().product();
+    let src_numel: i64 = source.dims.iter().product();
+    if numel == 0 || src_numel == 0 {
+        return Ok(vec![x]);
+    }
+    let m = e.reshape(&mask, &[numel])?;
+    let rank = prefix_sum(e, &e.convert(&m, DType::I64)?)?;
+    let one = e.constant(DType::I64, &[numel], Scalar::I(1))?;
+    let pos = e.ew("stablehlo.subtract", &[&rank, &one], DType::I64)?;
+    let zero = e.constant(DType::I64, &[numel], Scalar::I(0))?;
+    let pos = e.select(&m, &pos, &zero)?;
+    let src = e.reshape(&source, &[src_numel])?;
+    let taken = gather_at(e, &src, &e.reshape(&pos, &[numel, 1])?)?;
+    let r = e.select(&m, &taken, &e.reshape(&x, &[numel])?)?;
+    Ok(vec![e.reshape(&r, &x.dims)?])
+}
+
+/// Flat positions `offset + sum(p[i] * stride[i])` over `size`, as as_strided reads them.
+fn strided_positions<'c, 'a>(e: &Emitter<'c, 'a>, size: &[i64], stride: &[i64], offset: i64) -> RuleResult<Tv<'c, 'a>> {
+    let mut pos = e.constant(DType::I64, size, Scalar::I(offset))?;
+    for (i, &st) in stride.iter().enumerate() {
+        let along = e.iota(DType::I64, size, i)?;
+        let scaled = e.ew("stablehlo.multiply", &[&along, &e.constant(DType::I64, size, Scalar::I(st))?], DType::I64)?;
+        pos = e.ew("stablehlo.add", &[&pos, &scaled], DType::I64)?;
+    }
+    Ok(pos)
+}
+
+/// as_strided_scatter(self, src, size, stride, storage_offset): `src` written where
+/// as_strided(self, size, stride, storage_offset) would read (self contiguous, as in the IR).
+pub fn as_strided_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let src = e.convert(n.arg(1)?, out)?;
+    let (size, stride) = (n.ints("size")?, n.ints("stride")?);
+    if size.len() != stride.len() || src.dims != size {
+        return bad!("as_strided_scatter: src {:?} does not match size {size:?} / stride {stride:?}", src.dims);
+    }
+    let count: i64 = size.iter().product();
+    let numel: i64 = x.dims.iter().product();
+    if count == 0 {
+        return Ok(vec![x]);
+    }
+    let pos = strided_positions(e, &size, &stride, n.int_or("storage_offset", 0)?)?;
+    let flat = e.reshape(&x, &[numel])?;
+    let r = scatter_flat(e, &flat, &e.reshape(&pos, &[count])?, &e.reshape(&src, &[count])?, Combine::Replace)?;
+    Ok(vec![e.reshape(&r, &x.dims)?])
+}
+
+/// nonzero_static(self, size, fill_value=-1): the coordinates of the first `size` nonzero
+/// elements in row-major order, one row each, padded with `fill_value`.
+pub fn nonzero_static<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let size = n.int("size")?;
+    let fill = n.int_or("fill_value", -1)?;
+    let numel: i64 = x.dims.iter().product();
+    let r = x.rank();
+    let out_dims = n.out_dims().to_vec();
+    if numel == 0 || size == 0 || r == 0 {
+        return Ok(vec![e.constant(DType::I64, &out_dims, Scalar::I(fill))?]);
+    }
+    let m = e.reshape(&e.convert(x, DType::Bool)?, &[numel])?;
+    let rank = prefix_sum(e, &e.convert(&m, DType::I64)?)?;
+    let one = e.constant(DType::I64, &[numel], Scalar::I(1))?;
+    // Zero elements aim past the end, where the scatter drops them.
+    let beyond = e.constant(DType::I64, &[numel], Scalar::I(size))?;
+    let slot = e.select(&m, &e.ew("stablehlo.subtract", &[&rank, &one], DType::I64)?, &beyond)?;
+    let flat_index = e.iota(DType::I64, &[numel], 0)?;
+    let mut columns = Vec::with_capacity(r);
+    let mut stride = numel;
+    for j in 0..r {
+        stride /= x.dims[j].max(1);
+        let q = e.ew("stablehlo.divide", &[&flat_index, &e.constant(DType::I64, &[numel], Scalar::I(stride.max(1)))?], DType::I64)?;
+        let coord = e.ew("stablehlo.remainder", &[&q, &e.constant(DType::I64, &[numel], Scalar::I(x.dims[j].max(1)))?], DType::I64)?;
+        let column = e.constant(DType::I64, &[size], Scalar::I(fill))?;
+        let column = scatter_flat(e, &column, &slot, &coord, Combine::Replace)?;
+        columns.push(e.reshape(&column, &[size, 1])?);
+    }
+    Ok(vec![e.convert(&e.concatenate(&columns, 1, DType::I64, &[size, r as i64])?, n.out_dtype())?])
+}
+
+/// logcumsumexp(self, dim): a prefix window combining with log(exp(a) + exp(b)), computed
+/// stably as max + log1p(exp(-|a - b|)).
+pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    if x.rank() == 0 || !out.is_float() {
+        return if out.is_float() { Ok(vec![x]) } else { unsupported!("logcumsumexp of a non-float tensor") };
+    }
+    let d = dim(n.int("dim")?, x.rank())?;
+    let r = x.rank();
+    let size = x.dims[d];
+    let region = e.scalar_region(&[out, out], |b, a| {
+        let hi = b.minmax(&a[0], &a[1], true)?;
+        let lo = b.minmax(&a[0], &a[1], false)?;
+        let diff = b.ew("stablehlo.subtract", &[&lo, &hi], out)?;
+        let sum = b.ew("stablehlo.add", &[&hi, &b.ew("stablehlo.log_plus_one", &[&b.ew("stablehlo.exponential", &[&diff], out)?], out)?], out)?;
+        // Both -inf (or the same infinity): the sum is that value, not NaN.
+        let same = b.compare(&a[0], &a[1], Cmp::Eq)?;
+        let inf = b.compare(&b.ew("stablehlo.abs", &[&hi], out)?, &b.constant(out, &[], Scalar::F(f64::INFINITY))?, Cmp::Eq)?;
+        let keep = b.ew("stablehlo.and", &[&same, &inf], DType::Bool)?;
+        Ok(vec![b.select(&keep, &hi, &sum)?])
+    })?;
+    let init = e.constant(out, &[], Scalar::F(f64::NEG_INFINITY))?;
+    let win: Vec<i64> = (0..r).map(|i| if i == d { size.max(1) } else { 1 }).collect();
+    let pads = (0..r).map(|i| if i == d { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
+    let vals = e.build(
+        "stablehlo.reduce_window",
+        &[x.v, init.v],
+        &[e.ty(out, &x.dims)],
+        &[
+            ("window_dimensions", e.i64_array(&win)),
+            ("window_strides", e.i64_array(&vec![1; r])),
+            ("padding", e.attr(&format!("dense<[{pads}]> : tensor<{r}x2xi64>"))?),
+        ],
+        vec![region],
+    )?;
+    Ok(vec![Tv { v: vals[0], dtype: out, dims: x.dims.clone() }])
 }

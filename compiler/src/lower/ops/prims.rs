@@ -127,12 +127,44 @@ pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     Ok(vec![r])
 }
 
-/// polygamma(n, self): chlo.polygamma with the order as a tensor.
+/// polygamma(n, self): chlo.polygamma with the order as a tensor. CHLO is inaccurate for
+/// negative arguments, so for n >= 1 they are first shifted up with the recurrence
+/// psi_n(x) = psi_n(x + 1) - (-1)^n n! / x^(n+1) (a while loop until every x >= 0).
 pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
-    let order = e.constant(out, &x.dims, Scalar::I(n.int("n")?))?;
-    Ok(vec![e.ew("chlo.polygamma", &[&order, &x], out)?])
+    let order = n.int("n")?;
+    let orders = e.constant(out, &x.dims, Scalar::I(order))?;
+    if order < 1 || x.dims.iter().product::<i64>() == 0 {
+        return Ok(vec![e.ew("chlo.polygamma", &[&orders, &x], out)?]);
+    }
+    let factorial: f64 = (1..=order).map(|k| k as f64).product();
+    let sign = if order % 2 == 0 { -1.0 } else { 1.0 }; // -(-1)^n
+    let coef = sign * factorial;
+    let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
+    let all: Vec<usize> = (0..x.rank()).collect();
+    let shifted = e.while_loop(
+        &[&x, &zero],
+        |b, s| {
+            let z = b.constant(out, &s[0].dims, Scalar::F(0.0))?;
+            let neg = b.compare(&s[0], &z, Cmp::Lt)?;
+            let any = reduce_with(b, &neg, &all, "or")?;
+            Ok(any)
+        },
+        |b, s| {
+            let (xs, acc) = (&s[0], &s[1]);
+            let dims = xs.dims.clone();
+            let z = b.constant(out, &dims, Scalar::F(0.0))?;
+            let neg = b.compare(xs, &z, Cmp::Lt)?;
+            let p = b.ew("stablehlo.power", &[xs, &b.constant(out, &dims, Scalar::F((order + 1) as f64))?], out)?;
+            let term = b.ew("stablehlo.divide", &[&b.constant(out, &dims, Scalar::F(coef))?, &p], out)?;
+            let acc2 = b.select(&neg, &b.ew("stablehlo.add", &[acc, &term], out)?, acc)?;
+            let x2 = b.select(&neg, &b.ew("stablehlo.add", &[xs, &b.constant(out, &dims, Scalar::F(1.0))?], out)?, xs)?;
+            Ok(vec![x2, acc2])
+        },
+    )?;
+    let base = e.ew("chlo.polygamma", &[&orders, &shifted[0]], out)?;
+    Ok(vec![e.ew("stablehlo.add", &[&base, &shifted[1]], out)?])
 }
 
 /// signbit(x): the sign bit of floats (true for -0.0 and negative NaNs), x < 0 for ints.
@@ -174,4 +206,61 @@ pub fn angle<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 pub fn copy<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let src = e.convert(n.arg(1)?, n.out_dtype())?;
     Ok(vec![e.broadcast_to(&src, n.out_dims())?])
+}
+
+/// Special functions built from CHLO and elementary ops: erfcx, ndtri, spherical_bessel_j0,
+/// bessel_i1 / modified_bessel_i1 (from CHLO's exponentially scaled i1e).
+pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let name = op_name(n).trim_start_matches("special_");
+    let d = n.out_dtype();
+    let x = e.convert(n.arg(0)?, d)?;
+    let dims = x.dims.clone();
+    let c = |v: f64| e.constant(d, &dims, Scalar::F(v));
+    let mul = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew("stablehlo.multiply", &[a, b], d);
+    let r = match name {
+        "erfcx" => {
+            // exp(x^2) erfc(x), with the asymptotic series where exp(x^2) would overflow:
+            // erfcx(x) ~ 1/(x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8)).
+            let direct = mul(&e.ew("stablehlo.exponential", &[&mul(&x, &x)?], d)?, &e.ew("chlo.erfc", &[&x], d)?)?;
+            let inv2 = e.ew("stablehlo.divide", &[&c(1.0)?, &mul(&x, &x)?], d)?;
+            let mut series = c(105.0 / 16.0)?;
+            for coef in [-15.0 / 8.0, 3.0 / 4.0, -0.5, 1.0] {
+                series = e.ew("stablehlo.add", &[&mul(&series, &inv2)?, &c(coef)?], d)?;
+            }
+            let lead = e.ew("stablehlo.divide", &[&c(1.0 / std::f64::consts::PI.sqrt())?, &x], d)?;
+            let asymptotic = mul(&lead, &series)?;
+            let large = e.compare(&x, &c(5.0)?, Cmp::Gt)?;
+            e.select(&large, &asymptotic, &direct)?
+        }
+        // ndtri(p) = sqrt(2) erfinv(2p - 1)
+        "ndtri" => {
+            let t = e.ew("stablehlo.subtract", &[&mul(&x, &c(2.0)?)?, &c(1.0)?], d)?;
+            mul(&e.ew("chlo.erf_inv", &[&t], d)?, &c(std::f64::consts::SQRT_2)?)?
+        }
+        // sin(x)/x, with its series near 0
+        "spherical_bessel_j0" => {
+            let x2 = mul(&x, &x)?;
+            let series = e.ew("stablehlo.add", &[&c(1.0)?, &mul(&x2, &e.ew("stablehlo.add", &[&c(-1.0 / 6.0)?, &mul(&x2, &c(1.0 / 120.0)?)?], d)?)?], d)?;
+            let direct = e.ew("stablehlo.divide", &[&e.ew("stablehlo.sine", &[&x], d)?, &x], d)?;
+            let small = e.compare(&e.ew("stablehlo.abs", &[&x], d)?, &c(1e-2)?, Cmp::Lt)?;
+            let inf = e.compare(&e.ew("stablehlo.abs", &[&x], d)?, &c(f64::INFINITY)?, Cmp::Eq)?;
+            let r = e.select(&small, &series, &direct)?;
+            e.select(&inf, &c(0.0)?, &r)?
+        }
+        // I1(x) = i1e(x) exp(|x|)
+        "bessel_i1" | "modified_bessel_i1" => {
+            let scaled = e.ew("chlo.bessel_i1e", &[&x], d)?;
+            mul(&scaled, &e.ew("stablehlo.exponential", &[&e.ew("stablehlo.abs", &[&x], d)?], d)?)?
+        }
+        other => return unsupported!("no special-function rule for '{other}'"),
+    };
+    Ok(vec![r])
+}
+
+/// nextafter(self, other): CHLO's next_after.
+pub fn nextafter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let names = ["self", "other"];
+    let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
+    Ok(vec![e.ew("chlo.next_after", &[&a, &b], out)?])
 }
