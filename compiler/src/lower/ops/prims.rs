@@ -252,9 +252,77 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
             let scaled = e.ew("chlo.bessel_i1e", &[&x], d)?;
             mul(&scaled, &e.ew("stablehlo.exponential", &[&e.ew("stablehlo.abs", &[&x], d)?], d)?)?
         }
+        // I0 and exp(-|x|) I0: the power series sum (x^2/4)^k / (k!)^2 up to |x| = 15,
+        // the asymptotic expansion of i0e beyond.
+        "bessel_i0" | "i0" | "modified_bessel_i0" | "bessel_i0e" | "i0e" => {
+            let scaled_result = name.ends_with('e');
+            let ax = e.ew("stablehlo.abs", &[&x], d)?;
+            let q = mul(&mul(&x, &x)?, &c(0.25)?)?;
+            let (mut term, mut sum) = (c(1.0)?, c(1.0)?);
+            for k in 1..=64 {
+                term = mul(&term, &mul(&q, &c(1.0 / (k * k) as f64)?)?)?;
+                sum = e.ew("stablehlo.add", &[&sum, &term], d)?;
+            }
+            let exp_neg = e.ew("stablehlo.exponential", &[&e.ew("stablehlo.negate", &[&ax], d)?], d)?;
+            let series_e = mul(&sum, &exp_neg)?;
+            let inv = e.ew("stablehlo.divide", &[&c(1.0)?, &ax], d)?;
+            let mut poly = c(11025.0 / 98304.0)?;
+            for coef in [225.0 / 3072.0, 9.0 / 128.0, 1.0 / 8.0, 1.0] {
+                poly = e.ew("stablehlo.add", &[&mul(&poly, &inv)?, &c(coef)?], d)?;
+            }
+            let root = e.ew("stablehlo.rsqrt", &[&mul(&ax, &c(2.0 * std::f64::consts::PI)?)?], d)?;
+            let asym_e = mul(&poly, &root)?;
+            let large = e.compare(&ax, &c(15.0)?, Cmp::Gt)?;
+            let scaled = e.select(&large, &asym_e, &series_e)?;
+            if scaled_result {
+                scaled
+            } else {
+                let direct = e.select(&large, &mul(&asym_e, &e.ew("stablehlo.exponential", &[&ax], d)?)?, &sum)?;
+                direct
+            }
+        }
         other => return unsupported!("no special-function rule for '{other}'"),
     };
     Ok(vec![r])
+}
+
+/// gcd / lcm of integers: Euclid's algorithm as one while loop over the whole tensor.
+pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    if !out.is_integer() {
+        return unsupported!("gcd of a non-integer dtype");
+    }
+    let names = ["self", "other"];
+    let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
+    let (a0, b0) = (e.ew("stablehlo.abs", &[&a], out)?, e.ew("stablehlo.abs", &[&b], out)?);
+    let all: Vec<usize> = (0..a.rank()).collect();
+    let done = e.while_loop(
+        &[&a0, &b0],
+        |w, s| {
+            let zero = w.constant(out, &s[1].dims, Scalar::I(0))?;
+            reduce_with(w, &w.compare(&s[1], &zero, Cmp::Ne)?, &all, "or")
+        },
+        |w, s| {
+            let (x, y) = (&s[0], &s[1]);
+            let zero = w.constant(out, &y.dims, Scalar::I(0))?;
+            let one = w.constant(out, &y.dims, Scalar::I(1))?;
+            let live = w.compare(y, &zero, Cmp::Ne)?;
+            let safe = w.select(&live, y, &one)?;
+            let rem = w.ew("stablehlo.remainder", &[x, &safe], out)?;
+            Ok(vec![w.select(&live, y, x)?, w.select(&live, &rem, y)?])
+        },
+    )?;
+    let g = done[0].clone();
+    if op_name(n) != "lcm" {
+        return Ok(vec![g]);
+    }
+    // lcm = |a / gcd * b|, 0 when gcd is 0.
+    let zero = e.constant(out, &g.dims, Scalar::I(0))?;
+    let one = e.constant(out, &g.dims, Scalar::I(1))?;
+    let nz = e.compare(&g, &zero, Cmp::Ne)?;
+    let q = e.ew("stablehlo.divide", &[&a, &e.select(&nz, &g, &one)?], out)?;
+    let l = e.ew("stablehlo.abs", &[&e.ew("stablehlo.multiply", &[&q, &b], out)?], out)?;
+    Ok(vec![e.select(&nz, &l, &zero)?])
 }
 
 /// nextafter(self, other): CHLO's next_after.
