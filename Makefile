@@ -5,7 +5,7 @@ VENV := .venv
 CARGO ?= cargo
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: setup build demo test test-rust test-lit test-python
+.PHONY: setup build demo test test-rust test-lit test-python zoo
 
 setup:
 	@bash scripts/setup.sh
@@ -30,3 +30,7 @@ test-lit:
 
 test-python:
 	$(VENV)/bin/pytest -q python/tests
+
+# The full model zoo: every model of python/tests/models/zoo.py vs eager; writes docs/model-coverage.md.
+zoo: setup
+	$(VENV)/bin/python python/tests/models/run_zoo.py

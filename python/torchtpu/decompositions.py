@@ -165,13 +165,57 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     return aten.index_put.default(input, indices, src.movedim(-1, position))
 
 
+def _expert_of_rows(rows: int, offs):
+    """For a grouped matmul: the expert of each row (rows sorted by expert, `offs` the
+    cumulative row counts) and whether the row belongs to any expert."""
+    r = torch.arange(rows, dtype=offs.dtype)
+    expert = torch.searchsorted(offs, r, right=True)
+    valid = expert < offs.shape[0]
+    return expert.clamp(max=offs.shape[0] - 1), valid
+
+
+def grouped_mm_fallback(input, weight, offs):
+    """transformers' MoE grouped matmul (an opaque custom op looping over experts) with static
+    shapes: every row multiplies its own expert's weight; rows past the last offset are 0."""
+    expert, valid = _expert_of_rows(input.shape[0], offs)
+    out = torch.bmm(input.unsqueeze(1), weight[expert]).squeeze(1)
+    return torch.where(valid.unsqueeze(1), out, torch.zeros((), dtype=out.dtype))
+
+
+def grouped_mm_fallback_backward(input, weight, offs, grad_output):
+    expert, valid = _expert_of_rows(input.shape[0], offs)
+    keep = valid.unsqueeze(1)
+    grad = torch.where(keep, grad_output, torch.zeros((), dtype=grad_output.dtype))
+    grad_input = torch.bmm(grad.unsqueeze(1), weight[expert].transpose(1, 2)).squeeze(1)
+    outer = input.unsqueeze(2) * grad.unsqueeze(1)
+    grad_weight = torch.zeros_like(weight).index_add(0, expert, outer)
+    return grad_input, grad_weight
+
+
+def _third_party() -> dict:
+    """Decompositions of other libraries' custom ops, when those libraries are loaded."""
+    table = {}
+    ops = getattr(torch.ops, "transformers", None)
+    for name, fn in (("grouped_mm_fallback", grouped_mm_fallback), ("grouped_mm_fallback_backward", grouped_mm_fallback_backward)):
+        try:
+            table[getattr(ops, name).default] = fn
+        except (AttributeError, RuntimeError):
+            pass
+    return table
+
+
 def _lowered_whole(op: torch._ops.OpOverload, supported: set) -> bool:
     ns, name = op._schema.name.split("::", 1)
     return f"{ns}.{name}" in supported or f"{ns}.{name}" in NEVER_DECOMPOSE
 
 
-@functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
+    """The table for one compile: torchtpu's (built once) plus third-party custom ops'."""
+    return {**_base_table(), **_third_party()}
+
+
+@functools.lru_cache(maxsize=1)
+def _base_table() -> dict:
     """Core decompositions, then PyTorch's other decompositions for ops torchtpu has no
     lowering for (group norm, repeat, diagonal, upsampling, ...), then torchtpu's own."""
     from torch._decomp import core_aten_decompositions

@@ -175,6 +175,7 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.masked_scatter", indexing::masked_scatter),
     ("aten.nonzero_static", indexing::nonzero_static),
     ("aten.logcumsumexp", indexing::logcumsumexp),
+    ("aten.histc", indexing::histc),
     // prims left by PyTorch's reference decompositions, special functions
     ("prims.sum", prims::reduction),
     ("prims.var", prims::reduction),

@@ -197,4 +197,4 @@ BY_NAME = {s.name: s for s in ALL}
 # Run by `make test` (small, deterministic, one per family and the ops each family brings).
 SUBSET = ["llama", "gpt2", "bert", "t5", "vit", "tv_resnet18"]
 # Models that also take one training step in the zoo (loss + gradients vs eager).
-TRAIN = {"llama", "gpt2", "bert", "t5", "vit", "tv_resnet18", "tv_mobilenet_v3_small", "qwen2", "distilbert", "convnext"}
+TRAIN = {"llama", "gpt2", "bert", "t5", "vit", "tv_resnet18", "tv_mobilenet_v3_small", "qwen2", "distilbert", "convnext", "mixtral", "whisper", "swin"}

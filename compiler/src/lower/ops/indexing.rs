@@ -681,3 +681,44 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     )?;
     Ok(vec![Tv { v: vals[0], dtype: out, dims: x.dims.clone() }])
 }
+
+/// histc(self, bins=100, min=0, max=0): counts per equal-width bin over [min, max] (the
+/// data's own range when min == max), values outside and NaNs ignored, the top edge in the
+/// last bin - bin = trunc((x - min) / (max - min) * bins) as ATen computes it.
+pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = n.arg(0)?;
+    if !out.is_float() {
+        return unsupported!("histc of a non-float tensor");
+    }
+    let bins = n.int_or("bins", 100)?;
+    let numel: i64 = x.dims.iter().product();
+    let flat = e.reshape(&e.convert(x, out)?, &[numel])?;
+    let (lo, hi) = (n.float_or("min", 0.0)?, n.float_or("max", 0.0)?);
+    let scalar = |v: f64| e.constant(out, &[], Scalar::F(v));
+    let (mut lo_t, mut hi_t) = (scalar(lo)?, scalar(hi)?);
+    if lo == hi && numel > 0 {
+        lo_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "min")?;
+        hi_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "max")?;
+        let same = e.compare(&lo_t, &hi_t, Cmp::Eq)?;
+        lo_t = e.select(&same, &e.ew("stablehlo.subtract", &[&lo_t, &scalar(1.0)?], out)?, &lo_t)?;
+        hi_t = e.select(&same, &e.ew("stablehlo.add", &[&hi_t, &scalar(1.0)?], out)?, &hi_t)?;
+    }
+    let counts = e.constant(out, &[bins], Scalar::I(0))?;
+    if numel == 0 {
+        return Ok(vec![counts]);
+    }
+    let lo_b = e.broadcast_in_dim(&lo_t, &[numel], &[])?;
+    let hi_b = e.broadcast_in_dim(&hi_t, &[numel], &[])?;
+    let width = e.ew("stablehlo.subtract", &[&hi_b, &lo_b], out)?;
+    let frac = e.ew("stablehlo.divide", &[&e.ew("stablehlo.subtract", &[&flat, &lo_b], out)?, &width], out)?;
+    let pos = e.convert(&e.ew("stablehlo.multiply", &[&frac, &e.constant(out, &[numel], Scalar::I(bins))?], out)?, DType::I64)?;
+    let last = e.constant(DType::I64, &[numel], Scalar::I(bins - 1))?;
+    let at_top = e.compare(&pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?, Cmp::Eq)?;
+    let pos = e.select(&at_top, &last, &pos)?;
+    let inside = e.ew("stablehlo.and", &[&e.compare(&flat, &lo_b, Cmp::Ge)?, &e.compare(&flat, &hi_b, Cmp::Le)?], DType::Bool)?;
+    // Outside values (and NaNs, which compare false) aim past the end and are dropped.
+    let pos = e.select(&inside, &pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?)?;
+    let ones = e.constant(out, &[numel], Scalar::I(1))?;
+    Ok(vec![scatter_flat(e, &counts, &pos, &ones, Combine::Add)?])
+}
