@@ -6,6 +6,7 @@ use clap::Parser;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use torchtpu_compiler::analysis::memory;
 use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
 use torchtpu_compiler::lower::lower_to_stablehlo;
 use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
@@ -42,6 +43,10 @@ struct Args {
     /// Report each pass's wall time (to stderr).
     #[arg(long = "timing")]
     timing: bool,
+    /// Report the peak-memory estimate (live bytes, the node at the peak) before and after
+    /// the pipeline (to stderr).
+    #[arg(long = "print-memory")]
+    print_memory: bool,
     /// What to print after the passes: the IR, or the StableHLO module it lowers to.
     #[arg(long = "emit", value_enum, default_value_t = Emit::Ir)]
     emit: Emit,
@@ -96,7 +101,18 @@ fn run(args: &Args) -> Result<()> {
     };
     let pm = PassManager::from_pipeline(args.pass_pipeline.as_deref().unwrap_or(""), options)?;
     let stderr = std::io::stderr();
+    // The report is rendered now: passes may remove the node it names.
+    let memory_before = match args.print_memory {
+        true => Some(memory::report(&graph, &memory::estimate(&graph).map_err(|_| anyhow::anyhow!("graph has a cycle"))?)),
+        false => None,
+    };
     let runs = pm.run(&mut graph, &mut stderr.lock())?;
+    if let Some(before) = memory_before {
+        let after = memory::estimate(&graph).map_err(|_| anyhow::anyhow!("graph has a cycle"))?;
+        let mut err = stderr.lock();
+        writeln!(err, "{before} (before passes)")?;
+        writeln!(err, "{} (after passes)", memory::report(&graph, &after))?;
+    }
     if args.timing {
         let mut err = stderr.lock();
         writeln!(err, "// pass timing")?;

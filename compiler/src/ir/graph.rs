@@ -185,6 +185,16 @@ impl Graph {
         self.outputs = outputs;
     }
 
+    /// Makes `order` (a topological order of every node) the canonical order: creation
+    /// numbers are reassigned so that the tie-breaking in `topo_order` reproduces it.
+    pub fn set_order(&mut self, order: &[NodeId]) {
+        debug_assert_eq!(order.len(), self.g.node_count());
+        for (i, &id) in order.iter().enumerate() {
+            self.g[id].seq = i as u64;
+        }
+        self.next_seq = order.len() as u64;
+    }
+
     // ---- queries --------------------------------------------------------------------------
 
     pub fn node(&self, id: NodeId) -> &Node {

@@ -19,13 +19,19 @@ mod canonicalize;
 mod cse;
 mod dce;
 mod fold_constants;
+mod fuse_matmuls;
+mod fuse_softmax;
 mod manager;
 pub mod patterns;
+mod schedule;
 
 pub use canonicalize::Canonicalize;
 pub use cse::Cse;
 pub use dce::Dce;
 pub use fold_constants::FoldConstants;
+pub use fuse_matmuls::FuseMatmuls;
+pub use fuse_softmax::FuseSoftmax;
+pub use schedule::ScheduleMemory;
 pub use manager::{PassManager, PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
 
 use crate::ir::Graph;
@@ -77,6 +83,24 @@ pub static REGISTRY: &[PassInfo] = &[
         description: FoldConstants::DESCRIPTION,
         options: FoldConstants::OPTIONS,
         create: FoldConstants::create,
+    },
+    PassInfo {
+        name: FuseSoftmax::NAME,
+        description: FuseSoftmax::DESCRIPTION,
+        options: &[],
+        create: no_options::<FuseSoftmax>,
+    },
+    PassInfo {
+        name: FuseMatmuls::NAME,
+        description: FuseMatmuls::DESCRIPTION,
+        options: &[],
+        create: no_options::<FuseMatmuls>,
+    },
+    PassInfo {
+        name: ScheduleMemory::NAME,
+        description: ScheduleMemory::DESCRIPTION,
+        options: &[],
+        create: no_options::<ScheduleMemory>,
     },
 ];
 

@@ -1,0 +1,231 @@
+//! Liveness and a peak-memory estimate for a graph run in its canonical order.
+//!
+//! Model: every op result is one buffer, allocated when its node runs and freed after its
+//! last consumer ran; graph outputs stay live to the end; inputs belong to the caller and
+//! are resident throughout. Ops that only reinterpret a row-major buffer (view, reshape,
+//! squeeze, unsqueeze, alias, ...) allocate nothing: their result shares the operand's buffer,
+//! which then lives until the last use of any of its aliases. At a node, its operands and its
+//! results coexist, so the live total is measured after allocating the node's results and
+//! before freeing what it was the last user of. Symbolic dims count as 0 bytes and are
+//! reported. XLA schedules and fuses on its own, so this estimates what the order we emit
+//! asks for, not XLA's exact allocation.
+
+use crate::ir::{Graph, NodeId, NodeKind, TensorType, Value};
+use std::collections::HashMap;
+
+/// Ops whose result is the operand's buffer read differently (no allocation).
+pub fn is_alias_op(base: &str) -> bool {
+    matches!(
+        base,
+        "aten.view" | "aten.reshape" | "aten._unsafe_view" | "aten.squeeze" | "aten.unsqueeze" | "aten.flatten" | "aten.alias" | "aten.detach"
+    )
+}
+
+pub fn value_bytes(t: &TensorType) -> (u64, bool) {
+    match t.numel() {
+        Some(n) => (n.max(0) as u64 * t.dtype.size_bytes() as u64, false),
+        None => (0, true),
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryEstimate {
+    /// Largest live total, in bytes (inputs included).
+    pub peak_bytes: u64,
+    /// The node at which the peak occurs (None for a graph without ops).
+    pub peak_node: Option<NodeId>,
+    /// Bytes of the graph's inputs (resident throughout).
+    pub input_bytes: u64,
+    /// Bytes of distinct output buffers.
+    pub output_bytes: u64,
+    /// Bytes allocated over the whole run (every op buffer once).
+    pub allocated_bytes: u64,
+    /// Number of buffers the ops allocate.
+    pub buffers: usize,
+    /// Live bytes at each op node, in canonical order.
+    pub live_at: Vec<(NodeId, u64)>,
+    /// Some type had a symbolic dim (counted as 0 bytes).
+    pub has_symbolic: bool,
+}
+
+/// The buffer each value lives in: its own, or (for alias ops) its operand's.
+pub(crate) struct Buffers {
+    pub of_value: HashMap<Value, usize>,
+    pub bytes: Vec<u64>,
+    pub is_input: Vec<bool>,
+}
+
+pub(crate) fn assign_buffers(g: &Graph, order: &[NodeId], has_symbolic: &mut bool) -> Buffers {
+    let mut b = Buffers { of_value: HashMap::new(), bytes: Vec::new(), is_input: Vec::new() };
+    for &id in order {
+        let node = g.node(id);
+        let alias = node.op().is_some_and(|op| is_alias_op(&op.base())) && node.operands.len() == 1;
+        for (r, ty) in node.results.iter().enumerate() {
+            let v = Value::new(id, r as u32);
+            if alias {
+                let buf = b.of_value[&node.operands[0]];
+                b.of_value.insert(v, buf);
+                continue;
+            }
+            let (bytes, sym) = value_bytes(ty);
+            *has_symbolic |= sym;
+            b.of_value.insert(v, b.bytes.len());
+            b.bytes.push(bytes);
+            b.is_input.push(matches!(node.kind, NodeKind::Input(_)));
+        }
+    }
+    b
+}
+
+/// Estimates peak memory for the graph's canonical order.
+pub fn estimate(g: &Graph) -> Result<MemoryEstimate, NodeId> {
+    estimate_order(g, &g.topo_order()?)
+}
+
+/// Estimates peak memory for `order` (a topological order of every node).
+pub fn estimate_order(g: &Graph, order: &[NodeId]) -> Result<MemoryEstimate, NodeId> {
+    let mut est = MemoryEstimate::default();
+    let bufs = assign_buffers(g, order, &mut est.has_symbolic);
+    let position: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+    // Last position at which each buffer is read; outputs are read "after the end".
+    let mut last_use = vec![0usize; bufs.bytes.len()];
+    let end = order.len();
+    for &id in order {
+        for v in &g.node(id).operands {
+            let buf = bufs.of_value[v];
+            last_use[buf] = last_use[buf].max(position[&id]);
+        }
+    }
+    let mut output_seen = vec![false; bufs.bytes.len()];
+    for v in g.outputs() {
+        let buf = bufs.of_value[v];
+        last_use[buf] = end;
+        if !output_seen[buf] {
+            output_seen[buf] = true;
+            est.output_bytes += bufs.bytes[buf];
+        }
+    }
+    // Buffers to free after each position.
+    let mut frees: Vec<Vec<usize>> = vec![Vec::new(); end + 1];
+    for (buf, &pos) in last_use.iter().enumerate() {
+        if !bufs.is_input[buf] {
+            frees[pos].push(buf);
+        }
+    }
+    est.input_bytes = bufs.bytes.iter().zip(&bufs.is_input).filter(|(_, &i)| i).map(|(b, _)| b).sum();
+    let mut live = est.input_bytes;
+    est.peak_bytes = live;
+    let mut allocated = vec![false; bufs.bytes.len()];
+    for (pos, &id) in order.iter().enumerate() {
+        let node = g.node(id);
+        if matches!(node.kind, NodeKind::Input(_)) {
+            continue;
+        }
+        for r in 0..node.results.len() as u32 {
+            let buf = bufs.of_value[&Value::new(id, r)];
+            if !allocated[buf] && !bufs.is_input[buf] {
+                allocated[buf] = true;
+                live += bufs.bytes[buf];
+                est.allocated_bytes += bufs.bytes[buf];
+                est.buffers += 1;
+                // A result nobody reads is freed right after its node.
+                if last_use[buf] == 0 && !frees[pos].contains(&buf) {
+                    frees[pos].push(buf);
+                }
+            }
+        }
+        est.live_at.push((id, live));
+        if live > est.peak_bytes || est.peak_node.is_none() {
+            est.peak_bytes = est.peak_bytes.max(live);
+            if live >= est.peak_bytes {
+                est.peak_node = Some(id);
+            }
+        }
+        for &buf in &frees[pos] {
+            if allocated[buf] {
+                live -= bufs.bytes[buf];
+                allocated[buf] = false;
+            }
+        }
+    }
+    Ok(est)
+}
+
+/// "1.5 MiB" style sizes for reports.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{x:.2} {}", UNITS[u]) }
+}
+
+/// The report `torchtpu-opt --print-memory` prints.
+pub fn report(g: &Graph, est: &MemoryEstimate) -> String {
+    // Name the peak node as the printed IR does: ops are %0, %1, ... in canonical order.
+    let printed = |id: NodeId| -> Option<usize> {
+        let order = g.topo_order().ok()?;
+        order.iter().filter(|&&n| matches!(g.node(n).kind, NodeKind::Op(_))).position(|&n| n == id)
+    };
+    let peak_at = match est.peak_node {
+        Some(id) => {
+            let name = g.node(id).op().map(|o| o.to_string()).unwrap_or_else(|| "input".into());
+            match printed(id) {
+                Some(i) => format!(" at %{i} ({name})"),
+                None => format!(" at {name}"),
+            }
+        }
+        None => String::new(),
+    };
+    let mut s = format!(
+        "// memory: peak {} ({} bytes){peak_at}; inputs {}, outputs {}, {} buffers allocating {}",
+        human_bytes(est.peak_bytes),
+        est.peak_bytes,
+        human_bytes(est.input_bytes),
+        human_bytes(est.output_bytes),
+        est.buffers,
+        human_bytes(est.allocated_bytes),
+    );
+    if est.has_symbolic {
+        s.push_str("; symbolic dims counted as 0 bytes");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parser::parse_graph as parse;
+
+    fn est(text: &str) -> MemoryEstimate {
+        estimate(&parse(text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn chain_frees_each_intermediate_after_its_consumer() {
+        // input 400 B; %0 400 B; %1 400 B (while %0 is live): peak 1200 at %1; %2 reuses %0's space.
+        let e = est("graph @g(%x: f32[100]) -> (f32[100]) {\n  %0 = aten.exp.default(%x) : f32[100]\n  %1 = aten.exp.default(%0) : f32[100]\n  %2 = aten.exp.default(%1) : f32[100]\n  return %2\n}\n");
+        assert_eq!(e.input_bytes, 400);
+        assert_eq!(e.peak_bytes, 1200);
+        assert_eq!(e.allocated_bytes, 1200);
+        assert_eq!(e.output_bytes, 400);
+        assert_eq!(e.buffers, 3);
+    }
+
+    #[test]
+    fn views_share_their_operand_buffer() {
+        let e = est("graph @g(%x: f32[10, 10]) -> (f32[100]) {\n  %0 = aten.exp.default(%x) : f32[10, 10]\n  %1 = aten.view.default(%0) {size = [100]} : f32[100]\n  return %1\n}\n");
+        assert_eq!(e.buffers, 1);
+        assert_eq!(e.peak_bytes, 800);
+    }
+
+    #[test]
+    fn values_used_late_stay_live() {
+        // %0 is read again by %2, so it coexists with %1 and %2.
+        let e = est("graph @g(%x: f32[10]) -> (f32[10]) {\n  %0 = aten.exp.default(%x) : f32[10]\n  %1 = aten.exp.default(%x) : f32[10]\n  %2 = aten.add.Tensor(%0, %1) : f32[10]\n  return %2\n}\n");
+        assert_eq!(e.peak_bytes, 40 * 4);
+    }
+}

@@ -1,0 +1,3 @@
+//! Analyses over the graph IR that passes and tools read but that change nothing.
+
+pub mod memory;
