@@ -197,6 +197,30 @@ fn plugin_path() -> String {
     torchtpu_runtime::plugin_path().display().to_string()
 }
 
+/// The peak-memory estimate of IR text after `pipeline` (see `analysis::memory`):
+/// a dict with peak_bytes, peak_at (the printed node, e.g. "%12 (aten.mm.default)"),
+/// input_bytes, output_bytes, allocated_bytes and buffers.
+#[pyfunction]
+#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
+fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<Py<pyo3::types::PyDict>> {
+    use torchtpu_compiler::analysis::memory;
+    let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
+    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {e}")))?;
+    let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let est = memory::estimate(&g).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
+    let report = memory::report(&g, &est);
+    let peak_at = report.split(" at ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("").to_string();
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("peak_bytes", est.peak_bytes)?;
+    d.set_item("peak_at", peak_at)?;
+    d.set_item("input_bytes", est.input_bytes)?;
+    d.set_item("output_bytes", est.output_bytes)?;
+    d.set_item("allocated_bytes", est.allocated_bytes)?;
+    d.set_item("buffers", est.buffers)?;
+    Ok(d.unbind())
+}
+
 /// `(name, description)` of every registered pass.
 #[pyfunction]
 fn list_passes() -> Vec<(&'static str, &'static str)> {
@@ -209,6 +233,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(list_passes, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_ir, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;

@@ -24,6 +24,8 @@ def _fresh() -> dict:
         "disk_hits": 0,  # loaded from the persistent cache (no XLA compile)
         "cache_misses": 0,  # compiled by XLA
         "compile_seconds_saved": 0.0,  # XLA compile time the disk hits did not spend
+        # Per compiled graph: the compiler's peak-memory estimate (peak_bytes, peak_at, ...).
+        "graphs": {},
     }
 
 
@@ -42,12 +44,18 @@ def record_fallback(reason: str, ops=()) -> None:
             _stats["fallback_ops"][op] += 1
 
 
+def record_graph(name: str, info: dict) -> None:
+    with _lock:
+        _stats["graphs"][name] = dict(info)
+
+
 def stats() -> dict:
     """A snapshot of torchtpu's counters (a copy: mutate freely)."""
     with _lock:
         snap = dict(_stats)
         snap["fallback_ops"] = dict(_stats["fallback_ops"])
         snap["fallback_reasons"] = list(_stats["fallback_reasons"])
+        snap["graphs"] = {k: dict(v) for k, v in _stats["graphs"].items()}
         return snap
 
 

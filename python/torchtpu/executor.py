@@ -50,6 +50,8 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
         _stats.bump("cache_hits")
         _stats.bump("memory_hits" if source == "memory" else "disk_hits")
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
+    # The peak-memory estimate of the graph as lowered (after the passes), per graph.
+    _stats.record_graph(name, _C.memory_estimate(exported.text, opts.passes))
     return CompiledGraph(program, exported, name, None if opts.strict else eager)
 
 
