@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import torchtpu  # noqa: E402
 from models import small, zoo  # noqa: E402
 
-FULL = ["canonicalize", "fold-constants", "fuse-softmax", "fuse-matmuls", "cse", "dce", "schedule-memory"]
+FULL = ["canonicalize", "fold-constants", "cse", "fuse-softmax", "fuse-matmuls", "dce", "schedule-memory"]
 
 
 def models():

@@ -50,11 +50,17 @@ MODELS = {
 }
 
 
+# The default pipeline, and every pass (fusion and scheduling included): both must match eager.
+ALL_PASSES = "canonicalize,fold-constants,cse,fuse-softmax,fuse-matmuls,dce,schedule-memory"
+PIPELINES = {"default": {}, "all_passes": {"passes": ALL_PASSES}}
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("name", MODELS)
-def test_inference_matches_eager(name):
+def test_inference_matches_eager(name, pipeline):
     cls, shape = MODELS[name]
     model = cls().eval()
-    compiled = torch.compile(model, backend="torchtpu")
+    compiled = torch.compile(model, backend="torchtpu", options=PIPELINES[pipeline])
     with torch.no_grad():
         for _ in range(2):
             x = torch.randn(*shape)
@@ -62,12 +68,13 @@ def test_inference_matches_eager(name):
     assert_compiled_cleanly()
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("name", MODELS)
-def test_training_steps_match_eager(name):
+def test_training_steps_match_eager(name, pipeline):
     cls, shape = MODELS[name]
     eager = cls().train()
     mine = copy.deepcopy(eager)
-    compiled = torch.compile(mine, backend="torchtpu")
+    compiled = torch.compile(mine, backend="torchtpu", options=PIPELINES[pipeline])
     # SGD with momentum: its update is linear in the gradient. (Adam divides by sqrt(v), which
     # turns mathematically-zero gradients, such as attention's key bias, into +-lr steps
     # decided by rounding noise, in eager as much as here.)
@@ -92,6 +99,34 @@ def test_training_steps_match_eager(name):
         # BatchNorm running statistics are mutated inputs, copied back after each step.
         torch.testing.assert_close(b_m, b_e, **TRAIN, msg=f"buffer {bname}")
     assert_compiled_cleanly()
+
+
+def test_fused_softmax_is_stable_where_the_hand_written_one_overflows():
+    def naive_softmax(x):
+        e = x.exp()
+        return e / e.sum(-1, keepdim=True)
+
+    x = torch.tensor([[1000.0, 0.0], [1.0, 2.0]])
+    compiled = torch.compile(naive_softmax, backend="torchtpu", options={"passes": "fuse-softmax,dce"})
+    got = compiled(x)
+    # Eager overflows to inf/inf = NaN on the first row; the fused softmax subtracts the max.
+    assert torch.isnan(naive_softmax(x)[0]).all()
+    torch.testing.assert_close(got, torch.softmax(x, -1), **FWD)
+    assert_compiled_cleanly()
+
+
+def test_stats_report_peak_memory_per_graph():
+    model = MLP().eval()
+    with torch.no_grad():
+        torch.compile(model, backend="torchtpu")(torch.randn(6, 12))
+    graphs = torchtpu.stats()["graphs"]
+    assert len(graphs) == 1, graphs
+    (info,) = graphs.values()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    # Inputs (weights + x) are resident; the peak adds at least the output and an activation.
+    assert info["input_bytes"] == weights + 6 * 12 * 4, info
+    assert info["peak_bytes"] > info["input_bytes"] + 6 * 5 * 4, info
+    assert info["peak_at"].startswith("%"), info
 
 
 def test_graph_break_gives_two_compiled_graphs():
