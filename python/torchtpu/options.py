@@ -15,7 +15,7 @@ class Options:
     # Write each graph's IR (as exported and after the passes) and StableHLO here.
     dump_dir: str | None = None
     # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax).
-    passes: str = "canonicalize,fold-constants,cse,dce"
+    passes: str = "canonicalize,fold-constants,cse,dce,schedule-memory"
 
     @staticmethod
     def from_dict(options: dict | None) -> "Options":
