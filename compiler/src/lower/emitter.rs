@@ -336,22 +336,34 @@ impl<'c, 'a> Emitter<'c, 'a> {
         arg_types: &[DType],
         body: impl for<'b> FnOnce(&Emitter<'c, 'b>, &[Tv<'c, 'b>]) -> RuleResult<Vec<Tv<'c, 'b>>>,
     ) -> RuleResult<Region<'c>> {
-        let args: Vec<(Type<'c>, Location<'c>)> = arg_types.iter().map(|d| (self.ty(*d, &[]), self.loc)).collect();
-        let block = Block::new(&args);
-        {
-            let inner = Emitter { ctx: self.ctx, block: &block, loc: self.loc };
-            let params: Vec<Tv<'c, '_>> = arg_types
-                .iter()
-                .enumerate()
-                .map(|(i, d)| Ok(Tv { v: block.argument(i)?.into(), dtype: *d, dims: vec![] }))
-                .collect::<RuleResult<_>>()?;
-            let out = body(&inner, &params)?;
-            let vals: Vec<Value<'c, '_>> = out.iter().map(|t| t.v).collect();
-            inner.build("stablehlo.return", &vals, &[], &[], Vec::new())?;
-        }
-        let region = Region::new();
-        region.append_block(block);
-        Ok(region)
+        let args: Vec<(DType, Vec<i64>)> = arg_types.iter().map(|d| (*d, Vec::new())).collect();
+        self.tensor_region(&args, body)
+    }
+
+    /// An inclusive prefix scan along `dim`: a `stablehlo.reduce_window` whose window covers
+    /// the whole dim, padded in front with the inits, so position i combines elements 0..=i.
+    /// `region` combines (accumulated..., next...) scalars, one per input.
+    pub fn prefix_scan(&self, inputs: &[&Tv<'c, 'a>], inits: &[&Tv<'c, 'a>], dim: usize, region: Region<'c>) -> RuleResult<Vec<Tv<'c, 'a>>> {
+        let dims = inputs[0].dims.clone();
+        let r = dims.len();
+        let size = dims[dim];
+        let win: Vec<i64> = (0..r).map(|i| if i == dim { size.max(1) } else { 1 }).collect();
+        let pads = (0..r).map(|i| if i == dim { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
+        let mut operands: Vec<Value<'c, 'a>> = inputs.iter().map(|t| t.v).collect();
+        operands.extend(inits.iter().map(|t| t.v));
+        let results: Vec<Type<'c>> = inputs.iter().map(|t| self.ty(t.dtype, &dims)).collect();
+        let vals = self.build(
+            "stablehlo.reduce_window",
+            &operands,
+            &results,
+            &[
+                ("window_dimensions", self.i64_array(&win)),
+                ("window_strides", self.i64_array(&vec![1; r])),
+                ("padding", self.attr(&format!("dense<[{pads}]> : tensor<{r}x2xi64>"))?),
+            ],
+            vec![region],
+        )?;
+        Ok(vals.into_iter().zip(inputs).map(|(v, t)| Tv { v, dtype: t.dtype, dims: dims.clone() }).collect())
     }
 
     /// A region with one block whose arguments have the types of `args`; `body` builds the

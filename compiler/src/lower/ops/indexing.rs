@@ -121,14 +121,13 @@ fn reduce_into<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>,
     let base = if include_self {
         x.clone()
     } else {
-        let identity = match how {
-            Combine::Mul => Scalar::I(1),
-            Combine::Max if d.is_float() => Scalar::F(f64::NEG_INFINITY),
-            Combine::Min if d.is_float() => Scalar::F(f64::INFINITY),
-            Combine::Max => Scalar::I(if d == DType::Bool { 0 } else if d == DType::U8 { 0 } else { int_bound(d, false) }),
-            Combine::Min => Scalar::I(if d == DType::Bool { 1 } else if d == DType::U8 { 255 } else { int_bound(d, true) }),
-            _ => Scalar::I(0),
+        let kind = match how {
+            Combine::Mul => "prod",
+            Combine::Max => "max",
+            Combine::Min => "min",
+            _ => "sum",
         };
+        let identity = crate::lower::ops::reduce::init(d, kind);
         let touched = touched_mask(e, x, coords, updates)?;
         e.select(&touched, &e.constant(d, &x.dims, identity)?, x)?
     };
@@ -147,19 +146,6 @@ fn reduce_into<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>,
     let safe = e.convert(&safe, d)?;
     let mean = if d.is_float() { e.ew("stablehlo.divide", &[&combined, &safe], d)? } else { floor_div(e, &combined, &safe)? };
     e.select(&none, &combined, &mean)
-}
-
-fn int_bound(d: DType, max: bool) -> i64 {
-    match (d, max) {
-        (DType::I8, true) => i8::MAX as i64,
-        (DType::I8, false) => i8::MIN as i64,
-        (DType::I16, true) => i16::MAX as i64,
-        (DType::I16, false) => i16::MIN as i64,
-        (DType::I32, true) => i32::MAX as i64,
-        (DType::I32, false) => i32::MIN as i64,
-        (_, true) => i64::MAX,
-        (_, false) => i64::MIN,
-    }
 }
 
 /// Integer floor division a / b (b > 0 here).
@@ -474,10 +460,6 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
         return Ok(vec![x]);
     }
     let d = dim(n.int("dim")?, x.rank())?;
-    let r = x.rank();
-    let size = x.dims[d];
-    let win: Vec<i64> = (0..r).map(|i| if i == d { size.max(1) } else { 1 }).collect();
-    let pads = (0..r).map(|i| if i == d { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
     let op = match (out == DType::Bool, prod) {
         (true, false) => "stablehlo.or",
         (true, true) => "stablehlo.and",
@@ -486,18 +468,7 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     };
     let region = e.scalar_region(&[out, out], |b, a| Ok(vec![b.ew(op, &[&a[0], &a[1]], out)?]))?;
     let init = e.constant(out, &[], Scalar::I(prod as i64))?;
-    let vals = e.build(
-        "stablehlo.reduce_window",
-        &[x.v, init.v],
-        &[e.ty(out, &x.dims)],
-        &[
-            ("window_dimensions", e.i64_array(&win)),
-            ("window_strides", e.i64_array(&vec![1; r])),
-            ("padding", e.attr(&format!("dense<[{pads}]> : tensor<{r}x2xi64>"))?),
-        ],
-        vec![region],
-    )?;
-    Ok(vec![Tv { v: vals[0], dtype: out, dims: x.dims.clone() }])
+    e.prefix_scan(&[&x], &[&init], d, region)
 }
 
 /// as_strided(self, size, stride, storage_offset=None): element p of the result is element
@@ -652,8 +623,6 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
         return if out.is_float() { Ok(vec![x]) } else { unsupported!("logcumsumexp of a non-float tensor") };
     }
     let d = dim(n.int("dim")?, x.rank())?;
-    let r = x.rank();
-    let size = x.dims[d];
     let region = e.scalar_region(&[out, out], |b, a| {
         let hi = b.minmax(&a[0], &a[1], true)?;
         let lo = b.minmax(&a[0], &a[1], false)?;
@@ -666,20 +635,7 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
         Ok(vec![b.select(&keep, &hi, &sum)?])
     })?;
     let init = e.constant(out, &[], Scalar::F(f64::NEG_INFINITY))?;
-    let win: Vec<i64> = (0..r).map(|i| if i == d { size.max(1) } else { 1 }).collect();
-    let pads = (0..r).map(|i| if i == d { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
-    let vals = e.build(
-        "stablehlo.reduce_window",
-        &[x.v, init.v],
-        &[e.ty(out, &x.dims)],
-        &[
-            ("window_dimensions", e.i64_array(&win)),
-            ("window_strides", e.i64_array(&vec![1; r])),
-            ("padding", e.attr(&format!("dense<[{pads}]> : tensor<{r}x2xi64>"))?),
-        ],
-        vec![region],
-    )?;
-    Ok(vec![Tv { v: vals[0], dtype: out, dims: x.dims.clone() }])
+    e.prefix_scan(&[&x], &[&init], d, region)
 }
 
 /// histc(self, bins=100, min=0, max=0): counts per equal-width bin over [min, max] (the

@@ -47,17 +47,7 @@ pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     if !out.is_float() {
         return unsupported!("prims.var of a non-float result");
     }
-    let correction = n.float_or("correction", 1.0)?;
-    let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
-    let sum = reduce_with(e, &xc, &dims, "sum")?;
-    let mean = e.ew("stablehlo.divide", &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
-    let kept: Vec<i64> = (0..x.rank()).map(|i| if dims.contains(&i) { 1 } else { x.dims[i] }).collect();
-    let mean = e.broadcast_to(&e.reshape(&mean, &kept)?, &x.dims)?;
-    let diff = e.ew("stablehlo.subtract", &[&xc, &mean], out)?;
-    let sq = e.ew("stablehlo.multiply", &[&diff, &diff], out)?;
-    let ss = reduce_with(e, &sq, &dims, "sum")?;
-    let denom = e.constant(out, &ss.dims.clone(), Scalar::F((count as f64 - correction).max(0.0)))?;
-    let v = e.ew("stablehlo.divide", &[&ss, &denom], out)?;
+    let v = crate::lower::ops::reduce::variance(e, &xc, &dims, n.float_or("correction", 1.0)?)?;
     Ok(vec![e.reshape(&v, n.out_dims())?])
 }
 

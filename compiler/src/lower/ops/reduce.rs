@@ -25,7 +25,7 @@ fn reduced_dims(n: &NodeCtx, rank: usize, empty_means_all: bool) -> RuleResult<V
 }
 
 /// The identity element of a reduction, for a dtype.
-fn init(d: DType, kind: &str) -> Scalar {
+pub(crate) fn init(d: DType, kind: &str) -> Scalar {
     match (kind, d) {
         ("sum" | "or", DType::Bool) => Scalar::B(false),
         ("prod" | "and", DType::Bool) => Scalar::B(true),
@@ -187,18 +187,24 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         Some(a) if !a.is_none() => n.float_or("correction", 1.0)?,
         _ => if n.bool_or("unbiased", true)? { 1.0 } else { 0.0 },
     };
-    let xc = e.convert(x, out)?;
+    let v = variance(e, &e.convert(x, out)?, &dims, correction)?;
+    Ok(vec![e.reshape(&v, n.out_dims())?])
+}
+
+/// Variance of `x` (already in its float result dtype) over `dims` with Bessel's `correction`:
+/// two passes (mean, then the mean of squared deviations) for accuracy. Result: `x` without
+/// the reduced dims.
+pub fn variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], correction: f64) -> RuleResult<Tv<'c, 'a>> {
+    let out = x.dtype;
     let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
-    let sum = reduce_with(e, &xc, &dims, "sum")?;
+    let sum = reduce_with(e, x, dims, "sum")?;
     let mean = e.ew("stablehlo.divide", &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
     // Put the mean back in x's shape to subtract it.
     let kept: Vec<i64> = (0..x.rank()).map(|i| if dims.contains(&i) { 1 } else { x.dims[i] }).collect();
-    let mean = e.reshape(&mean, &kept)?;
-    let mean = e.broadcast_to(&mean, &x.dims)?;
-    let diff = e.ew("stablehlo.subtract", &[&xc, &mean], out)?;
+    let mean = e.broadcast_to(&e.reshape(&mean, &kept)?, &x.dims)?;
+    let diff = e.ew("stablehlo.subtract", &[x, &mean], out)?;
     let sq = e.ew("stablehlo.multiply", &[&diff, &diff], out)?;
-    let ss = reduce_with(e, &sq, &dims, "sum")?;
+    let ss = reduce_with(e, &sq, dims, "sum")?;
     let denom = e.constant(out, &ss.dims.clone(), Scalar::F((count as f64 - correction).max(0.0)))?;
-    let v = e.ew("stablehlo.divide", &[&ss, &denom], out)?;
-    Ok(vec![e.reshape(&v, n.out_dims())?])
+    e.ew("stablehlo.divide", &[&ss, &denom], out)
 }

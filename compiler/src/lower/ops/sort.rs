@@ -200,7 +200,6 @@ pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let dt = x.dtype;
-    let r = x.rank();
     let iota = e.iota(DType::I64, &x.dims, d)?;
     let region = e.scalar_region(&[dt, DType::I64, dt, DType::I64], |b, a| {
         let (av, ai, bv, bi) = (&a[0], &a[1], &a[2], &a[3]);
@@ -232,19 +231,5 @@ pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     };
     let init_v = e.constant(dt, &[], worst)?;
     let init_i = e.constant(DType::I64, &[], Scalar::I(-1))?;
-    let size = x.dims[d];
-    let win: Vec<i64> = (0..r).map(|i| if i == d { size } else { 1 }).collect();
-    let pads = (0..r).map(|i| if i == d { format!("[{}, 0]", size - 1) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
-    let vals = e.build(
-        "stablehlo.reduce_window",
-        &[x.v, iota.v, init_v.v, init_i.v],
-        &[e.ty(dt, &x.dims), e.ty(DType::I64, &x.dims)],
-        &[
-            ("window_dimensions", e.i64_array(&win)),
-            ("window_strides", e.i64_array(&vec![1; r])),
-            ("padding", e.attr(&format!("dense<[{pads}]> : tensor<{r}x2xi64>"))?),
-        ],
-        vec![region],
-    )?;
-    Ok(vec![Tv { v: vals[0], dtype: dt, dims: x.dims.clone() }, Tv { v: vals[1], dtype: DType::I64, dims: x.dims.clone() }])
+    e.prefix_scan(&[x, &iota], &[&init_v, &init_i], d, region)
 }
