@@ -36,12 +36,14 @@ pub struct GraphCache {
 }
 
 /// The key: sha256 over named, length-prefixed components.
-pub fn graph_key(canonical_ir: &str, pipeline: &str) -> [u8; 32] {
+/// `options` is everything the lowered module depends on besides the IR (the pipeline and
+/// lowering options, `Options::cache_component`).
+pub fn graph_key(canonical_ir: &str, options: &str) -> [u8; 32] {
     let mut h = Sha256::new();
     for (name, value) in [
         ("torchtpu-graph-cache-key", "v1"),
         ("torchtpu_version", env!("CARGO_PKG_VERSION")),
-        ("pipeline", pipeline),
+        ("options", options),
         ("format", "mlir-bytecode"),
         ("canonical_ir", canonical_ir),
     ] {

@@ -35,11 +35,26 @@ pub enum EngineError {
 pub struct Options {
     /// The pass pipeline run before lowering (`torchtpu-opt --pass-pipeline` syntax).
     pub pipeline: String,
+    /// Alias outputs to inputs of their type so PJRT donates the input buffers (safe: every
+    /// execution copies the caller's memory into fresh device buffers; see
+    /// `analysis::memory::donation_pairs`).
+    pub donate_inputs: bool,
+}
+
+impl Options {
+    pub fn with_pipeline(pipeline: &str) -> Options {
+        Options { pipeline: pipeline.to_string(), ..Options::default() }
+    }
+
+    /// What of the options the lowered module depends on (part of the graph cache key).
+    pub fn cache_component(&self) -> String {
+        format!("{};donate_inputs={}", self.pipeline, self.donate_inputs)
+    }
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { pipeline: DEFAULT_PIPELINE.to_string() }
+        Options { pipeline: DEFAULT_PIPELINE.to_string(), donate_inputs: true }
     }
 }
 
@@ -71,9 +86,10 @@ pub fn lower(graph: &Graph, options: &Options, format: Format) -> Result<(Graph,
     let mut g = graph.clone();
     let pm = PassManager::from_pipeline(&options.pipeline, PipelineOptions::default())?;
     pm.run(&mut g, &mut std::io::sink())?;
+    let aliases = if options.donate_inputs { torchtpu_compiler::analysis::memory::donation_pairs(&g) } else { Vec::new() };
     let hlo = LOWERING.with(|l| {
         let mut l = l.borrow_mut();
-        l.get_or_insert_with(Lowering::new).lower_as(&g, format)
+        l.get_or_insert_with(Lowering::new).lower_aliased(&g, format, &aliases)
     })?;
     Ok((g, hlo))
 }
@@ -117,7 +133,7 @@ impl Engine {
     pub fn compile(&self, graph: &Graph, options: &Options) -> Result<CompiledGraph, EngineError> {
         // Graph level first: a graph seen before (same canonical IR and pipeline) skips the
         // passes and the lowering. PJRT gets bytecode: about 10x cheaper to write than text.
-        let key = graph_key(&print_graph(graph), &options.pipeline);
+        let key = graph_key(&print_graph(graph), &options.cache_component());
         let hlo = match self.graphs.get(&key) {
             Some(code) => StableHlo {
                 format: Format::Bytecode,

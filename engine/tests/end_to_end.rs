@@ -205,3 +205,39 @@ fn every_example_lowers_to_text_that_the_plugin_compiles() {
     }
     assert!(seen >= 2, "expected the examples folder to hold IR files");
 }
+
+#[test]
+fn donated_inputs_alias_outputs_and_results_stay_right() {
+    // Both inputs are donated (f32[4] -> the updated statistic, f32[2, 4] -> the activation);
+    // %x is still read after the output that aliases it is computed, so XLA must keep it
+    // intact until then. Three runs: each gets fresh device copies, so donation never leaks
+    // into the next call or into the caller's memory.
+    let ir = "graph @bn(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {
+      %y = aten.neg.default(%x) : f32[2, 4]
+      %s = aten.sum.dim_IntList(%x) {dim = [0], dtype = none, keepdim = false} : f32[4]
+      %m = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]
+      %u = aten.add.Tensor(%m, %s) : f32[4]
+      return %y, %u
+    }";
+    let g = parse_graph(ir).unwrap();
+    let options = torchtpu_engine::Options::default();
+    assert!(options.donate_inputs, "the engine donates by default");
+    let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text).unwrap();
+    let text = hlo.text().unwrap();
+    assert!(text.contains("%arg0: tensor<2x4xf32> {tf.aliasing_output = 0 : i32}"), "{text}");
+    assert!(text.contains("%arg1: tensor<4xf32> {tf.aliasing_output = 1 : i32}"), "{text}");
+    let x = seq(8, 0.5, 0.25);
+    let mean = vec![1.0f32, -2.0, 3.0, 0.5];
+    let inputs = [HostTensor::from_f32(&[2, 4], &x), HostTensor::from_f32(&[4], &mean)];
+    let compiled = compile(&g).unwrap();
+    for _ in 0..3 {
+        let out = compiled.run(&inputs).unwrap();
+        let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+        assert_close(&out[0].to_f32().unwrap(), &neg, 1e-6, 0.0);
+        let want: Vec<f32> = (0..4).map(|j| mean[j] * 0.9 + x[j] + x[4 + j]).collect();
+        assert_close(&out[1].to_f32().unwrap(), &want, 1e-6, 1e-6);
+        // The caller's tensors are untouched.
+        assert_eq!(inputs[0].to_f32().unwrap(), x);
+        assert_eq!(inputs[1].to_f32().unwrap(), mean);
+    }
+}

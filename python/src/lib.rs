@@ -31,10 +31,10 @@ fn run_pipeline(text: &str, pipeline: &str) -> PyResult<String> {
 
 /// Lowers IR text (after `pipeline`) to StableHLO text.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
-fn lower_ir(text: &str, pipeline: &str) -> PyResult<String> {
+#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
+fn lower_ir(text: &str, pipeline: &str, donate: bool) -> PyResult<String> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
+    let options = torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
     let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(hlo.text().unwrap_or_default().to_string())
@@ -56,7 +56,7 @@ fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -
             Ok(torchtpu_engine::HostTensor { dtype, dims, data })
         })
         .collect::<PyResult<_>>()?;
-    let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
+    let options = torchtpu_engine::Options::with_pipeline(pipeline);
     let outs = py
         .detach(|| {
             let engine = torchtpu_engine::default_engine()?;
@@ -122,10 +122,10 @@ impl Program {
 /// caches. Returns the program, where it came from ("memory", "disk" or "compiled") and the
 /// XLA compile seconds a disk hit saved.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
-fn compile(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<(Program, &'static str, f64)> {
+#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
+fn compile(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<(Program, &'static str, f64)> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let options = torchtpu_engine::Options { pipeline: pipeline.to_string() };
+    let options = torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
     let (compiled, source, saved) = py
         .detach(|| {
             let engine = torchtpu_engine::default_engine()?;
@@ -199,16 +199,20 @@ fn plugin_path() -> String {
 
 /// The peak-memory estimate of IR text after `pipeline` (see `analysis::memory`):
 /// a dict with peak_bytes, peak_at (the printed node, e.g. "%12 (aten.mm.default)"),
-/// input_bytes, output_bytes, allocated_bytes and buffers.
+/// input_bytes, output_bytes, allocated_bytes and buffers; with `donate`, donated_inputs,
+/// donated_bytes and peak_bytes_without_donation too (peak_bytes then counts donated inputs
+/// as freed after their last reader).
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
-fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<Py<pyo3::types::PyDict>> {
+#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
+fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<Py<pyo3::types::PyDict>> {
     use torchtpu_compiler::analysis::memory;
     let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
     verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {e}")))?;
     let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default()).map_err(|e| PyValueError::new_err(e.to_string()))?;
     pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let est = memory::estimate(&g).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
+    let plain = memory::estimate(&g).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
+    let donated: Vec<usize> = if donate { memory::donation_pairs(&g).into_iter().map(|(i, _)| i).collect() } else { Vec::new() };
+    let est = memory::estimate_with_donation(&g, &donated).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
     let report = memory::report(&g, &est);
     let peak_at = report.split(" at ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("").to_string();
     let d = pyo3::types::PyDict::new(py);
@@ -218,6 +222,12 @@ fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<Py<py
     d.set_item("output_bytes", est.output_bytes)?;
     d.set_item("allocated_bytes", est.allocated_bytes)?;
     d.set_item("buffers", est.buffers)?;
+    if donate {
+        let bytes: u64 = donated.iter().map(|&i| memory::value_bytes(&g.node(g.inputs()[i]).results[0]).0).sum();
+        d.set_item("donated_inputs", donated.len())?;
+        d.set_item("donated_bytes", bytes)?;
+        d.set_item("peak_bytes_without_donation", plain.peak_bytes)?;
+    }
     Ok(d.unbind())
 }
 

@@ -18,8 +18,8 @@ log = logging.getLogger("torchtpu")
 
 def _dump(exported: Exported, opts: Options, name: str) -> None:
     """IR as exported (`NAME.input.ir`), after the passes (`NAME.ir`: what was lowered), and
-    its StableHLO (`NAME.stablehlo.mlir`). `torchtpu-opt NAME.ir --emit=stablehlo` reproduces
-    the StableHLO byte for byte."""
+    its StableHLO (`NAME.stablehlo.mlir`). `torchtpu-opt NAME.ir --emit=stablehlo
+    --donate-inputs` (without the flag when donate=False) reproduces the StableHLO byte for byte."""
     os.makedirs(opts.dump_dir, exist_ok=True)
     base = os.path.join(opts.dump_dir, name)
     optimised = _C.run_pipeline(exported.text, opts.passes)
@@ -28,7 +28,7 @@ def _dump(exported: Exported, opts: Options, name: str) -> None:
     with open(base + ".ir", "w") as f:
         f.write(optimised)
     with open(base + ".stablehlo.mlir", "w") as f:
-        f.write(_C.lower_ir(optimised, ""))
+        f.write(_C.lower_ir(optimised, "", opts.donate))
     log.info("dumped %s.{input.ir,ir,stablehlo.mlir}", base)
 
 
@@ -36,7 +36,7 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     if opts.dump_dir:
         _dump(exported, opts, name)
     start = time.perf_counter()
-    program, source, saved = _C.compile(exported.text, opts.passes)
+    program, source, saved = _C.compile(exported.text, opts.passes, opts.donate)
     seconds = time.perf_counter() - start
     _stats.bump("compile_seconds_saved", saved)
     for warning in _C.cache_warnings():
@@ -51,7 +51,7 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
         _stats.bump("memory_hits" if source == "memory" else "disk_hits")
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
     # The peak-memory estimate of the graph as lowered (after the passes), per graph.
-    _stats.record_graph(name, _C.memory_estimate(exported.text, opts.passes))
+    _stats.record_graph(name, _C.memory_estimate(exported.text, opts.passes, opts.donate))
     return CompiledGraph(program, exported, name, None if opts.strict else eager)
 
 

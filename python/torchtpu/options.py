@@ -16,6 +16,10 @@ class Options:
     dump_dir: str | None = None
     # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax).
     passes: str = "canonicalize,fold-constants,cse,dce,schedule-memory"
+    # Alias outputs to inputs of their type so PJRT reuses the (per-call, private) input
+    # buffers: mutated inputs such as batch norm's running statistics, and any input whose
+    # buffer an output of its type can take.
+    donate: bool = True
 
     @staticmethod
     def from_dict(options: dict | None) -> "Options":

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use torchtpu_compiler::analysis::memory;
 use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
-use torchtpu_compiler::lower::lower_to_stablehlo;
+use torchtpu_compiler::lower::{Format, Lowering};
 use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
 
 #[derive(Parser, Debug)]
@@ -47,6 +47,11 @@ struct Args {
     /// the pipeline (to stderr).
     #[arg(long = "print-memory")]
     print_memory: bool,
+    /// Alias outputs to inputs of their type (buffer donation, as the engine lowers by
+    /// default): `tf.aliasing_output` on @main's arguments; --print-memory then counts
+    /// donated inputs as freed after their last reader.
+    #[arg(long = "donate-inputs")]
+    donate_inputs: bool,
     /// What to print after the passes: the IR, or the StableHLO module it lowers to.
     #[arg(long = "emit", value_enum, default_value_t = Emit::Ir)]
     emit: Emit,
@@ -107,8 +112,10 @@ fn run(args: &Args) -> Result<()> {
         false => None,
     };
     let runs = pm.run(&mut graph, &mut stderr.lock())?;
+    let aliases = if args.donate_inputs { memory::donation_pairs(&graph) } else { Vec::new() };
     if let Some(before) = memory_before {
-        let after = memory::estimate(&graph).map_err(|_| anyhow::anyhow!("graph has a cycle"))?;
+        let donated: Vec<usize> = aliases.iter().map(|(i, _)| *i).collect();
+        let after = memory::estimate_with_donation(&graph, &donated).map_err(|_| anyhow::anyhow!("graph has a cycle"))?;
         let mut err = stderr.lock();
         writeln!(err, "{before} (before passes)")?;
         writeln!(err, "{} (after passes)", memory::report(&graph, &after))?;
@@ -123,7 +130,7 @@ fn run(args: &Args) -> Result<()> {
     match args.emit {
         Emit::Ir => emit(args, &print_graph(&graph)),
         Emit::Stablehlo => {
-            let module = lower_to_stablehlo(&graph)?;
+            let module = Lowering::new().lower_aliased(&graph, Format::Text, &aliases)?;
             emit(args, module.text().unwrap_or_default())
         }
     }

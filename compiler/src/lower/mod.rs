@@ -82,6 +82,13 @@ impl Lowering {
 
     /// Lowers a verified graph with static shapes to a StableHLO module in `format`.
     pub fn lower_as(&self, g: &Graph, format: Format) -> Result<StableHlo, LowerError> {
+        self.lower_aliased(g, format, &[])
+    }
+
+    /// As `lower_as`, with input/output aliasing for buffer donation: each `(input, output)`
+    /// pair becomes `tf.aliasing_output = output` on `@main`'s argument `input`, which PJRT
+    /// turns into donation of that argument's buffer (`analysis::memory::donation_pairs`).
+    pub fn lower_aliased(&self, g: &Graph, format: Format, aliases: &[(usize, usize)]) -> Result<StableHlo, LowerError> {
         verify(g)?;
         let names = ValueNames::for_graph(g);
         let ctx = &self.context;
@@ -163,12 +170,25 @@ impl Lowering {
         let arg_tys: Vec<Type> = arg_types.iter().map(|(t, _)| *t).collect();
         let fn_type = FunctionType::new(ctx, &arg_tys, &result_types);
         let module = Module::new(loc);
+        let mut fn_attrs = Vec::new();
+        if !aliases.is_empty() {
+            let per_arg: Vec<String> = (0..arg_tys.len())
+                .map(|i| match aliases.iter().find(|(input, _)| *input == i) {
+                    Some((_, out)) => format!("{{tf.aliasing_output = {out} : i32}}"),
+                    None => "{}".to_string(),
+                })
+                .collect();
+            let text = format!("[{}]", per_arg.join(", "));
+            let attr = melior::ir::Attribute::parse(ctx, &text)
+                .ok_or_else(|| LowerError::Mlir { context: "arg_attrs".into(), message: format!("cannot parse {text}") })?;
+            fn_attrs.push((melior::ir::Identifier::new(ctx, "arg_attrs"), attr));
+        }
         module.body().append_operation(func::func(
             ctx,
             StringAttribute::new(ctx, "main"),
             TypeAttribute::new(fn_type.into()),
             region,
-            &[],
+            &fn_attrs,
             loc,
         ));
         if !module.as_operation().verify() {

@@ -69,7 +69,7 @@ fn run(args: &Args) -> Result<()> {
     let engine = default_engine()?;
     let start_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let compiled = engine.compile(&graph, &Options { pipeline: args.pass_pipeline.clone() })?;
+    let compiled = engine.compile(&graph, &Options::with_pipeline(&args.pass_pipeline))?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
     let inputs: Vec<HostTensor> = compiled
         .input_types()
