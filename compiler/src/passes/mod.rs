@@ -19,6 +19,7 @@ mod canonicalize;
 mod cse;
 mod dce;
 mod fold_constants;
+mod form_regions;
 mod fuse_matmuls;
 mod fuse_softmax;
 mod manager;
@@ -29,6 +30,7 @@ pub use canonicalize::Canonicalize;
 pub use cse::Cse;
 pub use dce::Dce;
 pub use fold_constants::FoldConstants;
+pub use form_regions::FormRegions;
 pub use fuse_matmuls::FuseMatmuls;
 pub use fuse_softmax::FuseSoftmax;
 pub use schedule::ScheduleMemory;
@@ -95,6 +97,12 @@ pub static REGISTRY: &[PassInfo] = &[
         description: FuseMatmuls::DESCRIPTION,
         options: &[],
         create: no_options::<FuseMatmuls>,
+    },
+    PassInfo {
+        name: FormRegions::NAME,
+        description: FormRegions::DESCRIPTION,
+        options: &[],
+        create: no_options::<FormRegions>,
     },
     PassInfo {
         name: ScheduleMemory::NAME,

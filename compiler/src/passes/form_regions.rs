@@ -1,0 +1,117 @@
+//! Elementwise/reduction region formation: groups connected elementwise ops of one shape (and
+//! the reduction that consumes such a group) into regions, marked with a `region = N`
+//! attribute on each member. A producer joins its consumer's region only when that consumer is
+//! its sole user, so a region can run as one loop without recomputing or materialising any
+//! member for outside readers. Lowering ignores the mark (XLA forms its own fusions, and a
+//! marked graph lowers to the same StableHLO); it is the grouping the eager DeferAndFuse mode
+//! is to reuse, and `torchtpu-opt --pass-pipeline=form-regions` shows it.
+
+use super::{Pass, PassError};
+use crate::ir::{Attr, Graph, NodeId, NodeKind};
+use std::collections::HashMap;
+
+#[derive(Default)]
+pub struct FormRegions;
+
+impl FormRegions {
+    pub const NAME: &'static str = "form-regions";
+    pub const DESCRIPTION: &'static str = "mark connected single-use elementwise chains (and the reduction ending them) as regions";
+}
+
+/// Ops computed element by element (after broadcasting).
+const ELEMENTWISE: &[&str] = &[
+    "abs", "neg", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
+    "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
+    "erfc", "erfinv", "reciprocal", "relu", "gelu", "silu", "logical_not", "bitwise_not", "add", "sub", "rsub", "mul", "div",
+    "pow", "maximum", "minimum", "atan2", "fmod", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt",
+    "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "clamp_min", "clamp_max", "hardtanh",
+    "isnan", "isinf", "isfinite", "_to_copy", "lgamma", "digamma",
+];
+const REDUCTIONS: &[&str] = &["sum", "mean", "amax", "amin", "prod", "var"];
+
+fn kind(g: &Graph, id: NodeId) -> Option<bool> {
+    let op = g.node(id).op()?;
+    if op.namespace != "aten" {
+        return None;
+    }
+    if ELEMENTWISE.contains(&op.name.as_str()) {
+        Some(false)
+    } else if REDUCTIONS.contains(&op.name.as_str()) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+fn find(parent: &mut HashMap<NodeId, NodeId>, x: NodeId) -> NodeId {
+    let p = parent[&x];
+    if p == x {
+        return x;
+    }
+    let root = find(parent, p);
+    parent.insert(x, root);
+    root
+}
+
+impl Pass for FormRegions {
+    pass_identity!();
+    fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
+        let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
+        let mut parent: HashMap<NodeId, NodeId> = HashMap::new();
+        for &id in &order {
+            if kind(g, id).is_some() {
+                parent.insert(id, id);
+            }
+        }
+        for &id in &order {
+            let Some(is_reduction) = kind(g, id) else { continue };
+            let node = g.node(id);
+            let shape = if is_reduction { g.value_type(node.operands[0]).shape.clone() } else { node.results[0].shape.clone() };
+            for v in node.operands.clone() {
+                let p = v.node;
+                // The producer must be elementwise, of this loop's shape, and read only here.
+                if kind(g, p) != Some(false) || g.node(p).results[0].shape != shape || g.is_output(v) {
+                    continue;
+                }
+                let users = g.uses(v);
+                if users.iter().any(|(u, _)| *u != id) {
+                    continue;
+                }
+                let (a, b) = (find(&mut parent, p), find(&mut parent, id));
+                if a != b {
+                    parent.insert(a, b);
+                }
+            }
+        }
+        // Number regions of two or more members in canonical order.
+        let mut members: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        for &id in &order {
+            if parent.contains_key(&id) {
+                let r = find(&mut parent, id);
+                members.entry(r).or_default().push(id);
+            }
+        }
+        let mut next = 0i64;
+        let mut numbered: HashMap<NodeId, i64> = HashMap::new();
+        let mut changed = false;
+        for &id in &order {
+            if !matches!(g.node(id).kind, NodeKind::Op(_)) || !parent.contains_key(&id) {
+                continue;
+            }
+            let root = find(&mut parent, id);
+            if members[&root].len() < 2 {
+                continue;
+            }
+            let n = *numbered.entry(root).or_insert_with(|| {
+                next += 1;
+                next - 1
+            });
+            let attrs = g.node_attrs_mut(id);
+            if attrs.get("region") != Some(&Attr::Int(n)) {
+                attrs.insert("region".into(), Attr::Int(n));
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+}
