@@ -41,12 +41,16 @@ fn sort_along<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, d: usize, descending:
     Ok((Tv { v: vals[0], dtype: dt, dims: x.dims.clone() }, Tv { v: vals[1], dtype: DType::I64, dims: x.dims.clone() }))
 }
 
+/// A 0-d input to a (values, indices) op: itself, at index 0.
+fn scalar_with_index<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>) -> R<'c, 'a> {
+    Ok(vec![x.clone(), e.constant(DType::I64, &[], Scalar::I(0))?])
+}
+
 /// sort(self, dim=-1, descending=False) / sort.stable(self, *, stable, dim, descending).
 pub fn sort<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     if x.rank() == 0 {
-        let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
-        return Ok(vec![x.clone(), zero]);
+        return scalar_with_index(e, x);
     }
     let d = dim(n.int_or("dim", -1)?, x.rank())?;
     let (values, indices) = sort_along(e, x, d, n.bool_or("descending", false)?)?;
@@ -58,8 +62,7 @@ pub fn topk<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let k = n.int("k")?;
     if x.rank() == 0 {
-        let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
-        return Ok(vec![x.clone(), zero]);
+        return scalar_with_index(e, x);
     }
     let d = dim(n.int_or("dim", -1)?, x.rank())?;
     if k < 0 || k > x.dims[d] {
@@ -90,8 +93,7 @@ fn keep_or_drop(n: &NodeCtx, i: usize) -> Vec<i64> {
 pub fn kthvalue<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     if x.rank() == 0 {
-        let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
-        return Ok(vec![x.clone(), zero]);
+        return scalar_with_index(e, x);
     }
     let d = dim(n.int_or("dim", -1)?, x.rank())?;
     let k = n.int("k")?;
@@ -195,8 +197,7 @@ pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     let want_max = n.node.op().is_some_and(|o| o.name == "cummax");
     let x = n.arg(0)?;
     if x.rank() == 0 {
-        let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
-        return Ok(vec![x.clone(), zero]);
+        return scalar_with_index(e, x);
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let dt = x.dtype;
