@@ -19,6 +19,7 @@ NUMPY_VERSION=2.4.6        # PyTorch's OpInfo database (the OpInfo harness) need
 EXPECTTEST_VERSION=0.3.0   # imported by torch.testing._internal
 TORCHVISION_VERSION=0.29.2 # the model zoo (python/tests/models)
 TRANSFORMERS_VERSION=5.24.0
+MATPLOTLIB_VERSION=3.11.2   # benches/performance.py plots (docs/img)
 PLUGIN_PKG=lammps-jax-pjrt-cpu
 PLUGIN_VERSION=0.11.2
 
@@ -51,7 +52,7 @@ VPY="$VENV/bin/python"
 # Which pinned requirements are missing (one interpreter start; `pip show` is slow).
 REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION"
       "numpy==$NUMPY_VERSION" "expecttest==$EXPECTTEST_VERSION"
-      "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION")
+      "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "matplotlib==$MATPLOTLIB_VERSION")
 mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
 import sys, importlib.metadata as md
 for req in sys.argv[1:]:
@@ -86,11 +87,13 @@ fi
 # --- the extension (torchtpu._C) into the venv ------------------------------
 # Rebuilt only when a Rust or Python source is newer than the last install stamp.
 STAMP="$VENV/.torchtpu-ext.stamp"
-if [ ! -f "$STAMP" ] || [ -n "$(find Cargo.toml Cargo.lock compiler runtime python -newer "$STAMP" \
+if [ ! -f "$STAMP" ] || [ -n "$(find Cargo.toml Cargo.lock compiler runtime engine python -newer "$STAMP" \
       \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name Cargo.lock \) -print -quit 2>/dev/null)" ]; then
-  log "building torchtpu._C into $VENV"
+  log "building torchtpu._C (release) into $VENV"
+  # Release: every model call crosses this extension, and a debug build costs ~100 us per
+  # call of a tiny graph (benches/call_overhead.py); the release build takes ~80 s more.
   VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
-    "$VENV/bin/maturin" develop -q -m python/Cargo.toml
+    "$VENV/bin/maturin" develop --release -q -m python/Cargo.toml
   touch "$STAMP"
 else
   log "torchtpu._C up to date"

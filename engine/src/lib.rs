@@ -5,12 +5,13 @@
 
 mod graph_cache;
 mod host;
+mod resident;
 
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats};
 pub use host::HostTensor;
 
 use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use torchtpu_compiler::ir::{print_graph, DType, Graph, TensorType};
 use torchtpu_compiler::lower::{Format, LowerError, Lowering, StableHlo};
 use torchtpu_compiler::passes::{PassManager, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
@@ -150,7 +151,8 @@ impl Engine {
         };
         let exe =
             self.cache.get_or_compile_named(&self.client, &hlo.code, &CompileOptions::default(), Some(&graph.name))?;
-        Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone() })
+        let resident = Mutex::new((0..hlo.inputs.len()).map(|_| None).collect());
+        Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone(), resident })
     }
 }
 
@@ -160,6 +162,9 @@ pub struct CompiledGraph {
     hlo: StableHlo,
     client: Client,
     device: Device,
+    /// Per input: the last zero-copy buffer made for it, reused while the caller passes the
+    /// same memory (see `execute_host`).
+    resident: Mutex<Vec<Option<resident::Resident>>>,
 }
 
 impl CompiledGraph {
@@ -176,23 +181,74 @@ impl CompiledGraph {
         &self.hlo.outputs
     }
 
-    /// Runs on raw row-major host memory: `inputs[i]` holds input i, the outputs are copied
-    /// straight into `outputs[i]`. Sizes are checked against the declared types; dtypes are the
-    /// caller's responsibility (the Python boundary allocates by the declared types).
-    pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), EngineError> {
+    /// The PJRT platform it runs on ("cpu", "cuda", ...).
+    pub fn platform_name(&self) -> &str {
+        self.client.platform_name()
+    }
+
+    /// How many inputs are currently held as in-place (zero-copy) buffers of caller memory.
+    pub fn resident_inputs(&self) -> usize {
+        self.resident.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|r| r.is_some()).count()
+    }
+
+    /// Runs on raw row-major host memory and returns the output buffers (on CPU plugins
+    /// host memory: `Buffer::unsafe_pointer` hands them out without a copy).
+    ///
+    /// Each input is read in place (PJRT zero-copy) where the plugin allows, and the buffer
+    /// made for input i is kept: the next call that passes the same (address, length) for
+    /// input i reuses it. That keeps parameters resident between calls, and it is exact, not
+    /// a guess: an aliasing buffer reads the memory at every execution, so an in-place update
+    /// of a parameter is seen. An aliased input is never donated (XLA would write into the
+    /// caller's tensor); where the plugin copies instead (GPU/TPU), the copy is private and the
+    /// program's donations (`tf.aliasing_output`) apply.
+    ///
+    /// # Safety
+    /// Each `(address, length)` is live host memory for the whole call, holding input i's
+    /// dense row-major bytes (dtype and shape as declared), not written during the call.
+    pub unsafe fn execute_host(&self, inputs: &[(usize, usize)]) -> Result<Vec<Buffer>, EngineError> {
         if inputs.len() != self.hlo.inputs.len() {
             return Err(EngineError::Arity { expected: self.hlo.inputs.len(), got: inputs.len() });
         }
+        let mut slots = self.resident.lock().unwrap_or_else(|p| p.into_inner());
+        let mut copies: Vec<Option<Buffer>> = Vec::with_capacity(inputs.len());
+        let mut in_place: Vec<i64> = Vec::with_capacity(inputs.len());
+        for (i, (&(addr, len), ty)) in inputs.iter().zip(&self.hlo.inputs).enumerate() {
+            if !slots[i].as_ref().is_some_and(|r| r.holds(addr, len)) {
+                // SAFETY: the caller guarantees the memory is live for the call.
+                let data: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(addr as *const u8, len) } };
+                let dims = ty.static_dims().unwrap_or_default();
+                // SAFETY: an aliasing buffer is used only while the caller passes this very
+                // memory (checked above on every call), and is never donated (below).
+                let (buffer, aliased) =
+                    unsafe { self.client.buffer_aliasing_host(data, element_type(ty.dtype), &dims, &self.device)? };
+                if !aliased {
+                    slots[i] = None;
+                    copies.push(Some(buffer));
+                    continue;
+                }
+                slots[i] = Some(resident::Resident::new(addr, len, buffer));
+            }
+            in_place.push(i as i64);
+            copies.push(None);
+        }
+        let args: Vec<&Buffer> = copies
+            .iter()
+            .zip(slots.iter())
+            .map(|(copy, slot)| copy.as_ref().or(slot.as_ref().map(|r| &r.buffer)).expect("every input has a buffer"))
+            .collect();
+        Ok(self.exe.execute_keeping(&args, &in_place)?)
+    }
+
+    /// Runs on raw row-major host memory: `inputs[i]` holds input i, the outputs are copied
+    /// straight into `outputs[i]`. Sizes are checked against the declared types; dtypes are the
+    /// caller's responsibility.
+    pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), EngineError> {
         if outputs.len() != self.hlo.outputs.len() {
             return Err(EngineError::Arity { expected: self.hlo.outputs.len(), got: outputs.len() });
         }
-        let mut buffers: Vec<Buffer> = Vec::with_capacity(inputs.len());
-        for (data, ty) in inputs.iter().zip(&self.hlo.inputs) {
-            let dims = ty.static_dims().unwrap_or_default();
-            buffers.push(self.client.buffer_from_host(data, element_type(ty.dtype), &dims, &self.device)?);
-        }
-        let refs: Vec<&Buffer> = buffers.iter().collect();
-        let outs = self.exe.execute(&refs)?;
+        let ptrs: Vec<(usize, usize)> = inputs.iter().map(|d| (d.as_ptr() as usize, d.len())).collect();
+        // SAFETY: the slices are live and borrowed immutably for the whole call.
+        let outs = unsafe { self.execute_host(&ptrs)? };
         for (b, dst) in outs.iter().zip(outputs.iter_mut()) {
             b.copy_to_host(dst)?;
         }

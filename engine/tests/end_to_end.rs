@@ -241,3 +241,46 @@ fn donated_inputs_alias_outputs_and_results_stay_right() {
         assert_eq!(inputs[1].to_f32().unwrap(), mean);
     }
 }
+
+/// Host memory with the alignment PJRT's CPU client needs to read it in place.
+#[repr(C, align(64))]
+struct Aligned<const N: usize>([f32; N]);
+
+fn bytes<const N: usize>(a: &Aligned<N>) -> &[u8] {
+    // SAFETY: plain f32s, viewed as their bytes for the lifetime of the borrow.
+    unsafe { std::slice::from_raw_parts(a.0.as_ptr().cast(), N * 4) }
+}
+
+#[test]
+fn inputs_are_read_in_place_kept_resident_and_never_donated_into() {
+    // The same donating program as above, run on caller memory: PJRT reads it in place (no
+    // copy), keeps the buffers for the next call, never writes the caller's memory although
+    // the program donates both inputs, and sees in-place updates between calls.
+    let ir = "graph @bn(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {
+      %y = aten.neg.default(%x) : f32[2, 4]
+      %s = aten.sum.dim_IntList(%x) {dim = [0], dtype = none, keepdim = false} : f32[4]
+      %m = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]
+      %u = aten.add.Tensor(%m, %s) : f32[4]
+      return %y, %u
+    }";
+    let compiled = compile(&parse_graph(ir).unwrap()).unwrap();
+    let mut x = Aligned([0.0f32; 8]);
+    x.0.copy_from_slice(&seq(8, 0.5, 0.25));
+    let mean = Aligned([1.0f32, -2.0, 3.0, 0.5]);
+    let mut y = [0u8; 32];
+    let mut u = [0u8; 16];
+    for round in 0..3 {
+        let before = x.0;
+        compiled.run_into(&[bytes(&x), bytes(&mean)], &mut [&mut y, &mut u]).unwrap();
+        assert_eq!(compiled.resident_inputs(), 2, "both inputs read in place on the CPU plugin");
+        let got_y: Vec<f32> = y.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let got_u: Vec<f32> = u.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_close(&got_y, &before.map(|v| -v), 1e-6, 0.0);
+        let want: Vec<f32> = (0..4).map(|j| mean.0[j] * 0.9 + before[j] + before[4 + j]).collect();
+        assert_close(&got_u, &want, 1e-6, 1e-6);
+        assert_eq!(x.0, before, "round {round}: the caller's memory was written");
+        assert_eq!(mean.0, [1.0, -2.0, 3.0, 0.5]);
+        // An in-place update, as an optimizer step makes: the next call must see it.
+        x.0.iter_mut().for_each(|v| *v += 1.0);
+    }
+}

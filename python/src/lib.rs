@@ -4,6 +4,8 @@
 // The module must be called `_C` (torchtpu._C), which is not snake case.
 #![allow(non_snake_case)]
 
+mod dlpack;
+
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::types::PyBytes;
 use pyo3::prelude::*;
@@ -66,13 +68,25 @@ fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -
     Ok(outs.into_iter().map(|t| (t.dtype.name().to_string(), t.dims, PyBytes::new(py, &t.data).unbind())).collect())
 }
 
-/// A graph compiled for the default PJRT device. `run` reads inputs from and writes outputs
-/// to host memory given as (address, byte length) pairs: the caller (torchtpu's backend)
-/// passes contiguous torch tensors it keeps alive for the call, so nothing is copied in
-/// Python.
+/// A graph compiled for the default PJRT device. `run` reads inputs from host memory given
+/// as (address, byte length) pairs (the caller, torchtpu's executor, passes contiguous torch
+/// tensors it keeps alive for the call) and returns the outputs as DLPack capsules.
 #[pyclass(frozen)]
 struct Program {
     compiled: torchtpu_engine::CompiledGraph,
+    /// Dense byte length of each input.
+    input_bytes: Vec<usize>,
+}
+
+impl Program {
+    fn new(compiled: torchtpu_engine::CompiledGraph) -> Program {
+        let input_bytes = compiled
+            .input_types()
+            .iter()
+            .map(|t| t.static_dims().unwrap_or_default().iter().product::<i64>().max(0) as usize * t.dtype.size_bytes())
+            .collect();
+        Program { compiled, input_bytes }
+    }
 }
 
 fn types_of(ts: &[torchtpu_compiler::ir::TensorType]) -> Vec<(String, Vec<i64>)> {
@@ -93,29 +107,36 @@ impl Program {
         types_of(self.compiled.output_types())
     }
 
-    /// Executes. `inputs` and `outputs` are `(address, nbytes)` of contiguous host memory
-    /// that stays valid (and, for outputs, writable and unaliased) for the whole call.
-    fn run(&self, py: Python<'_>, inputs: Vec<(usize, usize)>, outputs: Vec<(usize, usize)>) -> PyResult<()> {
-        let check = |what: &str, list: &[(usize, usize)]| {
-            if list.iter().any(|&(ptr, n)| ptr == 0 && n != 0) {
-                return Err(PyValueError::new_err(format!("null {what} address")));
-            }
-            Ok(())
-        };
-        check("input", &inputs)?;
-        check("output", &outputs)?;
-        // SAFETY: the caller guarantees each (address, nbytes) is live host memory for the
-        // duration of the call, and that outputs do not alias inputs or each other.
-        let ins: Vec<&[u8]> = inputs
-            .iter()
-            .map(|&(p, n)| if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(p as *const u8, n) } })
-            .collect();
-        let mut outs: Vec<&mut [u8]> = outputs
-            .iter()
-            .map(|&(p, n)| if n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) } })
-            .collect();
-        py.detach(|| self.compiled.run_into(&ins, &mut outs)).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    /// Executes on `inputs`: the address of each input's contiguous host memory, holding it
+    /// as declared (dtype, shape: the byte length follows from them), live and unmodified for
+    /// the whole call. Returns one DLPack capsule per output (`torch.from_dlpack`): on a CPU
+    /// plugin the tensor shares PJRT's output memory, no copy. Inputs are read in place where
+    /// the plugin allows and their buffers kept between calls that pass the same memory
+    /// (`CompiledGraph::execute_host`).
+    fn run(&self, py: Python<'_>, inputs: Vec<usize>) -> PyResult<Vec<Py<PyAny>>> {
+        if inputs.len() != self.input_bytes.len() {
+            return Err(PyValueError::new_err(format!("expected {} inputs, got {}", self.input_bytes.len(), inputs.len())));
+        }
+        if inputs.iter().zip(&self.input_bytes).any(|(&ptr, &n)| ptr == 0 && n != 0) {
+            return Err(PyValueError::new_err("null input address"));
+        }
+        let memory: Vec<(usize, usize)> = inputs.into_iter().zip(self.input_bytes.iter().copied()).collect();
+        // SAFETY: the caller's contract above (torchtpu's executor keeps the tensors alive).
+        let outs = py
+            .detach(|| unsafe { self.compiled.execute_host(&memory) })
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let on_host = self.compiled.platform_name() == "cpu";
+        outs.into_iter().map(|b| dlpack::to_capsule(py, b, on_host)).collect()
     }
+}
+
+/// Program executions in this process (torchtpu.stats()["executions"]).
+static EXECUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[pyfunction]
+fn executions() -> u64 {
+    EXECUTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Compiles IR text (after `pipeline`) on the default engine, through the executable
@@ -143,7 +164,7 @@ fn compile(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult
             Ok::<_, torchtpu_engine::EngineError>((compiled, source, saved))
         })
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((Program { compiled }, source, saved))
+    Ok((Program::new(compiled), source, saved))
 }
 
 /// The executable caches' counters: memory_hits, disk_hits, misses, compile_seconds,
@@ -251,6 +272,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cache_warnings, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
+    m.add_function(wrap_pyfunction!(executions, m)?)?;
     m.add_class::<Program>()?;
     Ok(())
 }

@@ -17,7 +17,7 @@ def _fresh() -> dict:
         "partitions_eager": 0,
         "fallback_ops": collections.Counter(),  # op name -> count of nodes run eagerly
         "fallback_reasons": [],  # one line per fallback decision
-        "executions": 0,  # PJRT program executions
+        "executions": 0,  # PJRT program executions (counted by _C, see stats())
         "compile_seconds": 0.0,
         "cache_hits": 0,  # programs found in a cache: memory_hits + disk_hits
         "memory_hits": 0,  # found in this process's executable cache
@@ -30,6 +30,15 @@ def _fresh() -> dict:
 
 
 _stats = _fresh()
+# _C counts executions (a per-call Python counter costs ~1 us); stats() reports the count
+# since the last reset.
+_executions_at_reset = 0
+
+
+def _executions() -> int:
+    from torchtpu import _C
+
+    return _C.executions()
 
 
 def bump(key: str, amount=1) -> None:
@@ -53,6 +62,7 @@ def stats() -> dict:
     """A snapshot of torchtpu's counters (a copy: mutate freely)."""
     with _lock:
         snap = dict(_stats)
+        snap["executions"] = _stats["executions"] + _executions() - _executions_at_reset
         snap["fallback_ops"] = dict(_stats["fallback_ops"])
         snap["fallback_reasons"] = list(_stats["fallback_reasons"])
         snap["graphs"] = {k: dict(v) for k, v in _stats["graphs"].items()}
@@ -60,6 +70,16 @@ def stats() -> dict:
 
 
 def reset_stats() -> None:
-    global _stats
+    global _stats, _executions_at_reset
     with _lock:
         _stats = _fresh()
+        _executions_at_reset = _executions()
+# _C counts executions (a per-call Python counter costs ~1 us); stats() reports the count
+# since the last reset.
+_executions_at_reset = 0
+
+
+def _executions() -> int:
+    from torchtpu import _C
+
+    return _C.executions()

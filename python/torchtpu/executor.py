@@ -56,7 +56,13 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
 
 
 class CompiledGraph:
-    """Callable with the FX graph's positional inputs; returns its outputs."""
+    """Callable with the FX graph's positional inputs; returns its outputs.
+
+    The per-call path is kept short (issue 8): Dynamo's guards already pinned every input's
+    dtype, shape, strides and device, so a call gathers each input's address and wraps the
+    program's outputs, which share PJRT's memory (DLPack), as tensors. PJRT reads the inputs
+    in place and keeps their buffers between calls (`Program.run`). An input that is not a
+    contiguous tensor of the compiled type takes the checked path (copy or clear error)."""
 
     def __init__(self, program, exported: Exported, name: str, eager=None):
         self.program = program
@@ -67,9 +73,15 @@ class CompiledGraph:
         self.outputs = exported.outputs
         self.output_is_tuple = exported.output_is_tuple
         self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
-        self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
+        # Per input: the positional argument it comes from, or -1 and the constant.
+        self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
+        # The program's outputs are the results as they are (no None, value or restride).
+        self._plain = len(self.outputs) == len(program.output_types) and all(
+            spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
+        )
 
-    def __call__(self, *args):
+    def _checked(self, args) -> list:
+        """The inputs as contiguous CPU tensors of the compiled types, or a clear error."""
         tensors = []
         for spec, (dtype, shape) in zip(self.inputs, self.in_types):
             t = args[spec.index] if spec.kind == "arg" else spec.value
@@ -79,14 +91,25 @@ class CompiledGraph:
                 raise RuntimeError(f"{self.name}: input on device {t.device}; torchtpu takes CPU tensors")
             if t.dtype != dtype or tuple(t.shape) != shape:
                 raise RuntimeError(f"{self.name}: input {spec.index} is {t.dtype}{list(t.shape)}, compiled for {dtype}{list(shape)}")
-            tensors.append(t.detach().contiguous())
-        outs = [torch.empty(shape, dtype=dtype) for dtype, shape in self.out_types]
+            tensors.append(t.contiguous())
+        return tensors
+
+    def __call__(self, *args):
+        tensors = [args[i] if i >= 0 else c for i, c in self._sources]
         try:
-            self.program.run(
-                [(t.data_ptr(), t.nbytes) for t in tensors],
-                [(o.data_ptr(), o.nbytes) for o in outs],
-            )
-        except RuntimeError as e:
+            # The fast path trusts Dynamo's guards for dtype, shape and device; contiguity is
+            # cheap to check and decides whether memory can be read as is.
+            if not all(t.is_contiguous() for t in tensors):
+                raise TypeError
+            ptrs = [t.data_ptr() for t in tensors]
+        except (TypeError, AttributeError):
+            tensors = self._checked(args)
+            ptrs = [t.data_ptr() for t in tensors]
+        try:
+            # `tensors` keeps every input alive until the call returns.
+            capsules = self.program.run(ptrs)
+        except (RuntimeError, ValueError) as e:
+            self._checked(args)  # a wrong input type or shape: say so, rather than fall back
             if self.eager is None:
                 raise
             from torchtpu.fallback import warn_once
@@ -95,7 +118,9 @@ class CompiledGraph:
             _stats.bump("graphs_fallback")
             _stats.record_fallback(f"graph {self.name}: execution failed: {e}", ["<execution failure>"])
             return self.eager(*args)
-        _stats.bump("executions")
+        outs = [_from_dlpack(c) for c in capsules]
+        if self._plain:
+            return tuple(outs) if self.output_is_tuple else outs[0]
         results = []
         for spec in self.outputs:
             if spec.kind == "ir":
@@ -108,3 +133,6 @@ class CompiledGraph:
             else:
                 results.append(spec.value)
         return tuple(results) if self.output_is_tuple else results[0]
+
+
+_from_dlpack = torch._C._from_dlpack

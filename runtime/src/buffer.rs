@@ -190,6 +190,15 @@ impl Buffer {
         self.dims.iter().map(|&d| d.max(0) as usize).product()
     }
 
+    /// The buffer's address. On CPU plugins this is host memory holding the dense row-major
+    /// array for as long as the buffer lives (how outputs are handed out without a copy).
+    pub fn unsafe_pointer(&self) -> Result<usize> {
+        let mut args = ffi::PJRT_Buffer_UnsafePointer_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_UnsafePointer, &mut args)?;
+        Ok(args.buffer_pointer)
+    }
+
     /// Copies the buffer to host memory (dense, row-major), waiting for the copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
         // Every modelled type is whole bytes, so the dense size needs no size query.
@@ -230,6 +239,61 @@ impl Client {
         dims: &[i64],
         device: &Device,
     ) -> Result<Buffer> {
+        let args = self.start_from_host(data, ty, dims, device, ffi::HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL)?;
+        let plugin = &self.inner.plugin;
+        // Own the buffer first so an event failure still frees it.
+        let done = plugin.await_event(
+            "PJRT_Client_BufferFromHostBuffer",
+            args.done_with_host_buffer,
+        );
+        let buffer = Buffer::from_raw(&self.inner, args.buffer)?;
+        done.map(|()| buffer)
+    }
+
+    /// A buffer that reads `data` in place where the plugin can (CPU plugins, aligned data):
+    /// no copy. Returns the buffer and whether it aliases `data`; when the plugin copied
+    /// instead, the copy is complete on return.
+    ///
+    /// # Safety
+    /// When aliased, the buffer reads `data`'s memory whenever it is used: the caller keeps
+    /// that memory alive and holding the intended values for every use of the buffer, and
+    /// must never donate it to an execution (PJRT would write into it).
+    pub unsafe fn buffer_aliasing_host(
+        &self,
+        data: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<(Buffer, bool)> {
+        let args = self.start_from_host(data, ty, dims, device, ffi::HOST_BUFFER_IMMUTABLE_ZERO_COPY)?;
+        let plugin = &self.inner.plugin;
+        let buffer = match Buffer::from_raw(&self.inner, args.buffer) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = plugin.destroy_event(args.done_with_host_buffer);
+                return Err(e);
+            }
+        };
+        let aliased = !data.is_empty() && buffer.unsafe_pointer().ok() == Some(data.as_ptr() as usize);
+        if aliased {
+            // "Done with the host buffer" fires only when the buffer is destroyed.
+            plugin.destroy_event(args.done_with_host_buffer)?;
+        } else {
+            plugin.await_event("PJRT_Client_BufferFromHostBuffer", args.done_with_host_buffer)?;
+        }
+        Ok((buffer, aliased))
+    }
+
+    /// Checks and issues `PJRT_Client_BufferFromHostBuffer`; the caller owns the returned
+    /// buffer and `done_with_host_buffer` event.
+    fn start_from_host(
+        &self,
+        data: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+        semantics: ffi::PJRT_HostBufferSemantics,
+    ) -> Result<ffi::PJRT_Client_BufferFromHostBuffer_Args> {
         let expected = dense_byte_size(ty, dims)?;
         if data.len() != expected {
             return Err(RuntimeError::InvalidArgument(format!(
@@ -243,23 +307,16 @@ impl Client {
                 device.id()
             )));
         }
-        let plugin = &self.inner.plugin;
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = self.inner.raw;
         args.data = data.as_ptr().cast();
         args.type_ = ty.to_raw();
         args.dims = dims.as_ptr();
         args.num_dims = dims.len();
-        args.host_buffer_semantics = ffi::HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL;
+        args.host_buffer_semantics = semantics;
         args.device = device.raw;
-        pjrt_call!(plugin, PJRT_Client_BufferFromHostBuffer, &mut args)?;
-        // Own the buffer first so an event failure still frees it.
-        let done = plugin.await_event(
-            "PJRT_Client_BufferFromHostBuffer",
-            args.done_with_host_buffer,
-        );
-        let buffer = Buffer::from_raw(&self.inner, args.buffer)?;
-        done.map(|()| buffer)
+        pjrt_call!(self.inner.plugin, PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        Ok(args)
     }
 }
 

@@ -149,6 +149,12 @@ impl Executable {
     /// Runs on the executable's device with `args` (which must live on that device, from the
     /// same client) and waits for completion. Returns one buffer per output.
     pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        self.execute_keeping(args, &[])
+    }
+
+    /// Like [`Executable::execute`], but the arguments at `keep` (indices) are not donated even
+    /// where the program aliases them to an output: XLA writes that output elsewhere.
+    pub fn execute_keeping(&self, args: &[&Buffer], keep: &[i64]) -> Result<Vec<Buffer>> {
         if let Some(i) = args
             .iter()
             .position(|b| !Arc::ptr_eq(&b.client, &self.client))
@@ -164,6 +170,8 @@ impl Executable {
         let output_lists: [*mut *mut ffi::PJRT_Buffer; 1] = [outputs.as_mut_ptr()];
         let mut complete: [*mut ffi::PJRT_Event; 1] = [std::ptr::null_mut()];
         let mut options = ffi::PJRT_ExecuteOptions::new();
+        options.non_donatable_input_indices = keep.as_ptr();
+        options.num_non_donatable_input_indices = keep.len();
 
         let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
         exec.executable = self.raw;

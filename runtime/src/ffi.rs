@@ -53,6 +53,9 @@ pub type PJRT_Error_Code = c_int;
 pub type PJRT_HostBufferSemantics = c_int;
 
 pub const HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL: PJRT_HostBufferSemantics = 0;
+/// The buffer may alias the host memory for its whole life (the runtime never writes it);
+/// a plugin that cannot alias (e.g. misaligned data) copies instead.
+pub const HOST_BUFFER_IMMUTABLE_ZERO_COPY: PJRT_HostBufferSemantics = 2;
 
 /// Every PJRT entry point: takes its args struct, returns an owned error or null.
 pub type PjrtFn<A> = Option<unsafe extern "C" fn(args: *mut A) -> *mut PJRT_Error>;
@@ -69,7 +72,7 @@ pub struct PJRT_Api_Version {
     pub minor_version: c_int,
 }
 
-/// The `PJRT_Api` function table, declared up to `PJRT_Buffer_ToHostBuffer`.
+/// The `PJRT_Api` function table, declared up to `PJRT_Buffer_UnsafePointer`.
 #[repr(C)]
 pub struct PJRT_Api {
     pub struct_size: usize,
@@ -156,6 +159,9 @@ pub struct PJRT_Api {
     pub PJRT_Buffer_IsDeleted: Unused,
     pub PJRT_Buffer_CopyToDevice: Unused,
     pub PJRT_Buffer_ToHostBuffer: PjrtFn<PJRT_Buffer_ToHostBuffer_Args>,
+    pub PJRT_Buffer_IsOnCpu: Unused,
+    pub PJRT_Buffer_ReadyEvent: Unused,
+    pub PJRT_Buffer_UnsafePointer: PjrtFn<PJRT_Buffer_UnsafePointer_Args>,
 }
 
 // ---------------------------------------------------------------- errors
@@ -461,6 +467,15 @@ pub struct PJRT_Buffer_ToHostBuffer_Args {
     pub event: *mut PJRT_Event,
 }
 
+#[repr(C)]
+pub struct PJRT_Buffer_UnsafePointer_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    /// Out: the buffer's address (host memory on CPU plugins).
+    pub buffer_pointer: usize,
+}
+
 /// Implemented by every args struct: a zeroed value with `struct_size` set to our declaration.
 pub trait Args: Sized {
     fn new() -> Self {
@@ -507,6 +522,7 @@ impl_args!(
     PJRT_Buffer_ElementType_Args,
     PJRT_Buffer_Dimensions_Args,
     PJRT_Buffer_ToHostBuffer_Args,
+    PJRT_Buffer_UnsafePointer_Args,
 );
 
 #[cfg(test)]
@@ -536,6 +552,8 @@ mod tests {
             40 + 56 * 8
         );
         assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_ToHostBuffer), 40 + 70 * 8);
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_UnsafePointer), 40 + 73 * 8);
+        assert_eq!(size_of::<PJRT_Buffer_UnsafePointer_Args>(), 32);
         assert_eq!(size_of::<PJRT_Executable_Serialize_Args>(), 56);
         assert_eq!(
             offset_of!(
