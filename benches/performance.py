@@ -1,0 +1,453 @@
+"""torchtpu vs eager vs Inductor, side by side in one run (issue 8).
+
+    .venv/bin/python benches/performance.py          # ~30 min; writes docs/performance.md, docs/img/perf_*.png
+    .venv/bin/python benches/performance.py --quick  # a smoke run: few rounds, no subprocesses
+
+For each model of a fixed set (the test MLP, transformer block and CNN of
+`python/tests/models/small.py`; a GPT-2 and a BERT from `transformers` configs with random
+weights; torchvision's resnet18 at 64x64) and batch sizes 1 and 16, it measures:
+
+- steady-state time per inference call (`torch.no_grad()`, eval mode);
+- time per training step: forward, loss, backward, SGD step (only the model is compiled);
+- first-call latency (Dynamo + compile + first run) of a fresh process, with an empty cache
+  ("cold") and again with the cache the cold run left ("warm"): batch 16, inference;
+- peak memory: the resident-set peak of a fresh process over steady-state inference calls,
+  above its resident set before them (`/proc/self/clear_refs`), and the process's overall
+  peak including compilation;
+
+for eager, Inductor (`torch.compile` default backend) and torchtpu. Steady-state numbers are
+per-call medians over rounds that interleave the three backends (the order rotates every
+round), with the interquartile range as spread; ratios are taken between medians of the same
+run. Outputs of torchtpu are checked against eager before timing. It also runs
+`call_overhead.py` (per-call cost of a tiny graph) and reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python" / "tests"))
+sys.path.insert(0, str(ROOT / "benches"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+BACKENDS = ["eager", "inductor", "torchtpu"]
+BATCHES = [1, 16]
+MODELS = ["mlp", "transformer_block", "cnn", "gpt2", "bert", "resnet18"]
+SEQ = 64
+
+
+def build(name: str, batch: int):
+    """(model, positional inputs) for `name` at `batch`, seeded: the same in every process."""
+    torch.manual_seed(0)
+    if name in ("mlp", "transformer_block", "cnn"):
+        from models import small
+
+        model, shape = {
+            "mlp": (small.MLP, (batch, 12)),
+            "transformer_block": (lambda: small.MHABlock(d=64, heads=4), (batch, 32, 64)),
+            "cnn": (small.CNN, (batch, 3, 32, 32)),
+        }[name]
+        return model(), (torch.randn(*shape),)
+    if name in ("gpt2", "bert"):
+        import transformers
+
+        if name == "gpt2":
+            config = transformers.GPT2Config(vocab_size=1000, n_embd=256, n_layer=2, n_head=4, n_positions=128,
+                                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+            model = transformers.GPT2LMHeadModel(config)
+        else:
+            config = transformers.BertConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                             intermediate_size=1024, max_position_embeddings=128,
+                                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            model = transformers.BertForMaskedLM(config)
+        return model, (torch.randint(0, 1000, (batch, SEQ)),)
+    if name == "resnet18":
+        import torchvision
+
+        return torchvision.models.resnet18(num_classes=100), (torch.randn(batch, 3, 64, 64),)
+    raise KeyError(name)
+
+
+def output_tensor(out) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "logits"):
+        return out.logits
+    return out[0]
+
+
+def compiled(model, backend: str):
+    if backend == "eager":
+        return model
+    if backend == "inductor":
+        return torch.compile(model)
+    return torch.compile(model, backend="torchtpu")
+
+
+# ---------------------------------------------------------------- steady state (this process)
+
+
+class Runner:
+    """One backend's callable for one model/batch/mode, with its timings."""
+
+    def __init__(self, model, args, backend: str, train: bool):
+        self.backend, self.train, self.args = backend, train, args
+        self.model = copy.deepcopy(model)
+        self.model.train(train)
+        self.fn = compiled(self.model, backend)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-4) if train else None
+        self.samples: list[float] = []
+        self.calls = 1
+
+    def step(self):
+        if not self.train:
+            with torch.no_grad():
+                return self.fn(*self.args)
+        self.opt.zero_grad(set_to_none=True)
+        loss = output_tensor(self.fn(*self.args)).float().square().mean()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def calibrate(self, seconds: float):
+        t0 = time.perf_counter()
+        self.step()
+        dt = time.perf_counter() - t0
+        self.calls = max(1, min(200, int(seconds / max(dt, 1e-6))))
+
+    def sample(self):
+        t0 = time.perf_counter()
+        for _ in range(self.calls):
+            self.step()
+        self.samples.append((time.perf_counter() - t0) / self.calls)
+
+
+def summary(samples: list[float]) -> dict:
+    qs = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return {"median_ms": statistics.median(samples) * 1e3, "q1_ms": qs[0] * 1e3, "q3_ms": qs[2] * 1e3, "rounds": len(samples)}
+
+
+def max_error(got, want) -> float:
+    g, w = output_tensor(got).float(), output_tensor(want).float()
+    return float((g - w).abs().max() / w.abs().max().clamp_min(1e-12))
+
+
+def steady_state(name: str, batch: int, train: bool, rounds: int, seconds: float) -> dict:
+    model, args = build(name, batch)
+    runners = [Runner(model, args, b, train) for b in BACKENDS]
+    if not train:
+        with torch.no_grad():
+            want = runners[0].fn(*args)
+            err = max_error(runners[2].fn(*args), want)
+    else:
+        err = None
+    for r in runners:  # compile and warm up
+        for _ in range(3):
+            r.step()
+        r.calibrate(seconds)
+    for k in range(rounds):
+        for r in runners[k % 3:] + runners[: k % 3]:
+            r.sample()
+    result = {r.backend: summary(r.samples) for r in runners}
+    if err is not None:
+        result["torchtpu_max_rel_error"] = err
+    import torchtpu
+
+    result["torchtpu_fallback_ops"] = sorted(torchtpu.stats()["fallback_ops"])
+    return result
+
+
+# ---------------------------------------------------------------- first call and memory (fresh processes)
+
+CHILD = r"""
+import gc, json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, sys.argv[1])
+import performance as p
+import torch
+name, batch, backend = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if backend == "torchtpu":
+    import torchtpu  # noqa: F401  (what a user's first call pays for is measured below)
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+model, args = p.build(name, batch)
+model.eval()
+fn = p.compiled(model, backend)
+with torch.no_grad():
+    t0 = time.perf_counter()
+    fn(*args)
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        out = fn(*args)
+    del out
+    gc.collect()
+    before = status("VmRSS:")
+    process_peak = status("VmHWM:")
+    open("/proc/self/clear_refs", "w").write("5")  # reset the peak to the current RSS
+    for _ in range(5):
+        out = fn(*args)
+    call_peak = status("VmHWM:") - before
+print(json.dumps({"first_call_s": first, "call_peak_bytes": call_peak, "rss_before_bytes": before,
+                  "process_peak_bytes": max(process_peak, status("VmHWM:"))}))
+"""
+
+
+def child(name: str, batch: int, backend: str, cache_dir: str) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "inductor"),
+               TORCHTPU_CACHE_DIR=os.path.join(cache_dir, "torchtpu"), PYTHONWARNINGS="ignore")
+    r = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "benches"), name, str(batch), backend],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{name}/{backend} child failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def first_calls(name: str, batch: int) -> dict:
+    out = {}
+    for backend in BACKENDS:
+        with tempfile.TemporaryDirectory(prefix="ttpu-perf-") as d:
+            cold = child(name, batch, backend, d)
+            warm = child(name, batch, backend, d) if backend != "eager" else cold
+        out[backend] = {"cold": cold, "warm": warm}
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def plot(results: dict, img: pathlib.Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img.mkdir(parents=True, exist_ok=True)
+    made = []
+    colors = {"eager": "#888888", "inductor": "#1f77b4", "torchtpu": "#d62728"}
+    for mode in ("inference", "training"):
+        rows = [(k, v) for k, v in results["steady"].items() if k.endswith("/" + mode)]
+        if not rows:
+            continue
+        labels = [k.rsplit("/", 1)[0] for k, _ in rows]
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4))
+        width = 0.38
+        for j, b in enumerate(("inductor", "torchtpu")):
+            ys = [v["eager"]["median_ms"] / v[b]["median_ms"] for _, v in rows]
+            ax.bar([i + (j - 0.5) * width for i in range(len(rows))], ys, width, label=b, color=colors[b])
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(rows)), labels, rotation=45, ha="right")
+        ax.set_ylabel("speedup over eager (median, log)")
+        ax.set_title(f"Steady-state {mode} {'step' if mode == 'training' else 'call'}: speedup over eager")
+        ax.legend()
+        fig.tight_layout()
+        path = img / f"perf_{mode}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path.name)
+    if results.get("first_call"):
+        names = list(results["first_call"])
+        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names)), 4))
+        bars = [("inductor", "cold"), ("inductor", "warm"), ("torchtpu", "cold"), ("torchtpu", "warm")]
+        width = 0.2
+        for j, (b, c) in enumerate(bars):
+            ys = [results["first_call"][n][b][c]["first_call_s"] for n in names]
+            ax.bar([i + (j - 1.5) * width for i in range(len(names))], ys, width, label=f"{b} {c}",
+                   color=colors[b], alpha=1.0 if c == "cold" else 0.5)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(names)), [n.split("/")[0] for n in names], rotation=30, ha="right")
+        ax.set_ylabel("seconds (log)")
+        ax.set_title("First call (Dynamo + compile + run), fresh process, batch 16")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(img / "perf_first_call.png", dpi=110)
+        plt.close(fig)
+        made.append("perf_first_call.png")
+
+        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names)), 4))
+        width = 0.27
+        for j, b in enumerate(BACKENDS):
+            ys = [results["first_call"][n][b]["warm"]["call_peak_bytes"] / 2**20 for n in names]
+            ax.bar([i + (j - 1) * width for i in range(len(names))], ys, width, label=b, color=colors[b])
+        ax.set_xticks(range(len(names)), [n.split("/")[0] for n in names], rotation=30, ha="right")
+        ax.set_ylabel("MiB above the resident set before the calls")
+        ax.set_title("Peak memory of steady-state inference calls, batch 16")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(img / "perf_memory.png", dpi=110)
+        plt.close(fig)
+        made.append("perf_memory.png")
+    return made
+
+
+def ms(s: dict) -> str:
+    return f"{s['median_ms']:.3f} ({s['q1_ms']:.3f}-{s['q3_ms']:.3f})"
+
+
+def report(results: dict, images: list[str]) -> str:
+    m = results["machine"]
+    lines = [
+        "# Performance: torchtpu vs eager vs Inductor",
+        "",
+        "Generated by `.venv/bin/python benches/performance.py` (the one command; ~30 minutes) on "
+        f"{m['date']}: {m['cpus']} CPUs ({m['cpu']}), torch {m['torch']}, PJRT plugin `{m['plugin']}`. "
+        "Every number below comes from that one run. Steady-state times are per-call medians over "
+        f"{results['rounds']} rounds that interleave the three backends (order rotated each round), "
+        "with the interquartile range in parentheses; speedups are ratios of medians of the same run. "
+        "These 2-core machines are noisy: read differences under ~15% as ties.",
+        "",
+    ]
+    summary_rows = []
+    for mode in ("inference", "training"):
+        rows = {k: v for k, v in results["steady"].items() if k.endswith("/" + mode)}
+        if not rows:
+            continue
+        lines += [f"## Steady-state {mode} ({'forward, loss, backward, SGD step' if mode == 'training' else 'torch.no_grad, eval mode'})", "",
+                  "| model / batch | eager ms | Inductor ms | torchtpu ms | Inductor vs eager | torchtpu vs eager | torchtpu vs Inductor |",
+                  "|---|---|---|---|---|---|---|"]
+        sp_i, sp_t, t_vs_i = [], [], []
+        for key, v in rows.items():
+            e, i, t = (v[b]["median_ms"] for b in BACKENDS)
+            sp_i.append(e / i)
+            sp_t.append(e / t)
+            t_vs_i.append(i / t)
+            lines.append(f"| {key.rsplit('/', 1)[0]} | {ms(v['eager'])} | {ms(v['inductor'])} | {ms(v['torchtpu'])} | "
+                         f"{e / i:.2f}x | {e / t:.2f}x | {i / t:.2f}x |")
+        gi, gt, gti = geomean(sp_i), geomean(sp_t), geomean(t_vs_i)
+        lines += [f"| **geometric mean** | | | | **{gi:.2f}x** | **{gt:.2f}x** | **{gti:.2f}x** |", ""]
+        summary_rows.append((mode, gi, gt, gti))
+        errs = {k: v.get("torchtpu_max_rel_error") for k, v in rows.items() if v.get("torchtpu_max_rel_error") is not None}
+        if errs:
+            lines += [f"torchtpu outputs vs eager before timing: max relative error {max(errs.values()):.1e} "
+                      f"(max |torchtpu - eager| / max |eager| of the logits, over all rows).", ""]
+        fallbacks = sorted({op for v in rows.values() for op in v.get("torchtpu_fallback_ops", [])})
+        lines += [f"Ops torchtpu ran eagerly (fallback) anywhere in these runs: {', '.join(fallbacks) or 'none'}.", ""]
+        if f"perf_{mode}.png" in images:
+            lines += [f"![{mode} speedups](img/perf_{mode}.png)", ""]
+    fc = results.get("first_call")
+    if fc:
+        lines += ["## First call and memory (fresh process per measurement, batch 16, inference)", "",
+                  "First call: Dynamo tracing + compilation + the first run, timed around the first call of a "
+                  "fresh process; cold = empty cache directories (Inductor's `TORCHINDUCTOR_CACHE_DIR`, "
+                  "torchtpu's `TORCHTPU_CACHE_DIR`), warm = a second process on the cache the cold one left. "
+                  "Call peak: resident-set peak over 5 steady-state calls above the resident set before them. "
+                  "Process peak: the process's resident-set peak, compilation included.", "",
+                  "| model | eager first s | Inductor cold s | Inductor warm s | torchtpu cold s | torchtpu warm s | "
+                  "call peak MiB eager / Inductor / torchtpu | process peak MiB eager / Inductor / torchtpu |",
+                  "|---|---|---|---|---|---|---|---|"]
+        cold_ratio, warm_ratio = [], []
+        for key, v in fc.items():
+            f = lambda b, c: v[b][c]["first_call_s"]  # noqa: E731
+            cold_ratio.append(f("inductor", "cold") / f("torchtpu", "cold"))
+            warm_ratio.append(f("inductor", "warm") / f("torchtpu", "warm"))
+            peaks = " / ".join(f"{v[b]['warm']['call_peak_bytes'] / 2**20:.1f}" for b in BACKENDS)
+            procs = " / ".join(f"{v[b]['cold']['process_peak_bytes'] / 2**20:.0f}" for b in BACKENDS)
+            lines.append(f"| {key.split('/')[0]} | {f('eager', 'cold'):.3f} | {f('inductor', 'cold'):.2f} | {f('inductor', 'warm'):.2f} | "
+                         f"{f('torchtpu', 'cold'):.2f} | {f('torchtpu', 'warm'):.2f} | {peaks} | {procs} |")
+        lines += ["", f"Cold first call, Inductor / torchtpu: geometric mean **{geomean(cold_ratio):.1f}x** "
+                  f"(torchtpu is that many times faster); warm: {geomean(warm_ratio):.1f}x.", ""]
+        summary_rows.append(("first call cold (Inductor s / torchtpu s)", None, geomean(cold_ratio), None))
+        for name in ("perf_first_call.png", "perf_memory.png"):
+            if name in images:
+                lines += [f"![{name[5:-4]}](img/{name})", ""]
+    oh = results.get("overhead")
+    if oh:
+        lines += ["## Per-call overhead of a tiny graph (`benches/call_overhead.py`)", "",
+                  "`x * 2 + 1` on 4 floats, microseconds per call, medians of interleaved rounds:", "",
+                  "| path | us/call |", "|---|---|"]
+        lines += [f"| {k} | {v:.1f} |" for k, v in oh.items()]
+        lines.append("")
+    lines += ["## Targets (issue 8)", ""]
+    for mode, gi, gt, gti in summary_rows:
+        if mode in ("inference", "training"):
+            lines.append(f"- {mode}: torchtpu {gt:.2f}x eager (geo-mean), Inductor {gi:.2f}x eager; torchtpu vs Inductor {gti:.2f}x.")
+        else:
+            lines.append(f"- {mode}: {gt:.1f}x.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    cpu = platform.processor() or "unknown"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import torchtpu
+
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(), "cpu": cpu,
+            "torch": torch.__version__, "plugin": pathlib.Path(torchtpu._C.plugin_path()).name}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="few rounds, no fresh-process measurements, no docs")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
+    a = ap.parse_args()
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    models = a.models.split(",")
+    rounds = a.rounds or (3 if a.quick else 15)
+    seconds = 0.02 if a.quick else 0.08
+    os.environ.setdefault("TORCHTPU_CACHE_DIR", tempfile.mkdtemp(prefix="ttpu-perf-main-"))
+    results = {"machine": machine(), "rounds": rounds, "steady": {}, "first_call": {}}
+    for name in models:
+        for batch in BATCHES:
+            for train in (False, True):
+                key = f"{name}/{batch}/{'training' if train else 'inference'}"
+                t0 = time.perf_counter()
+                results["steady"][key] = steady_state(name, batch, train, rounds, seconds)
+                torch._dynamo.reset()
+                gc.collect()
+                v = results["steady"][key]
+                print(f"{key:34s} " + "  ".join(f"{b} {v[b]['median_ms']:8.3f} ms" for b in BACKENDS)
+                      + f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not a.quick:
+        for name in models:
+            t0 = time.perf_counter()
+            results["first_call"][f"{name}/16"] = v = first_calls(name, 16)
+            print(f"first call {name:20s} " + "  ".join(f"{b} {v[b]['cold']['first_call_s']:.2f}/{v[b]['warm']['first_call_s']:.2f} s"
+                                                    for b in BACKENDS) + f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+        import call_overhead
+
+        results["overhead"] = call_overhead.measure()
+    if a.quick:
+        print(report(results, []))
+        return 0
+    out = pathlib.Path(a.out)
+    images = plot(results, out.parent / "img")
+    out.write_text(report(results, images))
+    (ROOT / "benches" / "results").mkdir(exist_ok=True)
+    (ROOT / "benches" / "results" / "performance.json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {out} and {', '.join(images)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
