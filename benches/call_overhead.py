@@ -4,7 +4,8 @@
 
 The graph is `x * 2 + 1` on 4 floats. In one run, interleaved: eager; torch.compile with a
 no-op backend that returns a fixed tensor (Dynamo's guards and frame handling alone); with
-Dynamo's own `eager` backend (the same plus running the graph eagerly); torchtpu; and,
+Dynamo's own `eager` backend (the same plus running the graph eagerly); with `aot_eager`
+(the same plus AOTAutograd's runtime wrapper, which torchtpu's graphs also run under); torchtpu; and,
 inside torchtpu, the PJRT program alone (`Program.run` on a prepared pointer: input buffers,
 execute, outputs handed out as DLPack capsules). torchtpu - no-op backend is what torchtpu
 adds per call (AOTAutograd's runtime wrapper, our executor and the program).
@@ -44,9 +45,11 @@ def measure(rounds: int = 25) -> dict:
     x = torch.randn(4)
     guards_only = torch.compile(f, backend=_noop_backend)
     dynamo_eager = torch.compile(f, backend="eager")
+    aot_eager = torch.compile(f, backend="aot_eager")
     mine = torch.compile(f, backend="torchtpu")
     guards_only(x)
     dynamo_eager(x)
+    aot_eager(x)
     mine(x)
     # The compiled program itself, called as the executor calls it.
     from torchtpu import _C
@@ -61,6 +64,7 @@ def measure(rounds: int = 25) -> dict:
         "eager": f,
         "dynamo, no-op backend (guards only)": guards_only,
         "dynamo (backend=eager)": dynamo_eager,
+        "dynamo + AOTAutograd (backend=aot_eager)": aot_eager,
         "torchtpu": mine,
         "PJRT program alone": run_program,
     }
@@ -74,10 +78,12 @@ def measure(rounds: int = 25) -> dict:
 def main() -> None:
     med = measure()
     for name, v in med.items():
-        print(f"{name:36s} {v:9.1f} us/call")
+        print(f"{name:42s} {v:9.1f} us/call")
     guards = med["dynamo, no-op backend (guards only)"]
     print(f"torchtpu above Dynamo's guard cost: {med['torchtpu'] - guards:.1f} us/call (target < 20); "
-          f"above Dynamo's eager backend: {med['torchtpu'] - med['dynamo (backend=eager)']:.1f} us/call")
+          f"above Dynamo's eager backend: {med['torchtpu'] - med['dynamo (backend=eager)']:.1f} us/call; "
+          f"AOTAutograd's share (aot_eager - eager backend): "
+          f"{med['dynamo + AOTAutograd (backend=aot_eager)'] - med['dynamo (backend=eager)']:.1f} us/call")
 
 
 if __name__ == "__main__":

@@ -220,6 +220,25 @@ impl<'c, 'a> Emitter<'c, 'a> {
         self.op("stablehlo.transpose", &[x], x.dtype, &dims, &[("permutation", self.i64_array(&perm))])
     }
 
+    /// `y` when `x` is this module's `stablehlo.transpose(y)` with exactly `perm`: lets a
+    /// consumer read `y` directly instead (a dot contracting the other dim).
+    pub fn transpose_source(&self, x: &Tv<'c, 'a>, perm: &[usize]) -> Option<Tv<'c, 'a>> {
+        use melior::ir::operation::{OperationLike, OperationResult};
+        let op = OperationResult::try_from(x.v).ok()?.owner();
+        if op.name().as_string_ref().as_str().ok()? != "stablehlo.transpose" {
+            return None;
+        }
+        let attr = DenseI64ArrayAttribute::try_from(op.attribute("permutation").ok()?).ok()?;
+        if attr.len() != perm.len() || perm.iter().enumerate().any(|(i, &p)| attr.element(i).ok() != Some(p as i64)) {
+            return None;
+        }
+        let mut dims = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            dims[p] = x.dims[i];
+        }
+        Some(Tv { v: op.operand(0).ok()?, dtype: x.dtype, dims })
+    }
+
     /// Elementwise comparison; both operands must share dtype and shape. Floats compare with
     /// IEEE semantics (NaN unordered), unsigned ints as unsigned.
     pub fn compare(&self, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, dir: Cmp) -> RuleResult<Tv<'c, 'a>> {

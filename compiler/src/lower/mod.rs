@@ -164,6 +164,7 @@ impl Lowering {
             }
             let outs: Vec<_> = g.outputs().iter().map(|v| values[v].v).collect();
             block.append_operation(func::r#return(&outs, loc));
+            erase_unused_transposes(&block);
         }
         let region = Region::new();
         region.append_block(block);
@@ -211,3 +212,22 @@ pub fn lower_to_stablehlo(g: &Graph) -> Result<StableHlo, LowerError> {
     Lowering::new().lower(g)
 }
 
+/// Erases the `stablehlo.transpose`s nothing reads: a matmul that reads its operand
+/// untransposed (`ops::linalg::dot`) leaves the node's transpose behind, and the emitted
+/// module is read by people too.
+fn erase_unused_transposes(block: &Block) {
+    use melior::ir::operation::OperationLike;
+    use melior::ir::BlockLike;
+    let mut op = block.first_operation();
+    while let Some(o) = op {
+        op = o.next_in_block();
+        let is_transpose = o.name().as_string_ref().as_str() == Ok("stablehlo.transpose");
+        // SAFETY: `o` is a live operation of `block` with one result; the C API only reads
+        // its use list, and erases it (its own operands' use lists drop it) when it has none.
+        unsafe {
+            if is_transpose && mlir_sys::mlirOpOperandIsNull(mlir_sys::mlirValueGetFirstUse(mlir_sys::mlirOperationGetResult(o.to_raw(), 0))) {
+                mlir_sys::mlirOperationDestroy(o.to_raw());
+            }
+        }
+    }
+}

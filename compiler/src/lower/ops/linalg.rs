@@ -8,29 +8,36 @@ use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
-/// `a @ b` for rank-2 or batched rank-3 operands.
+/// `a @ b` for rank-2 or batched rank-3 operands. An operand that is a transpose of its last
+/// two dims (`x @ w.t()`, as every nn.Linear is exported) is read untransposed, with the dot
+/// contracting its other dim: XLA CPU would otherwise copy the transposed weight on every call
+/// before its matmul (measured on the MLP: a `transpose_copy_fusion` per weight).
 pub fn dot<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, out: crate::ir::DType) -> RuleResult<Tv<'c, 'a>> {
     let a = e.convert(a, out)?;
     let b = e.convert(b, out)?;
-    let (dims, text) = match (a.rank(), b.rank()) {
-        (2, 2) => {
-            if a.dims[1] != b.dims[0] {
-                return bad!("mm shapes {:?} and {:?} do not contract", a.dims, b.dims);
-            }
-            (vec![a.dims[0], b.dims[1]], "#stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>")
-        }
-        (3, 3) => {
-            if a.dims[2] != b.dims[1] || a.dims[0] != b.dims[0] {
-                return bad!("bmm shapes {:?} and {:?} do not contract", a.dims, b.dims);
-            }
-            (
-                vec![a.dims[0], a.dims[1], b.dims[2]],
-                "#stablehlo.dot<lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]>",
-            )
-        }
-        (x, y) => return unsupported!("matrix product of rank {x} and rank {y} operands"),
+    let (rank_a, rank_b) = (a.rank(), b.rank());
+    if rank_a != rank_b || !(2..=3).contains(&rank_a) {
+        return unsupported!("matrix product of rank {rank_a} and rank {rank_b} operands");
+    }
+    let batched = rank_a == 3;
+    if a.dims[rank_a - 1] != b.dims[rank_b - 2] || (batched && a.dims[0] != b.dims[0]) {
+        return bad!("matrix product shapes {:?} and {:?} do not contract", a.dims, b.dims);
+    }
+    let mut dims = a.dims[..rank_a - 1].to_vec();
+    dims.push(b.dims[rank_b - 1]);
+    // (operand to read, the dim of it that is contracted)
+    let swap: &[usize] = if batched { &[0, 2, 1] } else { &[1, 0] };
+    let (lhs, lhs_k) = match e.transpose_source(&a, swap) {
+        Some(src) => (src, rank_a - 2),
+        None => (a, rank_a - 1),
     };
-    e.op("stablehlo.dot_general", &[&a, &b], out, &dims, &[("dot_dimension_numbers", e.attr(text)?)])
+    let (rhs, rhs_k) = match e.transpose_source(&b, swap) {
+        Some(src) => (src, rank_b - 1),
+        None => (b, rank_b - 2),
+    };
+    let batch = if batched { "lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], " } else { "" };
+    let text = format!("#stablehlo.dot<{batch}lhs_contracting_dimensions = [{lhs_k}], rhs_contracting_dimensions = [{rhs_k}]>");
+    e.op("stablehlo.dot_general", &[&lhs, &rhs], out, &dims, &[("dot_dimension_numbers", e.attr(&text)?)])
 }
 
 pub fn mm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
