@@ -301,6 +301,41 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     } else {
         (format!("[o, i, {}]", s.join(", ")), vec![1; sp], stride.clone(), padding.iter().map(|&p| [p, p]).collect())
     };
+    let kernel_elems: i64 = w.dims[2..].iter().product();
+    let input_elems: i64 = x.dims[2..].iter().product();
+    let mut y = if groups == 1 && kernel_elems > input_elems {
+        // XLA's algebraic simplifier swaps such a convolution's operands (the kernel is the
+        // larger), and XLA CPU then runs the swapped, reversed-window form as a naive loop:
+        // resnet18's last stage at 64x64 (3x3 kernels on 2x2 maps) took 10x eager. As patches
+        // times a matmul it stays on the fast dot path.
+        conv_as_matmul(e, &xc, &wc, !transposed, &lhs_dilation, &dilation, &strides, &pads, &dims)?
+    } else {
+        conv_op(e, &xc, &wc, &kernel_layout, &lhs_dilation, &dilation, &strides, &pads, groups, &dims)?
+    };
+    if let Some(b) = ps[2].tensor() {
+        let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == 1 { dims[1] } else { 1 }).collect();
+        let b = e.broadcast_to(&e.reshape(&e.convert(b, out)?, &bshape)?, &dims)?;
+        y = e.ew("stablehlo.add", &[&y, &b], out)?;
+    }
+    Ok(vec![y])
+}
+
+/// One `stablehlo.convolution` of NC* input `x` with kernel `w` (`kernel_layout` names its dims).
+#[allow(clippy::too_many_arguments)]
+fn conv_op<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    w: &Tv<'c, 'a>,
+    kernel_layout: &str,
+    lhs_dilation: &[i64],
+    dilation: &[i64],
+    strides: &[i64],
+    pads: &[[i64; 2]],
+    groups: i64,
+    dims: &[i64],
+) -> RuleResult<Tv<'c, 'a>> {
+    let sp = x.rank() - 2;
+    let s: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
     let layout = format!("[b, f, {0}]x{kernel_layout}->[b, f, {0}]", s.join(", "));
     let pad = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
     let attrs = [
@@ -312,13 +347,74 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
         ("feature_group_count", e.attr(&format!("{groups} : i64"))?),
         ("batch_group_count", e.attr("1 : i64")?),
     ];
-    let mut y = e.op("stablehlo.convolution", &[&xc, &wc], out, &dims, &attrs)?;
-    if let Some(b) = ps[2].tensor() {
-        let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == 1 { dims[1] } else { 1 }).collect();
-        let b = e.broadcast_to(&e.reshape(&e.convert(b, out)?, &bshape)?, &dims)?;
-        y = e.ew("stablehlo.add", &[&y, &b], out)?;
+    e.op("stablehlo.convolution", &[x, w], x.dtype, dims, &attrs)
+}
+
+/// The same convolution (groups = 1) as patches times a matmul: the input padded (and dilated
+/// by `lhs_dilation`) once, one strided slice per kernel position stacked into
+/// [N, C, K, out...], contracted over (C, K) with the kernel read as [., ., K]
+/// (`kernel_oi`: [O, C, k...], else [C, O, k...]), then moved back to [N, O, out...].
+#[allow(clippy::too_many_arguments)]
+fn conv_as_matmul<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    w: &Tv<'c, 'a>,
+    kernel_oi: bool,
+    lhs_dilation: &[i64],
+    dilation: &[i64],
+    strides: &[i64],
+    pads: &[[i64; 2]],
+    dims: &[i64],
+) -> RuleResult<Tv<'c, 'a>> {
+    let (r, sp) = (x.rank(), x.rank() - 2);
+    let (n, c) = (x.dims[0], x.dims[1]);
+    let zero = e.constant(x.dtype, &[], Scalar::I(0))?;
+    let mut low = vec![0, 0];
+    let mut high = vec![0, 0];
+    let mut interior = vec![0, 0];
+    for i in 0..sp {
+        low.push(pads[i][0]);
+        high.push(pads[i][1]);
+        interior.push(lhs_dilation[i] - 1);
     }
-    Ok(vec![y])
+    let xp = e.pad(x, &zero, &low, &high, &interior)?;
+    let ks = &w.dims[2..];
+    let out_sp = &dims[2..];
+    let positions: i64 = ks.iter().product();
+    let mut parts = Vec::with_capacity(positions as usize);
+    let mut stacked = vec![n, c, 1];
+    stacked.extend(out_sp);
+    for flat in 0..positions {
+        // The kernel position's multi-index, row-major over the kernel's spatial dims.
+        let mut rest = flat;
+        let mut k = vec![0; sp];
+        for i in (0..sp).rev() {
+            k[i] = rest % ks[i];
+            rest /= ks[i];
+        }
+        let mut start = vec![0, 0];
+        let mut limit = vec![n, c];
+        let mut step = vec![1, 1];
+        for i in 0..sp {
+            start.push(k[i] * dilation[i]);
+            limit.push(k[i] * dilation[i] + strides[i] * (out_sp[i] - 1) + 1);
+            step.push(strides[i]);
+        }
+        parts.push(e.reshape(&e.slice(&xp, &start, &limit, &step)?, &stacked)?);
+    }
+    let mut cols_dims = vec![n, c, positions];
+    cols_dims.extend(out_sp);
+    let cols = e.concatenate(&parts, 2, x.dtype, &cols_dims)?;
+    let wk = e.reshape(w, &[w.dims[0], w.dims[1], positions])?;
+    let (o, w_c) = if kernel_oi { (w.dims[0], 1) } else { (w.dims[1], 0) };
+    let mut prod_dims = vec![n];
+    prod_dims.extend(out_sp);
+    prod_dims.push(o);
+    let text = format!("#stablehlo.dot<lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [{w_c}, 2]>");
+    let prod = e.op("stablehlo.dot_general", &[&cols, &wk], x.dtype, &prod_dims, &[("dot_dimension_numbers", e.attr(&text)?)])?;
+    let mut perm = vec![0, r - 1];
+    perm.extend(1..r - 1);
+    e.transpose(&prod, &perm)
 }
 
 /// max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1,
