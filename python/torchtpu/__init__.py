@@ -9,7 +9,13 @@ what was compiled, what fell back and why; `torchtpu.explain(model, *args)` repo
 would fall back before you run anything compiled. Logging goes to the `torchtpu` logger.
 """
 
-from torchtpu import _C
+import os
+
+# The XLA plugin logs INFO lines (e.g. each client option it applies) to stderr unless told
+# otherwise; a user who wants them sets TF_CPP_MIN_LOG_LEVEL=0.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from torchtpu import _C  # noqa: E402
 from torchtpu._stats import reset_stats, stats
 
 __version__ = _C.__version__

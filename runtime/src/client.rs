@@ -26,6 +26,13 @@ impl Drop for ClientInner {
     }
 }
 
+/// A client create option's value (`PJRT_NamedValue`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientOption {
+    Int(i64),
+    Bool(bool),
+}
+
 /// A PJRT client: one plugin's view of its devices. Cheap to clone (shared handle).
 #[derive(Clone)]
 pub struct Client {
@@ -48,7 +55,30 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Creates a client with the plugin's default options.
     pub fn new(plugin: Arc<Plugin>) -> Result<Client> {
+        Client::with_options(plugin, &[])
+    }
+
+    /// Creates a client with named create options, e.g. the CPU plugin's
+    /// `("asynchronous", ClientOption::Bool(false))` or `("cpu_device_count", Int(4))`. A
+    /// plugin that does not know an option may reject it (an error, nothing created).
+    pub fn with_options(plugin: Arc<Plugin>, options: &[(&str, ClientOption)]) -> Result<Client> {
+        let named: Vec<ffi::PJRT_NamedValue> = options
+            .iter()
+            .map(|(name, value)| {
+                let mut v = ffi::PJRT_NamedValue::new();
+                v.name = name.as_ptr().cast();
+                v.name_size = name.len();
+                v.value_size = 1;
+                (v.value_type, v.value) = match *value {
+                    ClientOption::Int(i) => (ffi::NAMED_VALUE_INT64, i as u64),
+                    ClientOption::Bool(b) => (ffi::NAMED_VALUE_BOOL, b as u64),
+                };
+                v
+            })
+            .collect();
         let mut args = ffi::PJRT_Client_Create_Args::new();
+        args.create_options = named.as_ptr();
+        args.num_options = named.len();
         pjrt_call!(plugin, PJRT_Client_Create, &mut args)?;
         // From here on the client is owned: an early return below destroys it.
         let inner = Arc::new(ClientInner {

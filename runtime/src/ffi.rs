@@ -40,7 +40,6 @@ opaque!(
     PJRT_Buffer,
     PJRT_ExecuteContext,
     PJRT_Extension_Base,
-    PJRT_NamedValue,
     PJRT_Buffer_MemoryLayout,
     PJRT_SerializedExecutable,
 );
@@ -213,6 +212,25 @@ pub struct PJRT_Event_Await_Args {
 }
 
 // ---------------------------------------------------------------- client
+
+/// `PJRT_NamedValue_Type`: which member of the value union is set.
+pub type PJRT_NamedValue_Type = c_int;
+pub const NAMED_VALUE_INT64: PJRT_NamedValue_Type = 1;
+pub const NAMED_VALUE_BOOL: PJRT_NamedValue_Type = 4;
+
+/// A named option value (client create options). The value is a C union of a string pointer,
+/// an int64, an int64 array pointer, a float and a bool: 8 bytes, read as `value_type` says.
+#[repr(C)]
+pub struct PJRT_NamedValue {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub name: *const c_char,
+    pub name_size: usize,
+    pub value_type: PJRT_NamedValue_Type,
+    pub value: u64,
+    /// Elements of a list or string value; 1 for scalars.
+    pub value_size: usize,
+}
 
 #[repr(C)]
 pub struct PJRT_Client_Create_Args {
@@ -499,6 +517,7 @@ impl_args!(
     PJRT_Plugin_Initialize_Args,
     PJRT_Event_Destroy_Args,
     PJRT_Event_Await_Args,
+    PJRT_NamedValue,
     PJRT_Client_Create_Args,
     PJRT_Client_Destroy_Args,
     PJRT_Client_PlatformName_Args,
@@ -568,6 +587,8 @@ mod tests {
             40
         );
         assert_eq!(size_of::<PJRT_Client_Create_Args>(), 88);
+        assert_eq!(size_of::<PJRT_NamedValue>(), 56);
+        assert_eq!(offset_of!(PJRT_NamedValue, value), 40);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, type_), 32);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, dims), 40);
         assert_eq!(

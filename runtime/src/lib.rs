@@ -23,7 +23,7 @@ mod serialize;
 pub use buffer::{dense_byte_size, Buffer, ElementType};
 pub use cache::{CacheStats, ExecutableCache};
 pub use cache_key::{CacheDigest, CacheKey, KeyComponents, TORCHTPU_VERSION};
-pub use client::{Client, Device};
+pub use client::{Client, ClientOption, Device};
 pub use disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta, PutOutcome};
 pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
 pub use executable::Executable;
