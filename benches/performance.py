@@ -206,7 +206,7 @@ with torch.no_grad():
     open("/proc/self/clear_refs", "w").write("5")  # reset the peak to the current RSS
     for _ in range(5):
         out = fn(*args)
-    call_peak = status("VmHWM:") - before
+    call_peak = max(0, status("VmHWM:") - before)
 print(json.dumps({"first_call_s": first, "call_peak_bytes": call_peak, "rss_before_bytes": before,
                   "process_peak_bytes": max(process_peak, status("VmHWM:"))}))
 """
@@ -241,6 +241,7 @@ def geomean(xs):
 
 def plot(results: dict, img: pathlib.Path) -> list[str]:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -260,6 +261,9 @@ def plot(results: dict, img: pathlib.Path) -> list[str]:
             ax.bar([i + (j - 0.5) * width for i in range(len(rows))], ys, width, label=b, color=colors[b])
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_yscale("log")
+        ratio = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x")
+        ax.yaxis.set_major_formatter(ratio)
+        ax.yaxis.set_minor_formatter(ratio)
         ax.set_xticks(range(len(rows)), labels, rotation=45, ha="right")
         ax.set_ylabel("speedup over eager (median, log)")
         ax.set_title(f"Steady-state {mode} {'step' if mode == 'training' else 'call'}: speedup over eager")
