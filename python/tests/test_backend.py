@@ -347,3 +347,15 @@ def test_missing_plugin_is_a_clear_error():
 
 def test_fallback_error_type_is_exported():
     assert issubclass(FallbackError, RuntimeError)
+
+
+def test_max_pool_values_only_matches_eager():
+    """Inference max pooling reads no indices, so it lowers to a values-only window; NaN and
+    -inf windows must still come out as eager's (NaN wins)."""
+    x = torch.randn(2, 3, 9, 9)
+    x[0, 0, 1, 1] = float("nan")
+    x[1, 2, :3, :3] = float("-inf")
+    fn = lambda t: torch.nn.functional.max_pool2d(t, 3, 2, 1) * 2  # noqa: E731
+    compiled = torch.compile(fn, backend="torchtpu", options={"strict": True})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0, equal_nan=True)

@@ -128,6 +128,8 @@ class CompiledGraph:
                 if spec.stride is not None:
                     out = torch.empty_strided(out.shape, spec.stride, dtype=out.dtype).copy_(out)
                 results.append(out)
+            elif spec.kind == "input":
+                results.append(args[spec.index])
             elif spec.kind == "none":
                 results.append(None)
             else:

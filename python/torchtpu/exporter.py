@@ -52,7 +52,10 @@ class InputSpec:
 
 @dataclasses.dataclass
 class OutputSpec:
-    kind: str  # "ir": IR output `index`; "none"; "value": a Python value returned as is
+    # "ir": IR output `index`; "input": the graph's positional input `index` returned as it is
+    # (no copy: AOTAutograd's forward graphs return parameters as saved tensors); "none";
+    # "value": a Python value returned as is
+    kind: str
     index: int = -1
     value: Any = None
     # Eager's strides for this output when they are not the contiguous ones (a transposed
@@ -193,6 +196,7 @@ class _Writer:
         self.lines: list[str] = []
         self.params: list[str] = []
         self.inputs: list[InputSpec] = []
+        self.arg_index: dict[torch.fx.Node, int] = {}  # placeholder -> positional input index
         self.ops: list[str] = []
         self.counter = 0
 
@@ -216,6 +220,7 @@ class _Writer:
 
     def placeholder(self, node, index: int):
         val = node.meta.get("val")
+        self.arg_index[node] = index
         if isinstance(val, torch.Tensor):
             self.values[node] = self.add_input(val, InputSpec("arg", index))
         elif not node.users:
@@ -309,6 +314,10 @@ class _Writer:
         for item in items:
             if item is None:
                 specs.append(OutputSpec("none"))
+            elif isinstance(item, torch.fx.Node) and item.op == "placeholder" and isinstance(item.meta.get("val"), torch.Tensor):
+                # An input returned unchanged: hand back the caller's tensor, as eager does,
+                # instead of a copy made by the program.
+                specs.append(OutputSpec("input", self.arg_index[item]))
             elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
                 val = item.meta["val"]
                 stride = None

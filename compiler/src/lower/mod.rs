@@ -132,7 +132,13 @@ impl Lowering {
                 let rule = table::rule_for(op)
                     .ok_or_else(|| LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: None })?;
                 let args: Vec<Tv> = node.operands.iter().map(|v| values[v].clone()).collect();
-                let nctx = node::NodeCtx { node, args, results };
+                let used = (0..node.results.len())
+                    .map(|r| {
+                        let v = Value::new(id, r as u32);
+                        !g.uses(v).is_empty() || g.outputs().contains(&v)
+                    })
+                    .collect();
+                let nctx = node::NodeCtx { node, args, results, used };
                 let out = rule(&e, &nctx).map_err(|err| match err {
                     RuleError::Unsupported(reason) => {
                         LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: Some(reason) }

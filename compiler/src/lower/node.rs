@@ -12,6 +12,9 @@ pub struct NodeCtx<'c, 'a, 'n> {
     pub args: Vec<Tv<'c, 'a>>,
     /// Declared results: (dtype, static dims).
     pub results: Vec<(DType, Vec<i64>)>,
+    /// Per result: whether anything reads it (a node or the graph's outputs). A rule may skip
+    /// the work of an unread result (it still returns a value of the declared type).
+    pub used: Vec<bool>,
 }
 
 /// One resolved schema parameter.

@@ -442,16 +442,6 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         let high = (need - size - padding[k]).max(padding[k]);
         pads[r - 2 + k] = [padding[k], high];
     }
-    let idx_plane = {
-        let rows = e.iota(DType::I64, &x.dims, r - 2)?;
-        let cols = e.iota(DType::I64, &x.dims, r - 1)?;
-        let wc = e.constant(DType::I64, &x.dims, Scalar::I(w))?;
-        let base = e.ew("stablehlo.multiply", &[&rows, &wc], DType::I64)?;
-        e.ew("stablehlo.add", &[&base, &cols], DType::I64)?
-    };
-    let d = x.dtype;
-    let neg_inf = e.constant(d, &[], Scalar::F(if d.is_float() { f64::NEG_INFINITY } else { i64::MIN as f64 }))?;
-    let zero = e.constant(DType::I64, &[], Scalar::I(-1))?;
     let mut win = vec![1i64; r];
     let mut strides = vec![1i64; r];
     let mut dil = vec![1i64; r];
@@ -461,6 +451,31 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         dil[r - 2 + k] = dilation[k];
     }
     let pad_text = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
+    let d = x.dtype;
+    let neg_inf = e.constant(d, &[], Scalar::F(if d.is_float() { f64::NEG_INFINITY } else { i64::MIN as f64 }))?;
+    let attrs = vec![
+        ("window_dimensions", e.i64_array(&win)),
+        ("window_strides", e.i64_array(&strides)),
+        ("window_dilations", e.i64_array(&dil)),
+        ("padding", e.attr(&format!("dense<[{pad_text}]> : tensor<{r}x2xi64>"))?),
+    ];
+    if !n.used.get(1).copied().unwrap_or(true) {
+        // Nothing reads the indices (inference): a plain max window, NaN winning as in
+        // PyTorch; the variadic (value, index) window costs XLA CPU about twice as much.
+        let region = e.scalar_region(&[d, d], |b, a| Ok(vec![b.minmax(&a[0], &a[1], true)?]))?;
+        let vals = e.build("stablehlo.reduce_window", &[x.v, neg_inf.v], &[e.ty(d, &out_dims)], &attrs, vec![region])?;
+        let values = Tv { v: vals[0], dtype: d, dims: out_dims.clone() };
+        let unread = e.constant(DType::I64, &n.results[1].1, Scalar::I(0))?;
+        return Ok(vec![values, unread]);
+    }
+    let idx_plane = {
+        let rows = e.iota(DType::I64, &x.dims, r - 2)?;
+        let cols = e.iota(DType::I64, &x.dims, r - 1)?;
+        let wc = e.constant(DType::I64, &x.dims, Scalar::I(w))?;
+        let base = e.ew("stablehlo.multiply", &[&rows, &wc], DType::I64)?;
+        e.ew("stablehlo.add", &[&base, &cols], DType::I64)?
+    };
+    let zero = e.constant(DType::I64, &[], Scalar::I(-1))?;
     let region = e.scalar_region(&[d, DType::I64, d, DType::I64], |b, a| {
         let (av, ai, bv, bi) = (&a[0], &a[1], &a[2], &a[3]);
         let gt = b.compare(av, bv, Cmp::Gt)?;
@@ -481,13 +496,6 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         }
         Ok(vec![b.select(&pick, av, bv)?, b.select(&pick, ai, bi)?])
     })?;
-    let attrs = [
-        ("window_dimensions", e.i64_array(&win)),
-        ("window_strides", e.i64_array(&strides)),
-        ("window_dilations", e.i64_array(&dil)),
-        ("padding", e.attr(&format!("dense<[{pad_text}]> : tensor<{r}x2xi64>"))?),
-    ];
-    let attrs: Vec<(&str, melior::ir::Attribute)> = attrs.to_vec();
     let vals = e.build(
         "stablehlo.reduce_window",
         &[x.v, idx_plane.v, neg_inf.v, zero.v],
