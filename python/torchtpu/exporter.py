@@ -311,7 +311,14 @@ class _Writer:
         specs: list[OutputSpec] = []
         refs: list[str] = []
         types: list[str] = []
-        for item in items:
+        # AOTAutograd describes each forward output; tensors saved for the backward graph only
+        # feed torchtpu's own backward program, which reads them contiguous: restriding them
+        # to eager's layout would cost a copy here and another one at the backward's input.
+        descs = node.meta.get("desc")
+        if not isinstance(descs, (list, tuple)) or len(descs) != len(items):
+            descs = [None] * len(items)
+        for item, desc in zip(items, descs):
+            saved_for_backward = type(desc).__name__.startswith("SavedForBackwards")
             if item is None:
                 specs.append(OutputSpec("none"))
             elif isinstance(item, torch.fx.Node) and item.op == "placeholder" and isinstance(item.meta.get("val"), torch.Tensor):
@@ -324,7 +331,8 @@ class _Writer:
                 # Only dense, non-overlapping layouts (permutations of contiguous) are
                 # reproduced; expanded views (stride 0) come back contiguous, as values.
                 if (
-                    val.numel() > 1
+                    not saved_for_backward
+                    and val.numel() > 1
                     and all(isinstance(s, int) for s in val.stride())
                     and not val.is_contiguous()
                     and is_non_overlapping_and_dense(val)
