@@ -359,3 +359,24 @@ def test_max_pool_values_only_matches_eager():
     compiled = torch.compile(fn, backend="torchtpu", options={"strict": True})
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0, equal_nan=True)
+
+
+def test_executor_checks_what_memory_safety_needs():
+    """The per-call fast path reads raw addresses, so an input of the wrong size is a clear
+    error (never a read past its memory), and a non-contiguous one is copied, not misread."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchtpu.executor import compile_exported
+    from torchtpu.exporter import export
+    from torchtpu.options import Options
+
+    fn = lambda x, y: x * 2 + y  # noqa: E731
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    graph = compile_exported(export(make_fx(fn)(x, y), "checked"), Options.from_dict({"strict": True}), "checked")
+    torch.testing.assert_close(graph(x, y), fn(x, y), rtol=0, atol=0)
+    transposed = torch.randn(4, 3).t()
+    torch.testing.assert_close(graph(transposed, y), fn(transposed, y), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"compiled for torch.float32\[3, 4\]"):
+        graph(torch.randn(2, 4), y)
+    with pytest.raises(RuntimeError, match="compiled for"):
+        graph(x, torch.randn(3, 4, dtype=torch.float64))

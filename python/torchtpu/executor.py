@@ -75,6 +75,8 @@ class CompiledGraph:
         self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
         # Per input: the positional argument it comes from, or -1 and the constant.
         self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
+        # Bytes of each input as compiled: Rust reads exactly this much from each address.
+        self._nbytes = [torch.Size(shape).numel() * dtype.itemsize for dtype, shape in self.in_types]
         # The program's outputs are the results as they are (no None, value or restride).
         self._plain = len(self.outputs) == len(program.output_types) and all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
@@ -97,9 +99,9 @@ class CompiledGraph:
     def __call__(self, *args):
         tensors = [args[i] if i >= 0 else c for i, c in self._sources]
         try:
-            # The fast path trusts Dynamo's guards for dtype, shape and device; contiguity is
-            # cheap to check and decides whether memory can be read as is.
-            if not all(t.is_contiguous() for t in tensors):
+            # Dynamo's guards pin dtype and shape; what memory safety needs (host memory,
+            # dense, exactly the compiled size) is checked here, cheaply, on every call.
+            if not all(t.is_cpu and t.is_contiguous() and t.nbytes == n for t, n in zip(tensors, self._nbytes)):
                 raise TypeError
             ptrs = [t.data_ptr() for t in tensors]
         except (TypeError, AttributeError):
