@@ -249,6 +249,14 @@ def plot(results: dict, img: pathlib.Path) -> list[str]:
 
     img.mkdir(parents=True, exist_ok=True)
     made = []
+
+    def save(fig, ax, name: str):
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(img / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
     colors = {"eager": "#888888", "inductor": "#1f77b4", "torchtpu": "#d62728"}
     for mode in ("inference", "training"):
         rows = [(k, v) for k, v in results["steady"].items() if k.endswith("/" + mode)]
@@ -268,12 +276,7 @@ def plot(results: dict, img: pathlib.Path) -> list[str]:
         ax.set_xticks(range(len(rows)), labels, rotation=45, ha="right")
         ax.set_ylabel("speedup over eager (median, log)")
         ax.set_title(f"Steady-state {mode} {'step' if mode == 'training' else 'call'}: speedup over eager")
-        ax.legend()
-        fig.tight_layout()
-        path = img / f"perf_{mode}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        made.append(path.name)
+        save(fig, ax, f"perf_{mode}.png")
     if results.get("first_call"):
         names = list(results["first_call"])
         fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names)), 4))
@@ -287,11 +290,7 @@ def plot(results: dict, img: pathlib.Path) -> list[str]:
         ax.set_xticks(range(len(names)), [n.split("/")[0] for n in names], rotation=30, ha="right")
         ax.set_ylabel("seconds (log)")
         ax.set_title("First call (Dynamo + compile + run), fresh process, batch 16")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(img / "perf_first_call.png", dpi=110)
-        plt.close(fig)
-        made.append("perf_first_call.png")
+        save(fig, ax, "perf_first_call.png")
 
         fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names)), 4))
         width = 0.27
@@ -301,11 +300,7 @@ def plot(results: dict, img: pathlib.Path) -> list[str]:
         ax.set_xticks(range(len(names)), [n.split("/")[0] for n in names], rotation=30, ha="right")
         ax.set_ylabel("MiB above the resident set before the calls")
         ax.set_title("Peak memory of steady-state inference calls, batch 16")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(img / "perf_memory.png", dpi=110)
-        plt.close(fig)
-        made.append("perf_memory.png")
+        save(fig, ax, "perf_memory.png")
     return made
 
 

@@ -206,20 +206,23 @@ fn every_example_lowers_to_text_that_the_plugin_compiles() {
     assert!(seen >= 2, "expected the examples folder to hold IR files");
 }
 
+/// A BatchNorm-like step whose outputs pair with both inputs (donated by default); `%x` is
+/// still read after the output that aliases it is computed.
+const DONATING_BN: &str = "graph @bn(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {
+  %y = aten.neg.default(%x) : f32[2, 4]
+  %s = aten.sum.dim_IntList(%x) {dim = [0], dtype = none, keepdim = false} : f32[4]
+  %m = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]
+  %u = aten.add.Tensor(%m, %s) : f32[4]
+  return %y, %u
+}";
+
 #[test]
 fn donated_inputs_alias_outputs_and_results_stay_right() {
     // Both inputs are donated (f32[4] -> the updated statistic, f32[2, 4] -> the activation);
     // %x is still read after the output that aliases it is computed, so XLA must keep it
     // intact until then. Three runs: each gets fresh device copies, so donation never leaks
     // into the next call or into the caller's memory.
-    let ir = "graph @bn(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {
-      %y = aten.neg.default(%x) : f32[2, 4]
-      %s = aten.sum.dim_IntList(%x) {dim = [0], dtype = none, keepdim = false} : f32[4]
-      %m = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]
-      %u = aten.add.Tensor(%m, %s) : f32[4]
-      return %y, %u
-    }";
-    let g = parse_graph(ir).unwrap();
+    let g = parse_graph(DONATING_BN).unwrap();
     let options = torchtpu_engine::Options::default();
     assert!(options.donate_inputs, "the engine donates by default");
     let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text).unwrap();
@@ -256,14 +259,7 @@ fn inputs_are_read_in_place_kept_resident_and_never_donated_into() {
     // The same donating program as above, run on caller memory: PJRT reads it in place (no
     // copy), keeps the buffers for the next call, never writes the caller's memory although
     // the program donates both inputs, and sees in-place updates between calls.
-    let ir = "graph @bn(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {
-      %y = aten.neg.default(%x) : f32[2, 4]
-      %s = aten.sum.dim_IntList(%x) {dim = [0], dtype = none, keepdim = false} : f32[4]
-      %m = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]
-      %u = aten.add.Tensor(%m, %s) : f32[4]
-      return %y, %u
-    }";
-    let compiled = compile(&parse_graph(ir).unwrap()).unwrap();
+    let compiled = compile(&parse_graph(DONATING_BN).unwrap()).unwrap();
     let mut x = Aligned([0.0f32; 8]);
     x.0.copy_from_slice(&seq(8, 0.5, 0.25));
     let mean = Aligned([1.0f32, -2.0, 3.0, 0.5]);

@@ -76,6 +76,8 @@ struct Program {
     compiled: torchtpu_engine::CompiledGraph,
     /// Dense byte length of each input.
     input_bytes: Vec<usize>,
+    /// Outputs live in host memory (a CPU plugin): handed to PyTorch without a copy.
+    outputs_on_host: bool,
 }
 
 impl Program {
@@ -85,7 +87,8 @@ impl Program {
             .iter()
             .map(|t| t.static_dims().unwrap_or_default().iter().product::<i64>().max(0) as usize * t.dtype.size_bytes())
             .collect();
-        Program { compiled, input_bytes }
+        let outputs_on_host = compiled.platform_name() == "cpu";
+        Program { compiled, input_bytes, outputs_on_host }
     }
 }
 
@@ -99,6 +102,12 @@ impl Program {
     #[getter]
     fn input_types(&self) -> Vec<(String, Vec<i64>)> {
         types_of(self.compiled.input_types())
+    }
+
+    /// Dense byte length of each input: what `run` reads from each address.
+    #[getter]
+    fn input_bytes(&self) -> Vec<usize> {
+        self.input_bytes.clone()
     }
 
     /// `(dtype name, dims)` of each output.
@@ -126,8 +135,7 @@ impl Program {
             .detach(|| unsafe { self.compiled.execute_host(&memory) })
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let on_host = self.compiled.platform_name() == "cpu";
-        outs.into_iter().map(|b| dlpack::to_capsule(py, b, on_host)).collect()
+        outs.into_iter().map(|b| dlpack::to_capsule(py, b, self.outputs_on_host)).collect()
     }
 }
 

@@ -76,7 +76,7 @@ class CompiledGraph:
         # Per input: the positional argument it comes from, or -1 and the constant.
         self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
         # Bytes of each input as compiled: Rust reads exactly this much from each address.
-        self._nbytes = [torch.Size(shape).numel() * dtype.itemsize for dtype, shape in self.in_types]
+        self._nbytes = program.input_bytes
         # The program's outputs are the results as they are (no None, value or restride).
         self._plain = len(self.outputs) == len(program.output_types) and all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
