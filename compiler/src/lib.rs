@@ -5,3 +5,7 @@ pub mod analysis;
 pub mod ir;
 pub mod lower;
 pub mod passes;
+
+/// A hash of this build's compiler sources (build.rs): part of every key under which lowered
+/// output is cached, since the crate version does not change between development builds.
+pub const BUILD_ID: &str = env!("TORCHTPU_COMPILER_BUILD_ID");

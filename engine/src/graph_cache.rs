@@ -1,5 +1,5 @@
-//! The graph-level cache: (canonical input IR, pass pipeline, torchtpu version) -> the lowered
-//! StableHLO bytecode, so a graph seen before skips the passes and the lowering. In memory,
+//! The graph-level cache: (canonical input IR, pass pipeline, torchtpu version, compiler
+//! build id) -> the lowered StableHLO bytecode, so a graph seen before skips the passes and the lowering. In memory,
 //! and on disk under `<cache root>/graphs/v1-<version>/` next to the executable entries.
 //! Disk entries are `<sha256>.hlo`: a magic, the payload's sha256, then the payload; written to
 //! a temporary file and renamed into place; a damaged entry is a miss that is removed and
@@ -39,10 +39,15 @@ pub struct GraphCache {
 /// `options` is everything the lowered module depends on besides the IR (the pipeline and
 /// lowering options, `Options::cache_component`).
 pub fn graph_key(canonical_ir: &str, options: &str) -> [u8; 32] {
+    key_for_build(canonical_ir, options, torchtpu_compiler::BUILD_ID)
+}
+
+fn key_for_build(canonical_ir: &str, options: &str, compiler_build: &str) -> [u8; 32] {
     let mut h = Sha256::new();
     for (name, value) in [
         ("torchtpu-graph-cache-key", "v1"),
         ("torchtpu_version", env!("CARGO_PKG_VERSION")),
+        ("compiler_build", compiler_build),
         ("options", options),
         ("format", "mlir-bytecode"),
         ("canonical_ir", canonical_ir),
@@ -163,6 +168,9 @@ mod tests {
         assert_ne!(k, graph_key("graph @h() -> () {\n  return\n}\n", "cse"));
         assert_ne!(k, graph_key("graph @g() -> () {\n  return\n}\n", "dce"));
         assert_eq!(k, graph_key("graph @g() -> () {\n  return\n}\n", "cse"));
+        // A rebuilt compiler (same version, other sources) never reads the old build's entries.
+        assert_eq!(k, key_for_build("graph @g() -> () {\n  return\n}\n", "cse", torchtpu_compiler::BUILD_ID));
+        assert_ne!(k, key_for_build("graph @g() -> () {\n  return\n}\n", "cse", "another-build"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 ops torchtpu lowers whole, plus PyTorch's non-core decompositions of ops torchtpu cannot lower,
 plus torchtpu's own decompositions: the fused CPU attention pair, and the backward ops the
 core table keeps (convolution_backward into convolutions, max_pool2d_with_indices_backward
-into a scatter-add, adaptive average pooling's backward into average pooling's).
+into a scatter-add, adaptive average pooling's backward into average pooling's), and the
+multi-tensor `_foreach_*` ops of optimizers, one op per list entry (`foreach.py`).
 
 Scaled dot-product attention on CPU traces to `_scaled_dot_product_flash_attention_for_cpu`
 and, in training, its fused backward. PyTorch's decomposition of the forward returns the
@@ -18,6 +19,8 @@ import math
 
 import torch
 
+from torchtpu.foreach import foreach_decompositions
+
 aten = torch.ops.aten
 
 # Lowered whole by torchtpu even where the core table would decompose them.
@@ -25,6 +28,26 @@ KEEP_WHOLE = (aten.hardtanh,)
 # Non-core decompositions never taken: lifting constants must stay as PyTorch traces it
 # (decomposed, a real tensor meets fake ones).
 NEVER_DECOMPOSE = {"aten.lift", "aten.lift_fresh", "aten.is_same_size", "aten.sym_numel"}
+
+
+def _kv_groups(query, key) -> int:
+    """Query heads per key/value head: grouped-query attention (`enable_gqa=True`) hands the
+    fused CPU kernel fewer key/value heads than query heads; head h reads kv head h // groups."""
+    hq, hk = query.shape[-3] if query.dim() >= 3 else 1, key.shape[-3] if key.dim() >= 3 else 1
+    if hq % hk:
+        raise ValueError(f"scaled_dot_product_attention: {hq} query heads are not a multiple of {hk} key/value heads")
+    return hq // hk
+
+
+def _repeat_kv(t, groups: int):
+    return t if groups == 1 else t.repeat_interleave(groups, dim=-3)
+
+
+def _sum_kv(grad, groups: int):
+    """The gradient of `_repeat_kv`: each kv head's gradient is the sum over its group."""
+    if groups == 1:
+        return grad
+    return grad.unflatten(-3, (grad.shape[-3] // groups, groups)).sum(-2)
 
 
 def _scores(query, key, is_causal, attn_mask, scale):
@@ -48,6 +71,8 @@ def _probs(s, logsumexp):
 def sdpa_cpu_forward(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p != 0.0:
         return NotImplemented  # the mask could not be shared with the backward: stay fused
+    groups = _kv_groups(query, key)
+    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     s, _ = _scores(query, key, is_causal, attn_mask, scale)
     m = torch.amax(s, dim=-1, keepdim=True)
     m = torch.where(torch.isinf(m), 0.0, m)
@@ -59,6 +84,8 @@ def sdpa_cpu_forward(query, key, value, dropout_p=0.0, is_causal=False, *, attn_
 def sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
     if dropout_p != 0.0:
         return NotImplemented
+    groups = _kv_groups(query, key)
+    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     s, scale = _scores(query, key, is_causal, attn_mask, scale)
     p = _probs(s, logsumexp)
     grad_value = torch.matmul(p.transpose(-2, -1), grad_out)
@@ -66,7 +93,7 @@ def sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is
     grad_s = p * (grad_p - torch.sum(grad_out * out, dim=-1, keepdim=True))
     grad_query = torch.matmul(grad_s, key) * scale
     grad_key = torch.matmul(grad_s.transpose(-2, -1), query) * scale
-    return grad_query, grad_key, grad_value
+    return grad_query, _sum_kv(grad_key, groups), _sum_kv(grad_value, groups)
 
 
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
@@ -239,4 +266,5 @@ def _base_table() -> dict:
     table[aten.native_group_norm.default] = native_group_norm
     table[aten.addbmm.default] = addbmm
     table[aten.diagonal_scatter.default] = diagonal_scatter
+    table.update(foreach_decompositions())
     return table

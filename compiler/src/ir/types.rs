@@ -64,6 +64,16 @@ impl DType {
         matches!(self, DType::C64 | DType::C128)
     }
 
+    /// The dtype of a complex dtype's parts (f32 for c64, f64 for c128); other dtypes are
+    /// their own.
+    pub fn real_part(self) -> DType {
+        match self {
+            DType::C64 => DType::F32,
+            DType::C128 => DType::F64,
+            d => d,
+        }
+    }
+
     /// Signed or unsigned integer, not bool.
     pub fn is_integer(self) -> bool {
         matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8)

@@ -162,22 +162,49 @@ impl<'c, 'a> Emitter<'c, 'a> {
         Ok(Tv { v, dtype, dims: dims.to_vec() })
     }
 
+    /// A value-preserving conversion: what a rule uses to bring an operand to its compute
+    /// dtype. Complex to real would drop the imaginary part, which no op but an explicit cast
+    /// means, so it is refused (the node runs eagerly) rather than computed wrongly; complex to
+    /// bool is "nonzero", as in PyTorch.
     pub fn convert(&self, x: &Tv<'c, 'a>, to: DType) -> RuleResult<Tv<'c, 'a>> {
         if x.dtype == to {
             return Ok(x.clone());
         }
-        if to == DType::Bool && !x.dtype.is_complex() {
+        if x.dtype.is_complex() && to == DType::Bool {
+            let (re, im) = self.complex_parts(x)?;
+            let nonzero = |p: &Tv<'c, 'a>| self.compare(p, &self.constant(p.dtype, &p.dims, Scalar::I(0))?, Cmp::Ne);
+            return self.ew("stablehlo.or", &[&nonzero(&re)?, &nonzero(&im)?], DType::Bool);
+        }
+        if x.dtype.is_complex() && !to.is_complex() {
+            return Err(RuleError::Unsupported(format!(
+                "a {} operand where the rule computes in {to} (its imaginary part would be lost)",
+                x.dtype
+            )));
+        }
+        if to == DType::Bool {
             // x != 0, exactly as PyTorch's bool conversion (NaN -> true).
             let zero = self.constant(x.dtype, &x.dims, Scalar::I(0))?;
             return self.compare(x, &zero, Cmp::Ne);
         }
-        if x.dtype.is_complex() && !to.is_complex() {
-            // PyTorch keeps the real part (StableHLO leaves complex -> real undefined).
-            let part = if x.dtype == DType::C128 { DType::F64 } else { DType::F32 };
-            let re = self.op("stablehlo.real", &[x], part, &x.dims.clone(), &[])?;
+        self.op("stablehlo.convert", &[x], to, &x.dims.clone(), &[])
+    }
+
+    /// PyTorch's cast (`_to_copy`, `to`, `copy_`): as `convert`, except that complex to real
+    /// keeps the real part (StableHLO leaves that conversion undefined).
+    pub fn cast(&self, x: &Tv<'c, 'a>, to: DType) -> RuleResult<Tv<'c, 'a>> {
+        if x.dtype.is_complex() && !to.is_complex() && to != DType::Bool {
+            let (re, _) = self.complex_parts(x)?;
             return self.convert(&re, to);
         }
-        self.op("stablehlo.convert", &[x], to, &x.dims.clone(), &[])
+        self.convert(x, to)
+    }
+
+    /// The real and imaginary parts of a complex tensor, in its component dtype.
+    pub fn complex_parts(&self, x: &Tv<'c, 'a>) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+        let part = x.dtype.real_part();
+        let re = self.op("stablehlo.real", &[x], part, &x.dims.clone(), &[])?;
+        let im = self.op("stablehlo.imag", &[x], part, &x.dims.clone(), &[])?;
+        Ok((re, im))
     }
 
     pub fn broadcast_in_dim(&self, x: &Tv<'c, 'a>, dims: &[i64], mapping: &[i64]) -> RuleResult<Tv<'c, 'a>> {

@@ -182,6 +182,8 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("prims.broadcast_in_dim", prims::broadcast_in_dim),
     ("prims.where", prims::where_),
     ("prims.div", prims::div),
+    ("prims.fma", prims::fma),
+    ("prims.convert_element_type", ew::convert),
     ("prims.abs", ew::unary),
     ("prims.neg", ew::unary),
     ("prims.erfc", ew::unary),
@@ -233,6 +235,7 @@ static TABLE: &[(&str, RuleFn)] = &[
     ("aten.imag", fft::part),
     ("aten.view_as_real", fft::view_as_real),
     ("aten.view_as_complex", fft::view_as_complex),
+    ("aten.complex", ew::complex),
     // orthogonal polynomials
     ("aten.special_chebyshev_polynomial_t", polynomial::polynomial),
     ("aten.special_chebyshev_polynomial_u", polynomial::polynomial),

@@ -91,6 +91,9 @@ pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
         "round" if n.int_or("decimals", 0)? != 0 => return unsupported!("round with decimals != 0"),
         "round" | "ceil" | "floor" | "trunc" if !out.is_float() => e.convert(x, out)?,
         "abs" | "neg" if x.dtype == DType::Bool => return unsupported!("{name} of a bool tensor"),
+        // |z|: StableHLO's abs of a complex tensor is its (real) modulus.
+        "abs" if x.dtype.is_complex() => e.op("stablehlo.abs", &[x], x.dtype.real_part(), &x.dims.clone(), &[])?,
+        "sign" if x.dtype.is_complex() => return unsupported!("sign of a complex tensor (PyTorch has sgn)"),
         "bitwise_not" if out == DType::Bool => e.ew("stablehlo.not", &[x], DType::Bool)?,
         "sign" => {
             let x = e.convert(x, out)?;
@@ -326,6 +329,9 @@ pub fn compare<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let roles: Vec<Operand> = ps.iter().filter_map(role).collect();
     let Some(compute) = result_type(&roles, DType::F32) else { return bad!("cannot promote the operands") };
     let dims = n.out_dims().to_vec();
+    if compute.is_complex() && !matches!(dir, Cmp::Eq | Cmp::Ne) {
+        return unsupported!("{name} of complex operands (unordered)");
+    }
     let a = operand(e, &ps[0], compute, &dims)?;
     let b = operand(e, &ps[1], compute, &dims)?;
     let r = e.compare(&a, &b, dir)?;
@@ -386,7 +392,19 @@ pub fn clamp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 
 /// `_to_copy` / `to` / `type_as` style conversions: the result dtype says the target.
 pub fn convert<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    Ok(vec![e.convert(n.arg(0)?, n.out_dtype())?])
+    Ok(vec![e.cast(n.arg(0)?, n.out_dtype())?])
+}
+
+/// complex(real, imag), broadcast to the result's shape.
+pub fn complex<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
+    if !out.is_complex() {
+        return bad!("complex() must produce a complex tensor, not {out}");
+    }
+    let part = out.real_part();
+    let re = e.broadcast_to(&e.convert(n.arg(0)?, part)?, &dims)?;
+    let im = e.broadcast_to(&e.convert(n.arg(1)?, part)?, &dims)?;
+    Ok(vec![e.op("stablehlo.complex", &[&re, &im], out, &dims, &[])?])
 }
 
 /// Ops that return their (first) operand unchanged: alias, clone, contiguous, detach, ...
@@ -409,10 +427,23 @@ pub fn classify<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
     let x = n.arg(0)?;
     let dims = x.dims.clone();
+    if x.dtype.is_complex() {
+        // NaN or infinite if either part is; finite if both are.
+        let (re, im) = e.complex_parts(x)?;
+        let (re_class, im_class) = (classify_real(e, name, &re)?, classify_real(e, name, &im)?);
+        let join = if name == "isfinite" { "stablehlo.and" } else { "stablehlo.or" };
+        return Ok(vec![e.ew(join, &[&re_class, &im_class], DType::Bool)?]);
+    }
     if !x.dtype.is_float() {
         return Ok(vec![e.constant(DType::Bool, &dims, Scalar::B(name == "isfinite"))?]);
     }
-    let r = match name {
+    Ok(vec![classify_real(e, name, x)?])
+}
+
+/// isnan / isinf / isfinite of a floating tensor.
+fn classify_real<'c, 'a>(e: &Emitter<'c, 'a>, name: &str, x: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+    let dims = x.dims.clone();
+    Ok(match name {
         "isnan" => e.compare(x, x, Cmp::Ne)?,
         "isinf" => {
             let a = e.ew("stablehlo.abs", &[x], x.dtype)?;
@@ -426,6 +457,5 @@ pub fn classify<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
             e.compare(&a, &inf, Cmp::Lt)?
         }
         _ => return unsupported!("no classification rule for '{name}'"),
-    };
-    Ok(vec![r])
+    })
 }

@@ -71,6 +71,20 @@ pub fn where_<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     Ok(vec![e.select(&c, &a, &b)?])
 }
 
+/// prims.fma(a, b, c) = a * b + c. PyTorch rounds once; this rounds the product and the sum
+/// separately (XLA has no fused multiply-add op), within one ulp of eager, which the eager
+/// comparisons' tolerances cover.
+pub fn fma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    if out == DType::Bool {
+        return unsupported!("prims.fma of bools");
+    }
+    let names = ["a", "b", "c"];
+    let (a, b, c) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?, operand(e, n, &names, 2, out)?);
+    let ab = e.ew("stablehlo.multiply", &[&a, &b], out)?;
+    Ok(vec![e.ew("stablehlo.add", &[&ab, &c], out)?])
+}
+
 /// prims.div: true division for floats, truncating for integers (StableHLO's int divide).
 pub fn div<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
@@ -181,7 +195,9 @@ pub fn angle<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let out = n.out_dtype();
     let x = n.arg(0)?;
     if x.dtype.is_complex() {
-        return unsupported!("angle of a complex tensor");
+        // arg(z) = atan2(imag, real).
+        let (re, im) = e.complex_parts(x)?;
+        return Ok(vec![e.ew("stablehlo.atan2", &[&im, &re], out)?]);
     }
     let xf = e.convert(x, out)?;
     let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
@@ -194,7 +210,7 @@ pub fn angle<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 
 /// copy(self, src, non_blocking): `src` converted to self's dtype and broadcast to its shape.
 pub fn copy<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let src = e.convert(n.arg(1)?, n.out_dtype())?;
+    let src = e.cast(n.arg(1)?, n.out_dtype())?;
     Ok(vec![e.broadcast_to(&src, n.out_dims())?])
 }
 
