@@ -68,9 +68,22 @@ def _probs(s, logsumexp):
     return torch.exp(s - lse)
 
 
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _wide(*tensors):
+    """bf16/f16 attention computed in f32, as the fused CPU kernel accumulates (softmax and
+    the matmuls rounded to 8 mantissa bits drift ~10x further from eager)."""
+    return [t.float() if isinstance(t, torch.Tensor) and t.dtype in _LOW_PRECISION else t for t in tensors]
+
+
 def sdpa_cpu_forward(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p != 0.0:
         return NotImplemented  # the mask could not be shared with the backward: stay fused
+    if query.dtype in _LOW_PRECISION:
+        q, k, v, mask = _wide(query, key, value, attn_mask)
+        out, logsumexp = sdpa_cpu_forward(q, k, v, dropout_p, is_causal, attn_mask=mask, scale=scale)
+        return out.to(query.dtype), logsumexp  # logsumexp stays f32, as the kernel's
     groups = _kv_groups(query, key)
     key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     s, _ = _scores(query, key, is_causal, attn_mask, scale)
@@ -84,6 +97,10 @@ def sdpa_cpu_forward(query, key, value, dropout_p=0.0, is_causal=False, *, attn_
 def sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
     if dropout_p != 0.0:
         return NotImplemented
+    if query.dtype in _LOW_PRECISION:
+        args = _wide(grad_out, query, key, value, out, attn_mask)
+        grads = sdpa_cpu_backward(*args[:5], logsumexp, dropout_p, is_causal, attn_mask=args[5], scale=scale)
+        return tuple(g.to(query.dtype) for g in grads)
     groups = _kv_groups(query, key)
     key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     s, scale = _scores(query, key, is_causal, attn_mask, scale)

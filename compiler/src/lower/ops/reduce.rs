@@ -66,6 +66,17 @@ fn body_op(kind: &str, d: DType) -> &'static str {
     }
 }
 
+/// The dtype a sum, product or variance accumulates in: f32 for bf16/f16 results, as
+/// PyTorch's CPU kernels do (rounding every partial sum to 8 mantissa bits drifts far from
+/// eager), else the result dtype.
+pub fn accumulator(out: DType) -> DType {
+    if matches!(out, DType::BF16 | DType::F16) {
+        DType::F32
+    } else {
+        out
+    }
+}
+
 /// One plain reduction of `x` (already in the compute dtype) over `dims`.
 pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], kind: &str) -> RuleResult<Tv<'c, 'a>> {
     if dims.is_empty() {
@@ -88,13 +99,13 @@ pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let x = n.arg(0)?;
     let out = n.out_dtype();
     let (kind, compute, empty_all) = match name {
-        "sum" => ("sum", out, true),
-        "prod" => ("prod", out, false),
+        "sum" => ("sum", accumulator(out), true),
+        "prod" => ("prod", accumulator(out), false),
         "amax" => ("max", out, true),
         "amin" => ("min", out, true),
         "any" => ("or", DType::Bool, false),
         "all" => ("and", DType::Bool, false),
-        "mean" => ("sum", out, true),
+        "mean" => ("sum", accumulator(out), true),
         _ => return unsupported!("no reduction rule for '{name}'"),
     };
     if name == "mean" && !out.is_float() && !out.is_complex() {
@@ -187,7 +198,14 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         Some(a) if !a.is_none() => n.float_or("correction", 1.0)?,
         _ => if n.bool_or("unbiased", true)? { 1.0 } else { 0.0 },
     };
-    let v = variance(e, &e.convert(x, out)?, &dims, correction)?;
+    let v = if x.dtype.is_complex() {
+        // var(z) = E|z - E z|^2 = var(re z) + var(im z): a real result.
+        let (re, im) = e.complex_parts(x)?;
+        let (vr, vi) = (variance(e, &e.convert(&re, out)?, &dims, correction)?, variance(e, &e.convert(&im, out)?, &dims, correction)?);
+        e.ew("stablehlo.add", &[&vr, &vi], out)?
+    } else {
+        variance(e, &e.convert(x, out)?, &dims, correction)?
+    };
     Ok(vec![e.reshape(&v, n.out_dims())?])
 }
 
@@ -195,6 +213,10 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// two passes (mean, then the mean of squared deviations) for accuracy. Result: `x` without
 /// the reduced dims.
 pub fn variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], correction: f64) -> RuleResult<Tv<'c, 'a>> {
+    if accumulator(x.dtype) != x.dtype {
+        let wide = variance(e, &e.convert(x, accumulator(x.dtype))?, dims, correction)?;
+        return e.convert(&wide, x.dtype);
+    }
     let out = x.dtype;
     let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
     let sum = reduce_with(e, x, dims, "sum")?;
