@@ -1,7 +1,7 @@
 //! The verifier's error cases: each names the node, its op and what is wrong.
 
 use std::collections::BTreeMap;
-use torchtpu_compiler::ir::{parse_graph, verify, DType, Graph, OpName, TensorType, Value};
+use torchtpu_compiler::ir::{parse_graph, print_graph, verify, DType, Graph, OpName, SourceLoc, TensorType, Value};
 
 fn verify_text(text: &str) -> Result<(), String> {
     let g = parse_graph(text).expect("test IR parses");
@@ -101,4 +101,62 @@ fn dangling_operands_and_outputs() {
 fn graph_names_must_be_printable() {
     let g = Graph::new("has space");
     assert!(verify(&g).unwrap_err().to_string().contains("graph name 'has space'"));
+}
+
+fn verify_err(text: &str) -> torchtpu_compiler::ir::VerifyError {
+    verify(&parse_graph(text).expect("test IR parses")).unwrap_err()
+}
+
+#[test]
+fn errors_name_the_line_and_column_the_node_came_from() {
+    // `wrap` puts the body on line 2; the node starts at column 3.
+    let e = verify_err(&wrap("  %0 = aten.mm.default(%a) : f32[2, 4]"));
+    assert_eq!(e.loc, Some(SourceLoc { line: 2, col: 3 }));
+    assert_eq!(e.located(), "2:3: node %0 (aten.mm.default): expects 2 operands, got 1");
+    // Display stays without the position (callers add `file:` in front of `located()`).
+    assert_eq!(e.to_string(), "node %0 (aten.mm.default): expects 2 operands, got 1");
+    // A node without results starts at its op name; later lines count.
+    let e = verify_err(&wrap("  %0 = aten.relu.default(%a) : f32[2, 3]\n    aten.mm.default(%a) : ()"));
+    assert_eq!(e.located(), "3:5: node %1 (aten.mm.default): expects 2 operands, got 1");
+    // An input names its own position.
+    let e = verify_err("graph @g(%a: f32[2],\n         %big: f32[4294967296, 4294967296, 4]) -> () {\n  return\n}\n");
+    assert_eq!(e.located(), "2:10: input 1: type f32[4294967296, 4294967296, 4] is too large: its size in bytes overflows i64");
+}
+
+#[test]
+fn graphs_built_through_the_api_have_no_positions() {
+    let mut g = Graph::new("api");
+    let x = g.add_input(TensorType::fixed(DType::F32, &[2]));
+    g.add_op(OpName::new("aten", "mm", Some("default")), vec![x], BTreeMap::new(), vec![TensorType::fixed(DType::F32, &[2])]);
+    let e = verify(&g).unwrap_err();
+    assert_eq!(e.loc, None);
+    assert_eq!(e.located(), e.to_string());
+}
+
+#[test]
+fn positions_do_not_change_printing_or_equality() {
+    let a = parse_graph(&wrap("  %0 = aten.mm.default(%a, %b) : f32[2, 4]")).unwrap();
+    let b = parse_graph(&wrap("\n\n     %0 = aten.mm.default(%a, %b) : f32[2, 4]")).unwrap();
+    assert!(a.structurally_equal(&b));
+    assert_eq!(print_graph(&a), print_graph(&b));
+}
+
+#[test]
+fn sizes_that_overflow_are_rejected_naming_the_value() {
+    let too_large = |ty: &str| format!("type {ty} is too large: its size in bytes overflows i64");
+    // Element count overflows i64.
+    let e = verify_text("graph @g(%x: f32[4294967296, 4294967296]) -> () {\n  return\n}\n").unwrap_err();
+    assert_eq!(e, format!("input 0: {}", too_large("f32[4294967296, 4294967296]")));
+    // Element count fits, byte size does not (2^62 f32 elements are 2^64 bytes).
+    let e = verify_text(&wrap("  %0 = aten.full.default() {fill_value = 1.0, size = [4611686018427387904]} : f32[4611686018427387904]")).unwrap_err();
+    assert_eq!(e, format!("node %0 (aten.full.default): {}", too_large("f32[4611686018427387904]")));
+    let e = verify_text(&wrap("  %0 = aten.full.default() {fill_value = 1, size = [9223372036854775807]} : i64[9223372036854775807]")).unwrap_err();
+    assert!(e.ends_with(&too_large("i64[9223372036854775807]")), "{e}");
+    // A zero dim does not hide an overflowing product of the others.
+    let e = verify_text(&wrap("  %0 = aten.full.default() {fill_value = 1, size = [0, 4294967296, 4294967296]} : u8[0, 4294967296, 4294967296]")).unwrap_err();
+    assert!(e.ends_with(&too_large("u8[0, 4294967296, 4294967296]")), "{e}");
+    // The largest sizes that fit, symbolic dims and literal types are accepted / checked.
+    assert_eq!(verify_text("graph @g(%x: u8[9223372036854775807], %y: f32[2305843009213693951], %z: f32[s0, 4294967296]) -> () {\n  return\n}\n"), Ok(()));
+    let e = verify_text(&wrap("  %0 = tpu.constant() {value = dense<[] : u8[0, 4294967296, 4294967296]>} : u8[0, 4294967296, 4294967296]")).unwrap_err();
+    assert!(e.contains("is too large"), "{e}");
 }

@@ -21,11 +21,27 @@ pub fn is_alias_op(base: &str) -> bool {
     )
 }
 
+/// Bytes of a value and whether its type is symbolic (then 0 bytes). Sizes past u64 (only
+/// unverified IR has them) saturate.
 pub fn value_bytes(t: &TensorType) -> (u64, bool) {
-    match t.numel() {
-        Some(n) => (n.max(0) as u64 * t.dtype.size_bytes() as u64, false),
+    let (b, sym) = bytes_wide(t);
+    (saturate(b), sym)
+}
+
+/// Sizes are summed in u128, so a few values near i64::MAX bytes each do not overflow; one
+/// value counts at most u64::MAX bytes, so sums of them fit too.
+fn bytes_wide(t: &TensorType) -> (u128, bool) {
+    match t.static_dims() {
+        Some(dims) => {
+            let b = dims.iter().fold(t.dtype.size_bytes() as u128, |acc, &d| acc.saturating_mul(d.max(0) as u128));
+            (b.min(u64::MAX as u128), false)
+        }
         None => (0, true),
     }
+}
+
+fn saturate(b: u128) -> u64 {
+    u64::try_from(b).unwrap_or(u64::MAX)
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -48,10 +64,38 @@ pub struct MemoryEstimate {
     pub has_symbolic: bool,
 }
 
+/// The estimate as computed, in u128; `MemoryEstimate` saturates it to u64.
+#[derive(Default)]
+struct Wide {
+    peak: u128,
+    peak_node: Option<NodeId>,
+    input: u128,
+    output: u128,
+    allocated: u128,
+    buffers: usize,
+    live_at: Vec<(NodeId, u128)>,
+    has_symbolic: bool,
+}
+
+impl Wide {
+    fn narrow(self) -> MemoryEstimate {
+        MemoryEstimate {
+            peak_bytes: saturate(self.peak),
+            peak_node: self.peak_node,
+            input_bytes: saturate(self.input),
+            output_bytes: saturate(self.output),
+            allocated_bytes: saturate(self.allocated),
+            buffers: self.buffers,
+            live_at: self.live_at.into_iter().map(|(id, b)| (id, saturate(b))).collect(),
+            has_symbolic: self.has_symbolic,
+        }
+    }
+}
+
 /// The buffer each value lives in: its own, or (for alias ops) its operand's.
 pub(crate) struct Buffers {
     pub of_value: HashMap<Value, usize>,
-    pub bytes: Vec<u64>,
+    pub bytes: Vec<u128>,
     pub is_input: Vec<bool>,
 }
 
@@ -67,7 +111,7 @@ pub(crate) fn assign_buffers(g: &Graph, order: &[NodeId], has_symbolic: &mut boo
                 b.of_value.insert(v, buf);
                 continue;
             }
-            let (bytes, sym) = value_bytes(ty);
+            let (bytes, sym) = bytes_wide(ty);
             *has_symbolic |= sym;
             b.of_value.insert(v, b.bytes.len());
             b.bytes.push(bytes);
@@ -84,7 +128,11 @@ pub fn estimate(g: &Graph) -> Result<MemoryEstimate, NodeId> {
 
 /// Estimates peak memory for `order` (a topological order of every node).
 pub fn estimate_order(g: &Graph, order: &[NodeId]) -> Result<MemoryEstimate, NodeId> {
-    let mut est = MemoryEstimate::default();
+    Ok(estimate_wide(g, order).narrow())
+}
+
+fn estimate_wide(g: &Graph, order: &[NodeId]) -> Wide {
+    let mut est = Wide::default();
     let bufs = assign_buffers(g, order, &mut est.has_symbolic);
     let position: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
     // Last position at which each buffer is read; outputs are read "after the end".
@@ -102,7 +150,7 @@ pub fn estimate_order(g: &Graph, order: &[NodeId]) -> Result<MemoryEstimate, Nod
         last_use[buf] = end;
         if !output_seen[buf] {
             output_seen[buf] = true;
-            est.output_bytes += bufs.bytes[buf];
+            est.output = est.output.saturating_add(bufs.bytes[buf]);
         }
     }
     // Buffers to free after each position.
@@ -112,9 +160,9 @@ pub fn estimate_order(g: &Graph, order: &[NodeId]) -> Result<MemoryEstimate, Nod
             frees[pos].push(buf);
         }
     }
-    est.input_bytes = bufs.bytes.iter().zip(&bufs.is_input).filter(|(_, &i)| i).map(|(b, _)| b).sum();
-    let mut live = est.input_bytes;
-    est.peak_bytes = live;
+    est.input = bufs.bytes.iter().zip(&bufs.is_input).filter(|(_, &i)| i).fold(0u128, |acc, (b, _)| acc.saturating_add(*b));
+    let mut live = est.input;
+    est.peak = live;
     let mut allocated = vec![false; bufs.bytes.len()];
     for (pos, &id) in order.iter().enumerate() {
         let node = g.node(id);
@@ -125,8 +173,8 @@ pub fn estimate_order(g: &Graph, order: &[NodeId]) -> Result<MemoryEstimate, Nod
             let buf = bufs.of_value[&Value::new(id, r)];
             if !allocated[buf] && !bufs.is_input[buf] {
                 allocated[buf] = true;
-                live += bufs.bytes[buf];
-                est.allocated_bytes += bufs.bytes[buf];
+                live = live.saturating_add(bufs.bytes[buf]);
+                est.allocated = est.allocated.saturating_add(bufs.bytes[buf]);
                 est.buffers += 1;
                 // A result nobody reads is freed right after its node.
                 if last_use[buf] == 0 && !frees[pos].contains(&buf) {
@@ -135,20 +183,20 @@ pub fn estimate_order(g: &Graph, order: &[NodeId]) -> Result<MemoryEstimate, Nod
             }
         }
         est.live_at.push((id, live));
-        if live > est.peak_bytes || est.peak_node.is_none() {
-            est.peak_bytes = est.peak_bytes.max(live);
-            if live >= est.peak_bytes {
+        if live > est.peak || est.peak_node.is_none() {
+            est.peak = est.peak.max(live);
+            if live >= est.peak {
                 est.peak_node = Some(id);
             }
         }
         for &buf in &frees[pos] {
             if allocated[buf] {
-                live -= bufs.bytes[buf];
+                live = live.saturating_sub(bufs.bytes[buf]);
                 allocated[buf] = false;
             }
         }
     }
-    Ok(est)
+    est
 }
 
 /// Input/output aliasing for buffer donation: each output, in order, is paired with the first
@@ -181,13 +229,13 @@ pub fn donation_pairs(g: &Graph) -> Vec<(usize, usize)> {
 /// reader instead of staying resident.
 pub fn estimate_with_donation(g: &Graph, donated: &[usize]) -> Result<MemoryEstimate, NodeId> {
     let order = g.topo_order()?;
-    let mut est = estimate_order(g, &order)?;
+    let mut est = estimate_wide(g, &order);
     if donated.is_empty() {
-        return Ok(est);
+        return Ok(est.narrow());
     }
     // Replay the live totals, subtracting each donated input from its last reader on.
     let position: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
-    let mut release = vec![0u64; order.len() + 1];
+    let mut release = vec![0u128; order.len() + 1];
     for &i in donated {
         let id = g.inputs()[i];
         let v = Value::new(id, 0);
@@ -195,30 +243,30 @@ pub fn estimate_with_donation(g: &Graph, donated: &[usize]) -> Result<MemoryEsti
             continue;
         }
         let last = g.uses(v).iter().map(|(user, _)| position[user]).max().unwrap_or(0);
-        release[last] += value_bytes(&g.node(id).results[0]).0;
+        release[last] = release[last].saturating_add(bytes_wide(&g.node(id).results[0]).0);
     }
-    let mut freed = 0u64;
-    let mut peak = 0u64;
+    let mut freed = 0u128;
+    let mut peak = 0u128;
     let mut peak_node = est.peak_node;
     let mut op_index = 0;
     for (pos, &id) in order.iter().enumerate() {
         if matches!(g.node(id).kind, NodeKind::Input(_)) {
-            freed += release[pos];
+            freed = freed.saturating_add(release[pos]);
             continue;
         }
-        let live = est.live_at[op_index].1 - freed;
+        let live = est.live_at[op_index].1.saturating_sub(freed);
         est.live_at[op_index].1 = live;
         if live >= peak {
             peak = live;
             peak_node = Some(id);
         }
         op_index += 1;
-        freed += release[pos];
+        freed = freed.saturating_add(release[pos]);
     }
     // A graph without ops peaks at its inputs.
-    est.peak_bytes = if op_index == 0 { est.input_bytes } else { peak };
+    est.peak = if op_index == 0 { est.input } else { peak };
     est.peak_node = peak_node;
-    Ok(est)
+    Ok(est.narrow())
 }
 
 /// "1.5 MiB" style sizes for reports.
@@ -310,5 +358,18 @@ mod tests {
         // %0 is read again by %2, so it coexists with %1 and %2.
         let e = est("graph @g(%x: f32[10]) -> (f32[10]) {\n  %0 = aten.exp.default(%x) : f32[10]\n  %1 = aten.exp.default(%x) : f32[10]\n  %2 = aten.add.Tensor(%0, %1) : f32[10]\n  return %2\n}\n");
         assert_eq!(e.peak_bytes, 40 * 4);
+    }
+
+    #[test]
+    fn sizes_past_u64_saturate_instead_of_overflowing() {
+        // Unverified IR (the verifier rejects these types): 2^64 bytes per value, three live.
+        let e = est("graph @g(%x: f32[4611686018427387904]) -> (f32[4611686018427387904]) {\n  %0 = aten.exp.default(%x) : f32[4611686018427387904]\n  %1 = aten.exp.default(%0) : f32[4611686018427387904]\n  return %1\n}\n");
+        assert_eq!(e.peak_bytes, u64::MAX);
+        assert_eq!(e.input_bytes, u64::MAX);
+        assert!(!e.has_symbolic);
+        let g = parse("graph @g(%x: i64[9223372036854775807, 9223372036854775807]) -> (i64[9223372036854775807, 9223372036854775807]) {\n  %0 = aten.neg.default(%x) : i64[9223372036854775807, 9223372036854775807]\n  return %0\n}\n").unwrap();
+        let donated = estimate_with_donation(&g, &[0]).unwrap();
+        assert_eq!(donated.peak_bytes, u64::MAX);
+        assert_eq!(value_bytes(&g.node(g.inputs()[0]).results[0]), (u64::MAX, false));
     }
 }

@@ -93,7 +93,11 @@ fn run(args: &Args) -> Result<()> {
     }
     let (source_name, text) = read_input(args.input.as_ref())?;
     let mut graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{source_name}:{e}"))?;
-    verify(&graph).with_context(|| format!("{source_name}: invalid IR"))?;
+    // Like parse errors, a verifier error names `file:line:col` when the node came from text.
+    verify(&graph).map_err(|e| match e.loc {
+        Some(_) => anyhow::anyhow!("{source_name}:{}", e.located()),
+        None => anyhow::anyhow!("{source_name}: invalid IR: {e}"),
+    })?;
     if args.verify_only {
         return Ok(());
     }

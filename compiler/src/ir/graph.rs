@@ -98,6 +98,20 @@ impl NodeKind {
     }
 }
 
+/// Where a node was written in the text form (1-based), for error messages. Not part of the
+/// graph's meaning: printing, equality and cache keys ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SourceLoc {
+    pub line: usize,
+    pub col: usize,
+}
+
+impl fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Node {
     pub kind: NodeKind,
@@ -105,6 +119,8 @@ pub struct Node {
     /// Sorted by name, so the text form and equality do not depend on insertion order.
     pub attrs: BTreeMap<String, Attr>,
     pub results: Vec<TensorType>,
+    /// Set by the parser; nodes that passes create have none.
+    pub loc: Option<SourceLoc>,
     /// Creation order; breaks ties in the canonical (printing) order.
     seq: u64,
 }
@@ -174,7 +190,7 @@ impl Graph {
     ) -> NodeId {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let id = self.g.add_node(Node { kind, operands: operands.clone(), attrs, results, seq });
+        let id = self.g.add_node(Node { kind, operands: operands.clone(), attrs, results, loc: None, seq });
         for (i, v) in operands.iter().enumerate() {
             self.g.add_edge(v.node, id, Use { result: v.result, operand: i as u32 });
         }
@@ -205,6 +221,11 @@ impl Graph {
     /// `set_operand` / `replace_all_uses`, which keep the edges in step.
     pub fn node_attrs_mut(&mut self, id: NodeId) -> &mut BTreeMap<String, Attr> {
         &mut self.g[id].attrs
+    }
+
+    /// Records where the node was written (the parser does; see `SourceLoc`).
+    pub fn set_loc(&mut self, id: NodeId, loc: SourceLoc) {
+        self.g[id].loc = Some(loc);
     }
 
     pub fn contains(&self, id: NodeId) -> bool {

@@ -9,7 +9,7 @@ pub mod types;
 pub mod verifier;
 
 pub use attr::{Attr, Elements, Literal};
-pub use graph::{Graph, Node, NodeId, NodeKind, OpName, Value};
+pub use graph::{Graph, Node, NodeId, NodeKind, OpName, SourceLoc, Value};
 pub use parser::{parse_graph, ParseError};
 pub use printer::print_graph;
 pub use types::{DType, Dim, SymRange, TensorType};

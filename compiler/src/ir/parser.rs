@@ -2,7 +2,7 @@
 //! what was expected; no input makes it panic.
 
 use super::attr::{Attr, Elements, Literal};
-use super::graph::{Graph, OpName, Value};
+use super::graph::{Graph, OpName, SourceLoc, Value};
 use super::types::{DType, Dim, SymRange, TensorType};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -52,6 +52,12 @@ impl fmt::Display for Tok {
 struct Pos {
     line: usize,
     col: usize,
+}
+
+impl From<Pos> for SourceLoc {
+    fn from(p: Pos) -> SourceLoc {
+        SourceLoc { line: p.line, col: p.col }
+    }
 }
 
 struct Lexer<'a> {
@@ -309,6 +315,7 @@ impl<'a> Parser<'a> {
             p.expect_punct(":")?;
             let ty = p.tensor_type()?;
             let v = p.graph.add_input(ty);
+            p.graph.set_loc(v.node, pos.into());
             p.define(pos, name, v, 1)
         })?;
         self.expect_punct("->")?;
@@ -462,6 +469,7 @@ impl<'a> Parser<'a> {
         }
         let n = results.len();
         let id = self.graph.add_op(op, operands, attrs, results);
+        self.graph.set_loc(id, def_pos.into());
         if let Some((name, _)) = def {
             self.define(def_pos, name, Value::new(id, 0), n)?;
         }

@@ -161,6 +161,26 @@ impl TensorType {
     pub fn with_dtype(&self, dtype: DType) -> TensorType {
         TensorType { dtype, shape: self.shape.clone() }
     }
+
+    /// Bytes of a static type (`None` when symbolic or when it overflows i64).
+    pub fn byte_size(&self) -> Option<i64> {
+        self.numel()?.checked_mul(self.dtype.size_bytes() as i64)
+    }
+
+    /// The verifier's size rule: the product of the non-zero static dims, times the element
+    /// size, fits in i64. Zero dims are left out so that an empty tensor cannot hide a product
+    /// that overflows: every partial product a pass or a lowering rule computes (strides,
+    /// reduced extents, element counts) then fits in i64 too.
+    pub fn size_fits(&self) -> bool {
+        self.shape
+            .iter()
+            .filter_map(|d| match d {
+                Dim::Static(n) if *n != 0 => Some(*n),
+                _ => None,
+            })
+            .try_fold(self.dtype.size_bytes() as i64, |acc, d| acc.checked_mul(d))
+            .is_some()
+    }
 }
 
 impl fmt::Display for TensorType {
@@ -176,8 +196,12 @@ impl fmt::Display for TensorType {
     }
 }
 
-/// The product of `dims`, or `None` if it overflows i64.
+/// The product of `dims`, or `None` if it overflows i64 (a zero dim makes it 0, whatever
+/// the other dims are).
 pub fn checked_numel(dims: &[i64]) -> Option<i64> {
+    if dims.contains(&0) {
+        return Some(0);
+    }
     dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d))
 }
 

@@ -2,18 +2,32 @@
 //! per input, valid shapes) plus each known op's counts, required attributes and shape rule.
 
 use super::attr::Attr;
-use super::graph::{is_ident, Graph, NodeId, NodeKind, Value};
+use super::graph::{is_ident, Graph, NodeId, NodeKind, SourceLoc, Value};
 use super::ops::{op_info, ShapeRule};
 use super::printer::ValueNames;
 use super::types::{broadcast_shapes, DType, Dim, TensorType};
 use std::fmt;
 
-/// A verification failure, naming the node (as printed: `%3`, `%arg0`) and its op.
+/// A verification failure, naming the node (as printed: `%3`, `%arg0`) and its op, and where
+/// the node was written when it came from text. `Display` leaves the position out (callers
+/// add their file name in front of `located()`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyError {
     pub node: Option<String>,
     pub op: Option<String>,
     pub message: String,
+    pub loc: Option<SourceLoc>,
+}
+
+impl VerifyError {
+    /// `LINE:COL: node %3 (op): message` when the position is known, else as `Display`: the
+    /// form parse errors have, so tools print both as `file:LINE:COL: ...`.
+    pub fn located(&self) -> String {
+        match self.loc {
+            Some(loc) => format!("{loc}: {self}"),
+            None => self.to_string(),
+        }
+    }
 }
 
 impl fmt::Display for VerifyError {
@@ -29,7 +43,7 @@ impl fmt::Display for VerifyError {
 impl std::error::Error for VerifyError {}
 
 pub fn verify(g: &Graph) -> Result<(), VerifyError> {
-    let graph_err = |message: String| VerifyError { node: None, op: None, message };
+    let graph_err = |message: String| VerifyError { node: None, op: None, message, loc: None };
     if !g.name.split(['.', '-']).all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
         return Err(graph_err(format!("graph name '{}' must be letters, digits, '_', '.' or '-'", g.name)));
     }
@@ -39,6 +53,7 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
             node: Some(names.node(on_cycle).to_string()),
             op: None,
             message: "the graph has a cycle through this node".into(),
+            loc: g.node(on_cycle).loc,
         });
     }
     for (s, r) in &g.symbols {
@@ -51,7 +66,7 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
         if n.kind != NodeKind::Input(i) || n.results.len() != 1 || !n.operands.is_empty() {
             return Err(graph_err(format!("input {i} is malformed")));
         }
-        check_type(&n.results[0]).map_err(|m| graph_err(format!("input {i}: {m}")))?;
+        check_type(&n.results[0]).map_err(|m| VerifyError { loc: n.loc, ..graph_err(format!("input {i}: {m}")) })?;
     }
     for (i, &o) in g.outputs().iter().enumerate() {
         if g.try_value_type(o).is_none() {
@@ -64,16 +79,20 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
             node: Some(ValueNames::for_graph(g).node(id).to_string()),
             op: g.node(id).op().map(|o| o.to_string()),
             message,
+            loc: g.node(id).loc,
         })?;
     }
     Ok(())
 }
 
 fn check_type(t: &TensorType) -> Result<(), String> {
-    match t.shape.iter().find(|d| matches!(d, Dim::Static(n) if *n < 0)) {
-        Some(d) => Err(format!("type {t} has negative dimension {d}")),
-        None => Ok(()),
+    if let Some(d) = t.shape.iter().find(|d| matches!(d, Dim::Static(n) if *n < 0)) {
+        return Err(format!("type {t} has negative dimension {d}"));
     }
+    if !t.size_fits() {
+        return Err(format!("type {t} is too large: its size in bytes overflows i64"));
+    }
+    Ok(())
 }
 
 fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
@@ -92,6 +111,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             return Err(format!("attribute name '{k}' is not an identifier"));
         }
         if let Attr::Tensor(l) = a {
+            check_type(&l.ty).map_err(|m| format!("attribute '{k}': {m}"))?;
             if l.ty.numel() != Some(l.elems.len() as i64) {
                 return Err(format!("attribute '{k}': literal of type {} has {} elements", l.ty, l.elems.len()));
             }

@@ -26,7 +26,10 @@ impl FoldConstants {
     pub const NAME: &'static str = "fold-constants";
     pub const DESCRIPTION: &'static str = "evaluate small constant subgraphs at compile time into tpu.constant literals";
     pub const OPTIONS: &'static [(&'static str, &'static str)] =
-        &[("max-elements", "largest result (in elements) that is folded; default 256")];
+        &[("max-elements", "largest result (in elements) that is folded; default 256, at most 16777216")];
+    /// Folding builds every element in memory: a bigger bound would let one option value
+    /// make the compiler allocate without limit.
+    pub const MAX_ELEMENTS_LIMIT: i64 = 1 << 24;
 
     pub fn create(opts: &PassOptions) -> Result<Box<dyn Pass>, String> {
         let mut pass = FoldConstants::default();
@@ -36,8 +39,10 @@ impl FoldConstants {
                     pass.max_elements = v
                         .parse()
                         .ok()
-                        .filter(|n: &i64| *n >= 0)
-                        .ok_or_else(|| format!("max-elements must be a non-negative integer, got '{v}'"))?
+                        .filter(|n: &i64| (0..=Self::MAX_ELEMENTS_LIMIT).contains(n))
+                        .ok_or_else(|| {
+                            format!("max-elements must be an integer from 0 to {}, got '{v}'", Self::MAX_ELEMENTS_LIMIT)
+                        })?
                 }
                 _ => return Err(format!("unknown option '{k}' (accepted: max-elements)")),
             }
@@ -74,6 +79,7 @@ fn modelled(d: DType) -> bool {
 
 impl FoldConstants {
     fn fold(&self, g: &Graph, id: NodeId) -> Option<ConstTensor> {
+        let max_elements = self.max_elements.min(Self::MAX_ELEMENTS_LIMIT);
         let node = g.node(id);
         let NodeKind::Op(op) = &node.kind else { return None };
         if op.namespace != "aten" || node.results.len() != 1 || node.operands.is_empty() {
@@ -81,11 +87,11 @@ impl FoldConstants {
         }
         let ty = node.results[0].clone();
         let dims = ty.static_dims()?;
-        if crate::ir::types::checked_numel(&dims)? > self.max_elements || !modelled(ty.dtype) {
+        if crate::ir::types::checked_numel(&dims)? > max_elements || !modelled(ty.dtype) {
             return None;
         }
         let args: Vec<ConstTensor> =
-            node.operands.iter().map(|v| const_tensor(g, *v, self.max_elements)).collect::<Option<_>>()?;
+            node.operands.iter().map(|v| const_tensor(g, *v, max_elements)).collect::<Option<_>>()?;
         if args.iter().any(|a| !modelled(a.ty.dtype)) {
             return None;
         }
@@ -100,7 +106,7 @@ impl FoldConstants {
             "expand" => out(broadcast_to(&args[0], &dims)?),
             "permute" => {
                 let perm = normalize_permutation(node.attr("dims")?.as_int_list()?, dims.len())?;
-                out(permute(&args[0], &perm))
+                out(permute(&args[0], &perm)?)
             }
             "transpose" | "t" => {
                 let rank = dims.len();
@@ -116,7 +122,7 @@ impl FoldConstants {
                     };
                     perm.swap(a, b);
                 }
-                out(permute(&args[0], &perm))
+                out(permute(&args[0], &perm)?)
             }
             "neg" | "abs" | "logical_not" => {
                 let f = |s: Scalar| -> Option<Scalar> {
@@ -252,16 +258,32 @@ fn elementwise(name: &str, mode: Option<&str>, dt: DType, x: Scalar, y: Scalar) 
         ("minimum", I(a), I(b)) => I(a.min(b)),
         // Integer division by zero raises in PyTorch; leave it to run time.
         ("div", I(_), I(0)) => return None,
+        // PyTorch's trunc division of the dtype's minimum by -1 overflows in C++ (SIGFPE on x86
+        // for int32/int64; int8/int16 are computed in int and wrap): no value to fold.
+        ("div", I(a), I(-1)) if mode == Some("trunc") && matches!(dt, DType::I32 | DType::I64) && a == int_min(dt) => {
+            return None
+        }
         ("div", I(a), I(b)) => match mode {
             Some("trunc") => I(wrap(a.wrapping_div(b))),
+            // PyTorch's floor division wraps: floor_divide(INT64_MIN, -1) == INT64_MIN.
             Some("floor") => {
                 let q = a.wrapping_div(b);
-                I(wrap(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q }))
+                I(wrap(if (a.wrapping_rem(b) != 0) && ((a < 0) != (b < 0)) { q.wrapping_sub(1) } else { q }))
             }
             _ => return None,
         },
         _ => return None,
     })
+}
+
+/// The smallest value of a signed integer dtype.
+fn int_min(dt: DType) -> i64 {
+    match dt {
+        DType::I8 => i8::MIN as i64,
+        DType::I16 => i16::MIN as i64,
+        DType::I32 => i32::MIN as i64,
+        _ => i64::MIN,
+    }
 }
 
 fn cmp(name: &str, o: std::cmp::Ordering) -> bool {
@@ -295,11 +317,12 @@ fn floor_divide(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Row-major strides of `dims`.
+/// Row-major strides of `dims`. They are only read for tensors with elements, whose strides
+/// are at most the (small) element count; saturating keeps empty tensors with huge dims safe.
 fn strides(dims: &[i64]) -> Vec<i64> {
     let mut s = vec![1i64; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * dims[i + 1];
+        s[i] = s[i + 1].saturating_mul(dims[i + 1]);
     }
     s
 }
@@ -320,7 +343,7 @@ fn broadcast_to(t: &ConstTensor, dims: &[i64]) -> Option<Vec<Scalar>> {
         eff[i + offset] = if d == 1 { 0 } else { src_strides[i] };
     }
     let out_strides = strides(dims);
-    let numel: i64 = dims.iter().product();
+    let numel = crate::ir::types::checked_numel(dims)?;
     Some(
         (0..numel)
             .map(|flat| {
@@ -332,17 +355,20 @@ fn broadcast_to(t: &ConstTensor, dims: &[i64]) -> Option<Vec<Scalar>> {
 }
 
 /// `out[i0..in] = t[i_perm...]`: out dim k is input dim perm[k].
-fn permute(t: &ConstTensor, perm: &[usize]) -> Vec<Scalar> {
+fn permute(t: &ConstTensor, perm: &[usize]) -> Option<Vec<Scalar>> {
     let in_strides = strides(&t.dims);
-    let out_dims: Vec<i64> = perm.iter().map(|&p| t.dims[p]).collect();
+    let out_dims: Vec<i64> = perm.iter().map(|&p| t.dims.get(p).copied()).collect::<Option<_>>()?;
     let out_strides = strides(&out_dims);
-    let numel: i64 = out_dims.iter().product();
-    (0..numel)
+    let numel = crate::ir::types::checked_numel(&out_dims)?;
+    if numel as usize != t.vals.len() {
+        return None;
+    }
+    Some((0..numel)
         .map(|flat| {
             let src: i64 = (0..perm.len()).map(|k| (flat / out_strides[k]) % out_dims[k] * in_strides[perm[k]]).sum();
             t.vals[src as usize]
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
@@ -378,6 +404,47 @@ mod tests {
         assert_eq!(elementwise("div", Some("floor"), DType::I64, i(7), i(0)), None);
         assert_eq!(elementwise("mul", None, DType::I32, i(1 << 30), i(4)), Some(i(0)));
         assert_eq!(elementwise("add", None, DType::U8, i(255), i(1)), Some(i(0)));
+    }
+
+    #[test]
+    fn integer_overflow_folds_as_pytorch_computes_or_not_at_all() {
+        let i = |x| Scalar::I(x);
+        // torch.div(INT_MIN, -1, rounding_mode="floor") wraps to INT_MIN for every int dtype.
+        assert_eq!(elementwise("div", Some("floor"), DType::I64, i(i64::MIN), i(-1)), Some(i(i64::MIN)));
+        assert_eq!(elementwise("div", Some("floor"), DType::I32, i(i32::MIN as i64), i(-1)), Some(i(i32::MIN as i64)));
+        // ... while "trunc" dies with SIGFPE in PyTorch for int32/int64: left for run time.
+        assert_eq!(elementwise("div", Some("trunc"), DType::I64, i(i64::MIN), i(-1)), None);
+        assert_eq!(elementwise("div", Some("trunc"), DType::I32, i(i32::MIN as i64), i(-1)), None);
+        // int8/int16 compute in int and wrap.
+        assert_eq!(elementwise("div", Some("trunc"), DType::I8, i(-128), i(-1)), Some(i(-128)));
+        assert_eq!(elementwise("div", Some("trunc"), DType::I64, i(i64::MIN + 1), i(-1)), Some(i(i64::MAX)));
+        assert_eq!(elementwise("add", None, DType::I64, i(i64::MAX), i(1)), Some(i(i64::MIN)));
+        assert_eq!(elementwise("sub", None, DType::I64, i(i64::MIN), i(1)), Some(i(i64::MAX)));
+        assert_eq!(elementwise("mul", None, DType::I64, i(i64::MIN), i(-1)), Some(i(i64::MIN)));
+        assert_eq!(elementwise("div", Some("floor"), DType::I64, i(i64::MIN), i(1)), Some(i(i64::MIN)));
+        assert_eq!(elementwise("div", Some("floor"), DType::I64, i(i64::MIN), i(i64::MAX)), Some(i(-2)));
+    }
+
+    #[test]
+    fn the_folded_graph_keeps_an_unfoldable_division() {
+        let text = |mode: &str| format!("graph @g() -> (i64[1]) {{\n  %0 = tpu.constant() {{value = dense<[-9223372036854775808] : i64[1]>}} : i64[1]\n  %1 = aten.div.Tensor_mode(%0) {{other = -1, rounding_mode = \"{mode}\"}} : i64[1]\n  return %1\n}}\n");
+        let mut g = crate::ir::parse_graph(&text("floor")).unwrap();
+        assert!(FoldConstants::default().run(&mut g).unwrap());
+        assert!(crate::ir::print_graph(&g).contains("dense<[-9223372036854775808] : i64[1]>"));
+        assert_eq!(g.op_count(), 1);
+        let mut g = crate::ir::parse_graph(&text("trunc")).unwrap();
+        assert!(!FoldConstants::default().run(&mut g).unwrap());
+        assert_eq!(g.op_count(), 2);
+    }
+
+    #[test]
+    fn empty_constants_with_huge_dims_do_not_overflow_strides() {
+        // Unverified IR: the product of the non-zero dims overflows; folding must not panic.
+        let t = ConstTensor { ty: crate::ir::TensorType::fixed(DType::I64, &[0, 1 << 62, 1 << 62]), dims: vec![0, 1 << 62, 1 << 62], vals: vec![] };
+        assert_eq!(broadcast_to(&t, &[0, 1 << 62, 1 << 62]), Some(vec![]));
+        assert_eq!(permute(&t, &[2, 1, 0]), Some(vec![]));
+        let t = ConstTensor { ty: crate::ir::TensorType::fixed(DType::I64, &[1 << 62, 1 << 62, 0]), dims: vec![1 << 62, 1 << 62, 0], vals: vec![] };
+        assert_eq!(permute(&t, &[2, 0, 1]), Some(vec![]));
     }
 
     #[test]

@@ -20,6 +20,10 @@ pub enum PipelineError {
     PassFailed { pass: String, reason: String },
     #[error("IR is invalid after pass '{pass}': {error}")]
     VerifyFailed { pass: String, error: VerifyError },
+    /// With `verify_each`, the input is verified too: passes assume verified IR, and a
+    /// broken input must not be blamed on the first pass (or make it panic).
+    #[error("IR is invalid before the pipeline: {0}")]
+    InvalidInput(VerifyError),
     #[error("cannot write IR dump: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -130,6 +134,9 @@ impl PassManager {
 
     /// Runs every pass in order; IR dumps go to `dump`. Returns per-pass results and timings.
     pub fn run(&self, g: &mut Graph, dump: &mut dyn Write) -> Result<Vec<PassRun>, PipelineError> {
+        if self.options.verify_each && !self.passes.is_empty() {
+            verify(g).map_err(PipelineError::InvalidInput)?;
+        }
         let mut runs = Vec::with_capacity(self.passes.len());
         for pass in &self.passes {
             let name = pass.name();
@@ -179,7 +186,7 @@ mod tests {
         let e = PassManager::from_pipeline("cse,,dce", PipelineOptions::default()).err().unwrap();
         assert_eq!(e.to_string(), "malformed pass pipeline 'cse,,dce': empty pass name");
         let e = PassManager::from_pipeline("fold-constants{max-elements=-3}", PipelineOptions::default()).err().unwrap();
-        assert_eq!(e.to_string(), "pass 'fold-constants': max-elements must be a non-negative integer, got '-3'");
+        assert_eq!(e.to_string(), "pass 'fold-constants': max-elements must be an integer from 0 to 16777216, got '-3'");
         let e = PassManager::from_pipeline("dce{x=1}", PipelineOptions::default()).err().unwrap();
         assert_eq!(e.to_string(), "pass 'dce': unknown option 'x'");
     }
@@ -223,6 +230,20 @@ mod tests {
         let mut g = parse_graph(text).unwrap();
         let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions { verify_each: false, ..Default::default() });
         assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
+    }
+
+    #[test]
+    fn an_invalid_input_is_reported_before_any_pass_runs() {
+        // Verified, the input never reaches `Breaker` (which would otherwise be blamed).
+        let text = "graph @g(%x: f32[2, 3]) -> (f32[2, 3]) {\n  %0 = aten.permute.default(%x) {dims = [0, 0]} : f32[2, 3]\n  return %0\n}\n";
+        let mut g = parse_graph(text).unwrap();
+        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions::default());
+        let e = pm.run(&mut g, &mut std::io::sink()).unwrap_err();
+        assert!(matches!(e, PipelineError::InvalidInput(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "IR is invalid before the pipeline: node %0 (aten.permute.default): dims [0, 0] is not a permutation of rank 2"
+        );
     }
 
     #[test]
