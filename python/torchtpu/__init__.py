@@ -17,10 +17,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from torchtpu import _C  # noqa: E402
 from torchtpu._stats import reset_stats, stats
+from torchtpu.errors import FallbackError, OptionsError, TorchTPUError
 
 __version__ = _C.__version__
 
-__all__ = ["__version__", "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
+__all__ = ["__version__", "FallbackError", "OptionsError", "TorchTPUError", "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
 
 
 def canonical_ir(text: str) -> str:

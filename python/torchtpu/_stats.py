@@ -13,6 +13,9 @@ def _fresh() -> dict:
         "graphs_seen": 0,  # Dynamo graphs handed to the backend (graph breaks make several)
         "graphs_compiled": 0,  # ATen graphs (or partitions of them) compiled to PJRT programs
         "graphs_fallback": 0,  # ATen graphs that ran (wholly or partly) in eager
+        # New input signatures of graphs with symbolic shapes, each exported for its sizes
+        # and compiled (or found in a cache): one per new sequence length under generate().
+        "specialisations": 0,
         "partitions_compiled": 0,
         "partitions_eager": 0,
         "fallback_ops": collections.Counter(),  # op name -> count of nodes run eagerly

@@ -45,52 +45,108 @@ def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+# Programs of graphs with symbolic shapes, per (graph, options, concrete input signature),
+# shared by every `_PerShape`: Dynamo hands a recompiled frame a new graph object, often the
+# same graph, and a size it has seen must not be specialised again.
+_SPECIALISED: dict = {}
+# After this many sizes of one graph, a warning names the fixed-shape alternative.
+MANY_SIZES = 8
+
+
+def _fingerprint(gm: torch.fx.GraphModule) -> str:
+    """What identifies an ATen graph's program besides its input signature: its code and its
+    constants' values."""
+    import hashlib
+
+    h = hashlib.sha256(gm.code.encode())
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                h.update(f"{node.target}:{value.dtype}:{tuple(value.shape)}".encode())
+                h.update(value.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 class _PerShape:
-    """A graph with symbolic shapes, compiled once per concrete input signature: on a new
-    signature the ATen graph is re-traced with those sizes (static) and compiled; calls with a
-    known signature reuse it. Dynamo's own guards decide when this graph is used at all."""
+    """A graph with symbolic shapes, compiled once per concrete input signature. A new
+    signature is exported with its sizes evaluated from the inputs (`specialize.Binding`, no
+    re-trace) and compiled; where that cannot be done (data-dependent sizes, ops that fall
+    back) the ATen graph is re-traced with those sizes instead. Dynamo's own guards decide
+    when this graph is used at all."""
 
     def __init__(self, gm, opts: Options, kind: str):
         self.gm, self.opts, self.kind = gm, opts, kind
         self.compiled: dict = {}
+        self.fingerprint = (_fingerprint(gm), opts, kind)
 
     def __call__(self, *args):
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
         fn = self.compiled.get(key)
         if fn is None:
-            from torch.fx.experimental.proxy_tensor import make_fx
-
-            static = make_fx(self.gm, tracing_mode="fake")(*args)
-            log.info("specialising a %s graph for input signature %s", self.kind, key)
-            fn = compile_aten_graph(static, args, self.opts, self.kind)
+            fn = _SPECIALISED.get((self.fingerprint, key))
+            if fn is None:
+                fn = self._specialise(args, key)
+                _SPECIALISED[(self.fingerprint, key)] = fn
+                _stats.bump("specialisations")
+                self._advise()
             self.compiled[key] = fn
         return fn(list(args))
 
+    def _advise(self):
+        """Each new size costs an XLA compile: say so once a graph has needed many, and name
+        the fixed-shape alternative (docs/backend.md, "Generation")."""
+        sizes = sum(1 for fp, _ in _SPECIALISED if fp == self.fingerprint)
+        if sizes == MANY_SIZES:
+            warn_once(
+                f"many-sizes:{self.fingerprint[0]}",
+                f"torchtpu: a {self.kind} graph has been compiled for {sizes} input sizes (one XLA compile each). "
+                "For model.generate(), cache_implementation='static' gives fixed shapes (2 compiles); "
+                "see docs/backend.md, 'Generation'.",
+            )
 
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str):
-    """Compiles one ATen graph; returns a boxed callable."""
-    if _is_symbolic(gm):
+    def _specialise(self, args, key):
+        from torchtpu.specialize import Binding, NotSpecializable, has_unbacked
+
+        log.info("specialising a %s graph for input signature %s", self.kind, key)
+        if not has_unbacked(self.gm):
+            try:
+                binding = Binding(self.gm, args)
+                if not unsupported_nodes(self.gm, _supported(), sizes_known=True):
+                    return compile_aten_graph(self.gm, args, self.opts, self.kind, binding=binding)
+            except NotSpecializable as e:
+                log.info("re-tracing instead: %s", e)
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        static = make_fx(self.gm, tracing_mode="fake")(*args)
+        return compile_aten_graph(static, args, self.opts, self.kind)
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str, binding=None):
+    """Compiles one ATen graph; returns a boxed callable. A graph with symbolic shapes is
+    compiled per input signature (`_PerShape`), or for the one `binding` gives."""
+    if binding is None and _is_symbolic(gm):
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
     name = f"{kind}_{next(_graph_ids)}"
-    bad = unsupported_nodes(gm, _supported())
+    bad = unsupported_nodes(gm, _supported(), sizes_known=binding is not None)
     if bad:
         reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(
             sorted({r for r in bad.values()})
         )
         if opts.strict:
-            raise FallbackError(f"torchtpu (strict): {reason}")
+            raise FallbackError(f"torchtpu (strict): {reason}", [_short(n.target) for n in bad])
         log.info("%s", reason)
         _stats.bump("graphs_fallback")
         _stats.record_fallback(reason, [_short(n.target) for n in bad])
         return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
     try:
-        exported = export(gm, name)
+        exported = export(gm, name, binding)
         compiled = compile_exported(exported, opts, name, eager=gm.forward)
     except (Unsupported, RuntimeError, ValueError) as e:
         reason = f"graph {name}: {e}"
         if opts.strict:
-            raise FallbackError(f"torchtpu (strict): {reason}") from e
+            raise FallbackError(f"torchtpu (strict): {reason}", getattr(e, "ops", [])) from e
         warn_once(name, f"torchtpu: running graph {name} eagerly: {e}")
         _stats.bump("graphs_fallback")
         _stats.record_fallback(reason, getattr(e, "ops", []) or ["<compile failure>"])
@@ -107,8 +163,12 @@ def _short(target) -> str:
 def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """Entry point registered as `torchtpu` in the torch_dynamo_backends group."""
     opts = Options.from_dict(options)
-    if kwargs.get("mode") not in (None, "default"):
-        log.info("torchtpu ignores mode=%r", kwargs["mode"])
+    mode = kwargs.pop("mode", None)
+    if mode not in (None, "default"):
+        warn_once(
+            f"mode:{mode}",
+            f"torchtpu ignores mode={mode!r}: it has one compilation mode (settings go in options=, see docs/backend.md)",
+        )
     _stats.bump("graphs_seen")
 
     def fw(g, inputs):

@@ -86,7 +86,8 @@ def base_name(target) -> str | None:
     return None if full is None else ".".join(full.split(".")[:2])
 
 
-def tensor_type(t) -> str:
+def tensor_type(t, binding=None) -> str:
+    """`f32[2, 3]`; symbolic sizes are evaluated under `binding` (specialize.py)."""
     if not isinstance(t, torch.Tensor):
         raise Unsupported(f"expected a tensor, got {type(t).__name__}")
     if t.dtype not in IR_DTYPES:
@@ -94,7 +95,7 @@ def tensor_type(t) -> str:
     if t.layout != torch.strided:
         raise Unsupported(f"layout {t.layout} is not supported")
     dims = []
-    for d in t.shape:
+    for d in (binding.shape(t) if binding is not None else t.shape):
         if not isinstance(d, int):
             raise Unsupported("symbolic shapes reach the exporter only after specialisation", ["<dynamic shape>"])
         dims.append(str(d))
@@ -163,10 +164,10 @@ def attr_text(v) -> str | None:
     raise Unsupported(f"argument of type {type(v).__name__} is not supported")
 
 
-def is_non_overlapping_and_dense(t) -> bool:
-    """Whether `t`'s strides are a permutation of a contiguous layout (each element stored
+def is_non_overlapping_and_dense(shape, stride) -> bool:
+    """Whether the strides are a permutation of a contiguous layout (each element stored
     once, no gaps), i.e. whether a dense buffer can be viewed with them."""
-    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
+    dims = sorted((st, sz) for sz, st in zip(shape, stride) if sz != 1)
     expected = 1
     for st, sz in dims:
         if st != expected:
@@ -187,10 +188,23 @@ def _list_of(t):
     return t.getElementType() if isinstance(t, torch.ListType) else None
 
 
+def _is_contiguous(shape, stride) -> bool:
+    expected = 1
+    for sz, st in reversed(list(zip(shape, stride))):
+        if sz != 1 and st != expected:
+            return False
+        expected *= sz
+    return True
+
+
 class _Writer:
-    def __init__(self, gm: torch.fx.GraphModule, name: str):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, binding=None):
         self.gm = gm
         self.name = name
+        # Symbolic sizes evaluated for one input signature (specialize.Binding), or None for
+        # a graph with static shapes.
+        self.binding = binding
+        self.scalars: dict[torch.fx.Node, object] = {}  # size nodes -> their value
         self.values: dict[torch.fx.Node, str] = {}  # fx node -> IR value (or None: not a tensor)
         self.multi: dict[torch.fx.Node, int] = {}  # fx node -> number of IR results
         self.lines: list[str] = []
@@ -212,9 +226,34 @@ class _Writer:
             raise Unsupported(f"value {n.name} is not a tensor")
         return v
 
+    def concrete(self, v):
+        """An argument with size nodes and symbolic numbers replaced by their values."""
+        if isinstance(v, torch.fx.Node) and v in self.scalars:
+            return self.scalars[v]
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.concrete(x) for x in v)
+        if self.binding is not None and isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return self.binding.value(v)
+        return v
+
+    def size_node(self, node) -> bool:
+        """Under a binding, a node computing a size becomes a number (no IR); an assertion on
+        sizes is checked here."""
+        from torchtpu.specialize import is_size_node
+
+        if self.binding is None or not is_size_node(node):
+            return False
+        if node.target is torch.ops.aten._assert_scalar.default:
+            if not self.concrete(node.args[0]):
+                raise Unsupported(f"size assertion failed for these inputs: {node.args[1:]}")
+            return True
+        self.scalars[node] = self.binding.value(node.meta["val"])
+        self.values[node] = None
+        return True
+
     def add_input(self, val, spec: InputSpec) -> str:
         name = f"%in{len(self.params)}"
-        self.params.append(f"{name}: {tensor_type(val)}")
+        self.params.append(f"{name}: {tensor_type(val, self.binding)}")
         self.inputs.append(spec)
         return name
 
@@ -223,6 +262,8 @@ class _Writer:
         self.arg_index[node] = index
         if isinstance(val, torch.Tensor):
             self.values[node] = self.add_input(val, InputSpec("arg", index))
+        elif self.size_node(node):
+            pass
         elif not node.users:
             # A size (SymInt) input of a graph specialised to concrete sizes: baked in, unused.
             self.values[node] = None
@@ -237,6 +278,8 @@ class _Writer:
 
     def call(self, node):
         target = node.target
+        if self.size_node(node):
+            return
         if target is operator.getitem:
             src, idx = node.args
             if src in self.multi:
@@ -261,6 +304,7 @@ class _Writer:
                 value = arg.default_value
             else:
                 raise Unsupported(f"{full}: missing argument {arg.name}")
+            value = self.concrete(value)
             t = arg.type
             if _is_tensor_type(t) and isinstance(value, (int, float, bool)):
                 # Decompositions pass Python numbers for Tensor parameters (mul.Tensor(x, 16)):
@@ -289,7 +333,7 @@ class _Writer:
             raise Unsupported(f"{full} returns a non-tensor", [".".join(full.split(".")[:2])])
         is_multi = isinstance(val, (list, tuple))
         # Results that are None (optional outputs) still need a slot: give them a dummy type.
-        types = [tensor_type(r) if r is not None else "f32[0]" for r in results]
+        types = [tensor_type(r, self.binding) if r is not None else "f32[0]" for r in results]
         name = self.fresh()
         attr_part = ""
         if attrs:
@@ -321,26 +365,30 @@ class _Writer:
             saved_for_backward = type(desc).__name__.startswith("SavedForBackwards")
             if item is None:
                 specs.append(OutputSpec("none"))
+            elif isinstance(item, torch.fx.Node) and item in self.scalars:
+                specs.append(OutputSpec("value", value=self.scalars[item]))
             elif isinstance(item, torch.fx.Node) and item.op == "placeholder" and isinstance(item.meta.get("val"), torch.Tensor):
                 # An input returned unchanged: hand back the caller's tensor, as eager does,
                 # instead of a copy made by the program.
                 specs.append(OutputSpec("input", self.arg_index[item]))
             elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
                 val = item.meta["val"]
+                b = self.binding
+                shape, strides = (b.shape(val), b.stride(val)) if b is not None else (tuple(val.shape), tuple(val.stride()))
                 stride = None
                 # Only dense, non-overlapping layouts (permutations of contiguous) are
                 # reproduced; expanded views (stride 0) come back contiguous, as values.
                 if (
                     not saved_for_backward
-                    and val.numel() > 1
-                    and all(isinstance(s, int) for s in val.stride())
-                    and not val.is_contiguous()
-                    and is_non_overlapping_and_dense(val)
+                    and math.prod(shape) > 1
+                    and all(isinstance(s, int) for s in strides)
+                    and not _is_contiguous(shape, strides)
+                    and is_non_overlapping_and_dense(shape, strides)
                 ):
-                    stride = tuple(val.stride())
+                    stride = strides
                 specs.append(OutputSpec("ir", len(refs), stride=stride))
                 refs.append(self.ref(item))
-                types.append(tensor_type(item.meta["val"]))
+                types.append(tensor_type(val, b))
             elif isinstance(item, (int, float, bool)):
                 specs.append(OutputSpec("value", value=item))
             else:
@@ -348,9 +396,10 @@ class _Writer:
         return specs, refs, types, is_tuple
 
 
-def export(gm: torch.fx.GraphModule, name: str = "graph") -> Exported:
-    """IR text plus how to map the FX graph's inputs and outputs onto the IR's."""
-    w = _Writer(gm, name)
+def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Exported:
+    """IR text plus how to map the FX graph's inputs and outputs onto the IR's. A graph with
+    symbolic shapes is exported for the sizes `binding` (specialize.Binding) gives."""
+    w = _Writer(gm, name, binding)
     out = None
     index = 0
     for node in gm.graph.nodes:
@@ -374,11 +423,16 @@ def export(gm: torch.fx.GraphModule, name: str = "graph") -> Exported:
     return Exported(text, w.inputs, specs, is_tuple, w.ops)
 
 
-def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str]) -> dict[torch.fx.Node, str]:
-    """Nodes the compiler cannot take, with the reason (op not lowered, dtype, ...)."""
+def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False) -> dict[torch.fx.Node, str]:
+    """Nodes the compiler cannot take, with the reason (op not lowered, dtype, ...). With
+    `sizes_known` (a binding will give every size), size computations are not ops."""
+    from torchtpu.specialize import is_size_node
+
     bad = {}
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if sizes_known and is_size_node(node):
             continue
         base = base_name(node.target)
         if base is None:

@@ -14,14 +14,11 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from torchtpu import _stats
+from torchtpu.errors import FallbackError  # noqa: F401 - re-exported: torchtpu.fallback.FallbackError
 from torchtpu.exporter import Unsupported, export
 
 log = logging.getLogger("torchtpu")
 _warned: set[str] = set()
-
-
-class FallbackError(RuntimeError):
-    """Raised instead of falling back when options={"strict": True}."""
 
 
 def warn_once(key: str, message: str) -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 from torchtpu import _C
+from torchtpu.errors import OptionsError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,7 +15,8 @@ class Options:
     strict: bool = False
     # Write each graph's IR (as exported and after the passes) and StableHLO here.
     dump_dir: str | None = None
-    # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax).
+    # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax; a list of
+    # pass names is joined with commas).
     passes: str = "canonicalize,fold-constants,cse,dce,schedule-memory"
     # Alias outputs to inputs of their type so PJRT reuses the (per-call, private) input
     # buffers: mutated inputs such as batch norm's running statistics, and any input whose
@@ -27,13 +29,25 @@ class Options:
         known = {f.name for f in dataclasses.fields(Options)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"unknown torchtpu option(s) {unknown}; known: {sorted(known)}")
+            raise OptionsError(f"unknown torchtpu option(s) {unknown}; known: {sorted(known)}")
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
+        for flag in ("strict", "donate"):
+            # Only real booleans: "no" or "false" would be truthy.
+            if flag in options and not isinstance(options[flag], bool):
+                raise OptionsError(f"torchtpu option {flag!r} must be True or False, got {options[flag]!r}")
+        if isinstance(options.get("passes"), (list, tuple)) and all(isinstance(p, str) for p in options["passes"]):
+            options["passes"] = ",".join(options["passes"])
+        if "passes" in options and not isinstance(options["passes"], str):
+            raise OptionsError(f"torchtpu option 'passes' must be a pipeline string or a list of pass names, got {options['passes']!r}")
+        if options.get("dump_dir") is not None:
+            if not isinstance(options["dump_dir"], (str, os.PathLike)):
+                raise OptionsError(f"torchtpu option 'dump_dir' must be a path, got {options['dump_dir']!r}")
+            options["dump_dir"] = os.fspath(options["dump_dir"])
         opts = Options(**options)
         names = {name for name, _ in _C.list_passes()}
         for entry in opts.passes.split(","):
             name = entry.split("{")[0].strip()
             if name and name not in names:
-                raise ValueError(f"unknown pass {name!r} in passes={opts.passes!r}; available: {sorted(names)}")
+                raise OptionsError(f"unknown pass {name!r} in passes={opts.passes!r}; available: {sorted(names)}")
         return opts
