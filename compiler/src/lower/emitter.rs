@@ -11,6 +11,8 @@ use melior::ir::operation::OperationBuilder;
 use melior::ir::r#type::{IntegerType, RankedTensorType};
 use melior::ir::{Attribute, Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value};
 use melior::Context;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 /// A lowered value with its static type.
 #[derive(Clone, Debug)]
@@ -30,6 +32,33 @@ pub struct Emitter<'c, 'a> {
     pub ctx: &'c Context,
     pub block: &'a Block<'c>,
     pub loc: Location<'c>,
+    /// What the rules asked `ty` for, shared with region emitters; the driver checks it
+    /// after each node.
+    pub sizes: Rc<TypeSizes>,
+}
+
+/// The largest tensor type a rule made (in bytes), and the first one with a negative dim:
+/// rules compute shapes of their own from attributes, and a type XLA cannot represent
+/// (more than i64::MAX bytes) makes its compiler throw a C++ exception or die.
+#[derive(Debug, Default)]
+pub struct TypeSizes {
+    largest: Cell<u128>,
+    negative: RefCell<Option<Vec<i64>>>,
+}
+
+impl TypeSizes {
+    fn record(&self, d: DType, dims: &[i64]) {
+        if dims.iter().any(|&x| x < 0) {
+            self.negative.borrow_mut().get_or_insert_with(|| dims.to_vec());
+        }
+        let bytes = dims.iter().fold(d.size_bytes() as u128, |acc, &x| acc.saturating_mul(x.max(0) as u128));
+        self.largest.set(self.largest.get().max(bytes));
+    }
+
+    /// The largest size in bytes and the first negative shape since the last `take`.
+    pub fn take(&self) -> (u128, Option<Vec<i64>>) {
+        (self.largest.take(), self.negative.take())
+    }
 }
 
 /// StableHLO comparison directions.
@@ -80,6 +109,7 @@ pub fn tensor_type<'c>(ctx: &'c Context, d: DType, dims: &[i64]) -> Type<'c> {
 
 impl<'c, 'a> Emitter<'c, 'a> {
     pub fn ty(&self, d: DType, dims: &[i64]) -> Type<'c> {
+        self.sizes.record(d, dims);
         tensor_type(self.ctx, d, dims)
     }
 
@@ -422,7 +452,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let types: Vec<(Type<'c>, Location<'c>)> = args.iter().map(|(d, dims)| (self.ty(*d, dims), self.loc)).collect();
         let block = Block::new(&types);
         {
-            let inner = Emitter { ctx: self.ctx, block: &block, loc: self.loc };
+            let inner = Emitter { ctx: self.ctx, block: &block, loc: self.loc, sizes: Rc::clone(&self.sizes) };
             let params: Vec<Tv<'c, '_>> = args
                 .iter()
                 .enumerate()

@@ -15,6 +15,10 @@ pub enum LowerError {
     BadNode { op: String, node: String, message: String },
     #[error("invalid IR: {0}")]
     Verify(#[from] VerifyError),
+    /// A value, or a tensor its rule builds, is bigger than the lowering's limit
+    /// (`Lowering::with_max_tensor_bytes`); XLA is never asked to compile it.
+    #[error("node {node} ({op}) needs a tensor of {bytes} bytes, over the limit of {limit} bytes")]
+    TooLarge { op: String, node: String, bytes: u128, limit: u64 },
     /// MLIR refused to build or verify something we emitted: a bug in a lowering rule.
     #[error("MLIR error while lowering {context}: {message}")]
     Mlir { context: String, message: String },

@@ -59,7 +59,13 @@ impl StableHlo {
 /// Creating one costs milliseconds, so callers that lower many graphs keep one.
 pub struct Lowering {
     context: Context,
+    max_tensor_bytes: u64,
 }
+
+/// The default limit on any one tensor of a lowered module: XLA computes byte sizes in
+/// int64, and a type past that makes its compiler throw a C++ exception through the PJRT C
+/// API (which aborts the process).
+pub const MAX_TENSOR_BYTES: u64 = i64::MAX as u64;
 
 impl Default for Lowering {
     fn default() -> Self {
@@ -72,7 +78,23 @@ impl Lowering {
         let context = Context::new();
         DialectHandle::func().load_dialect(&context);
         context.set_allow_unregistered_dialects(true);
-        Lowering { context }
+        Lowering { context, max_tensor_bytes: MAX_TENSOR_BYTES }
+    }
+
+    /// Refuses (`LowerError::TooLarge`) any value or intermediate tensor over `bytes`: a
+    /// device's compiler may fail on absurd sizes in ways that cannot be caught (the engine
+    /// sets a lower limit than the default `MAX_TENSOR_BYTES`).
+    pub fn with_max_tensor_bytes(mut self, bytes: u64) -> Lowering {
+        self.set_max_tensor_bytes(bytes);
+        self
+    }
+
+    pub fn set_max_tensor_bytes(&mut self, bytes: u64) {
+        self.max_tensor_bytes = bytes.min(MAX_TENSOR_BYTES);
+    }
+
+    pub fn max_tensor_bytes(&self) -> u64 {
+        self.max_tensor_bytes
     }
 
     /// Lowers a verified graph with static shapes to a StableHLO module text.
@@ -98,11 +120,18 @@ impl Lowering {
         let static_dims = |t: &TensorType, node: &str, op: &str| {
             t.static_dims().ok_or_else(|| LowerError::DynamicShape { op: op.into(), node: node.into(), ty: t.to_string() })
         };
+        let limit = self.max_tensor_bytes;
+        let too_large = |bytes: u128, node: &str, op: &str| {
+            (bytes > limit as u128).then(|| LowerError::TooLarge { op: op.into(), node: node.into(), bytes, limit })
+        };
         let input_types: Vec<TensorType> = g.inputs().iter().map(|&i| g.node(i).results[0].clone()).collect();
         let output_types: Vec<TensorType> = g.outputs().iter().map(|&v| g.value_type(v).clone()).collect();
         let mut arg_types: Vec<(Type, Location)> = Vec::new();
         for (i, t) in input_types.iter().enumerate() {
             let dims = static_dims(t, &format!("%arg{i}"), "input")?;
+            if let Some(e) = too_large(type_bytes(t), &format!("%arg{i}"), "input") {
+                return Err(e);
+            }
             arg_types.push((tensor_type(ctx, t.dtype, &dims), loc));
         }
         let mut result_types: Vec<Type> = Vec::new();
@@ -113,7 +142,8 @@ impl Lowering {
 
         let block = Block::new(&arg_types);
         {
-            let e = Emitter { ctx, block: &block, loc };
+            let sizes = std::rc::Rc::new(emitter::TypeSizes::default());
+            let e = Emitter { ctx, block: &block, loc, sizes: std::rc::Rc::clone(&sizes) };
             let mut values: HashMap<Value, Tv> = HashMap::new();
             for (i, &id) in g.inputs().iter().enumerate() {
                 let t = &input_types[i];
@@ -128,6 +158,9 @@ impl Lowering {
                 let mut results = Vec::with_capacity(node.results.len());
                 for t in &node.results {
                     results.push((t.dtype, static_dims(t, &node_name, &op_name)?));
+                    if let Some(e) = too_large(type_bytes(t), &node_name, &op_name) {
+                        return Err(e);
+                    }
                 }
                 let rule = table::rule_for(op)
                     .ok_or_else(|| LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: None })?;
@@ -146,6 +179,15 @@ impl Lowering {
                     RuleError::Bad(message) => LowerError::BadNode { op: op_name.clone(), node: node_name.clone(), message },
                     RuleError::Mlir(message) => LowerError::Mlir { context: format!("node {node_name} ({op_name})"), message },
                 })?;
+                // What the rule built: checked before anything reaches MLIR's verifier or XLA.
+                let (largest, negative) = sizes.take();
+                if let Some(dims) = negative {
+                    let message = format!("the lowering built a tensor with negative dims {dims:?}");
+                    return Err(LowerError::BadNode { op: op_name, node: node_name, message });
+                }
+                if let Some(e) = too_large(largest, &node_name, &op_name) {
+                    return Err(e);
+                }
                 if out.len() != nctx.results.len() {
                     return Err(LowerError::BadNode {
                         op: op_name,
@@ -207,6 +249,11 @@ impl Lowering {
         };
         Ok(StableHlo { format, code, inputs: input_types, outputs: output_types })
     }
+}
+
+/// Bytes of a static type, without overflow (the verifier bounds them by i64::MAX).
+fn type_bytes(t: &TensorType) -> u128 {
+    t.static_dims().unwrap_or_default().iter().fold(t.dtype.size_bytes() as u128, |acc, &d| acc.saturating_mul(d.max(0) as u128))
 }
 
 fn mlir(context: &str, e: melior::Error) -> LowerError {

@@ -137,6 +137,17 @@ impl<'c, 'a, 'n> NodeCtx<'c, 'a, 'n> {
     }
 }
 
+/// The product of `dims` (an element count, or the extent of some dims), or a rule error when
+/// it overflows i64. The verifier bounds every declared type, but rules also multiply dims
+/// taken from attributes and shapes of their own making.
+pub fn product(dims: impl IntoIterator<Item = i64>) -> RuleResult<i64> {
+    let dims: Vec<i64> = dims.into_iter().collect();
+    match crate::ir::types::checked_numel(&dims) {
+        Some(n) => Ok(n),
+        None => bad!("the product of dims {dims:?} overflows i64"),
+    }
+}
+
 /// Normalises a possibly negative dim against `rank` (PyTorch wrapping; rank 0 accepts 0/-1).
 pub fn dim(d: i64, rank: usize) -> RuleResult<usize> {
     match crate::ir::verifier::normalize_dim(d, rank) {

@@ -3,7 +3,7 @@
 //! unspecified in PyTorch; zeros are one valid choice).
 
 use crate::ir::{Attr, DType, Elements};
-use crate::lower::emitter::{tensor_type, Emitter, Tv};
+use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, unsupported, RuleResult};
 use crate::lower::node::NodeCtx;
 use crate::passes::patterns::Scalar;
@@ -60,7 +60,7 @@ pub fn constant<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     let d = lit.ty.dtype;
     // f16/bf16 literals are held at f32 precision in the IR: emit f32 and convert.
     let storage = if matches!(d, DType::F16 | DType::BF16) { DType::F32 } else { d };
-    let ty = tensor_type(e.ctx, storage, &dims);
+    let ty = e.ty(storage, &dims);
     let attr: DenseElementsAttribute = match (&lit.elems, storage) {
         (Elements::Float(v), DType::F64) => DenseElementsAttribute::f64_values(ty, v),
         (Elements::Float(v), _) => DenseElementsAttribute::f32_values(ty, &v.iter().map(|x| *x as f32).collect::<Vec<_>>()),

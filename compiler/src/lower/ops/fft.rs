@@ -9,7 +9,7 @@
 use crate::ir::DType;
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
-use crate::lower::node::{dim, NodeCtx};
+use crate::lower::node::{dim, product, NodeCtx};
 use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -85,7 +85,7 @@ pub fn r2c<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let dims = signal_dims(n, x.rank())?;
     let Some((&last, rest)) = dims.split_last() else { return bad!("_fft_r2c needs at least one dim") };
-    let size: i64 = dims.iter().map(|&d| x.dims[d]).product();
+    let size: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let real = e.convert(x, real_of(n.out_dtype()))?;
     let mut y = if n.bool_or("onesided", true)? {
         fft_1d(e, &real, last, "RFFT", x.dims[last])?
@@ -104,7 +104,7 @@ pub fn c2c<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = e.convert(n.arg(0)?, n.out_dtype())?;
     let dims = signal_dims(n, x.rank())?;
     let forward = n.bool_or("forward", true)?;
-    let size: i64 = dims.iter().map(|&d| x.dims[d]).product();
+    let size: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let mut y = x;
     for &d in &dims {
         y = fft_1d(e, &y, d, if forward { "FFT" } else { "IFFT" }, y.dims[d])?;
@@ -137,7 +137,7 @@ pub fn c2r<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         y = e.pad(&y, &zero, &vec![0; y.rank()], &high, &vec![0; y.rank()])?;
     }
     let y = fft_1d(e, &y, last, "IRFFT", len)?;
-    let size: i64 = rest.iter().map(|&d| y.dims[d]).product::<i64>() * len;
+    let size: i64 = product(rest.iter().map(|&d| y.dims[d]).chain([len]))?;
     Ok(vec![scale(e, &y, norm_factor(n.int("normalization")?, size, true)?)?])
 }
 

@@ -8,7 +8,7 @@
 use crate::ir::{Attr, DType};
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, unsupported, RuleResult};
-use crate::lower::node::{dim, NodeCtx};
+use crate::lower::node::{dim, product, NodeCtx};
 use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -182,7 +182,7 @@ pub fn scatter_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     if x.rank() == 0 {
         return unsupported!("scatter_reduce of a 0-d tensor");
     }
-    if index.dims.iter().product::<i64>() == 0 {
+    if product(index.dims.iter().copied())? == 0 {
         return Ok(vec![x]);
     }
     let coords = coordinates(e, index, d, x.rank())?;
@@ -195,13 +195,13 @@ pub fn index_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let (index, src) = (n.arg(1)?, e.convert(n.arg(2)?, out)?);
-    if x.rank() == 0 || src.dims.iter().product::<i64>() == 0 {
+    if x.rank() == 0 || product(src.dims.iter().copied())? == 0 {
         return unsupported!("index_reduce of a 0-d or empty tensor");
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let reduce = n.str_or("reduce", "prod")?.to_string();
     let include_self = n.bool_or("include_self", true)?;
-    let flat = e.reshape(index, &[index.dims.iter().product()])?;
+    let flat = e.reshape(index, &[product(index.dims.iter().copied())?])?;
     let wrapped = wrap_negative(e, &flat, x.dims[d])?;
     let spread = e.broadcast_in_dim(&wrapped, &src.dims, &[d as i64])?;
     let coords = coordinates(e, &spread, d, x.rank())?;
@@ -237,7 +237,7 @@ pub fn index_select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let out = n.out_dims().to_vec();
-    let flat = e.reshape(index, &[index.dims.iter().product()])?;
+    let flat = e.reshape(index, &[product(index.dims.iter().copied())?])?;
     let spread = e.broadcast_in_dim(&e.convert(&flat, DType::I64)?, &out, &[d as i64])?;
     let coords = coordinates(e, &spread, d, x.rank())?;
     Ok(vec![gather_at(e, x, &coords)?])
@@ -249,7 +249,7 @@ pub fn embedding<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     if w.rank() != 2 {
         return bad!("embedding weight must be 2-D");
     }
-    let count: i64 = idx.dims.iter().product();
+    let count: i64 = product(idx.dims.iter().copied())?;
     let rows_shape = [count, w.dims[1]];
     let flat = e.convert(&e.reshape(idx, &[count])?, DType::I64)?;
     let spread = e.broadcast_in_dim(&flat, &rows_shape, &[0])?;
@@ -419,7 +419,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
     if src.rank() != x.rank() || step < 1 {
         return bad!("slice_scatter: src {:?} does not fit self {:?}", src.dims, x.dims);
     }
-    if src.dims.iter().product::<i64>() == 0 {
+    if product(src.dims.iter().copied())? == 0 {
         return Ok(vec![x]);
     }
     if step == 1 {
@@ -482,9 +482,13 @@ pub fn as_strided<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         return bad!("as_strided: size {size:?} and stride {stride:?} differ in length");
     }
     let offset = n.int_or("storage_offset", 0)?;
-    let numel: i64 = x.dims.iter().product();
-    let last = offset + size.iter().zip(&stride).map(|(&s, &st)| (s - 1).max(0) * st).sum::<i64>();
-    if size.iter().product::<i64>() > 0 && (offset < 0 || last >= numel) {
+    let numel: i64 = product(x.dims.iter().copied())?;
+    if size.iter().any(|&s| s < 0) {
+        return bad!("as_strided: negative size {size:?}");
+    }
+    // The last element read, in i128: sizes and strides are attributes, of any magnitude.
+    let last = offset as i128 + size.iter().zip(&stride).map(|(&s, &st)| (s - 1).max(0) as i128 * st as i128).sum::<i128>();
+    if product(size.iter().copied())? > 0 && (offset < 0 || last >= numel as i128 || stride.iter().any(|&st| st < 0)) {
         return bad!("as_strided reads element {last} of a {numel}-element tensor");
     }
     let flat = e.reshape(x, &[numel])?;
@@ -513,8 +517,8 @@ pub fn put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let (index, source) = (n.arg(1)?, e.convert(n.arg(2)?, out)?);
-    let numel: i64 = x.dims.iter().product();
-    let k: i64 = index.dims.iter().product();
+    let numel: i64 = product(x.dims.iter().copied())?;
+    let k: i64 = product(index.dims.iter().copied())?;
     if k == 0 {
         return Ok(vec![x]);
     }
@@ -533,8 +537,8 @@ pub fn masked_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let x = e.convert(n.arg(0)?, out)?;
     let mask = e.broadcast_to(&e.convert(n.arg(1)?, DType::Bool)?, &x.dims)?;
     let source = e.convert(n.arg(2)?, out)?;
-    let numel: i64 = x.dims.iter().product();
-    let src_numel: i64 = source.dims.iter().product();
+    let numel: i64 = product(x.dims.iter().copied())?;
+    let src_numel: i64 = product(source.dims.iter().copied())?;
     if numel == 0 || src_numel == 0 {
         return Ok(vec![x]);
     }
@@ -571,8 +575,8 @@ pub fn as_strided_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     if size.len() != stride.len() || src.dims != size {
         return bad!("as_strided_scatter: src {:?} does not match size {size:?} / stride {stride:?}", src.dims);
     }
-    let count: i64 = size.iter().product();
-    let numel: i64 = x.dims.iter().product();
+    let count: i64 = product(size.iter().copied())?;
+    let numel: i64 = product(x.dims.iter().copied())?;
     if count == 0 {
         return Ok(vec![x]);
     }
@@ -588,7 +592,7 @@ pub fn nonzero_static<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let x = n.arg(0)?;
     let size = n.int("size")?;
     let fill = n.int_or("fill_value", -1)?;
-    let numel: i64 = x.dims.iter().product();
+    let numel: i64 = product(x.dims.iter().copied())?;
     let r = x.rank();
     let out_dims = n.out_dims().to_vec();
     if numel == 0 || size == 0 || r == 0 {
@@ -648,7 +652,7 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
         return unsupported!("histc of a non-float tensor");
     }
     let bins = n.int_or("bins", 100)?;
-    let numel: i64 = x.dims.iter().product();
+    let numel: i64 = product(x.dims.iter().copied())?;
     let flat = e.reshape(&e.convert(x, out)?, &[numel])?;
     let (lo, hi) = (n.float_or("min", 0.0)?, n.float_or("max", 0.0)?);
     let scalar = |v: f64| e.constant(out, &[], Scalar::F(v));

@@ -5,7 +5,7 @@
 use crate::ir::DType;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, unsupported, RuleResult};
-use crate::lower::node::{dim, NodeCtx, Param};
+use crate::lower::node::{dim, product, NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
 use crate::passes::patterns::Scalar;
 
@@ -80,7 +80,7 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let compute = acc_type(input.dtype);
     let x = e.convert(input, compute)?;
     let axes: Vec<usize> = (rank - norm_rank..rank).collect();
-    let count: i64 = axes.iter().map(|&a| x.dims[a]).product();
+    let count: i64 = product(axes.iter().map(|&a| x.dims[a]))?;
     let cnt = e.constant(compute, &x.dims, Scalar::I(count))?;
     let mean = e.ew("stablehlo.divide", &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
     let centered = e.ew("stablehlo.subtract", &[&x, &mean], compute)?;
@@ -126,7 +126,7 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let channels = x.dims[1];
     let cshape: Vec<i64> = (0..rank).map(|i| if i == 1 { channels } else { 1 }).collect();
     let axes: Vec<usize> = (0..rank).filter(|&i| i != 1).collect();
-    let count: i64 = axes.iter().map(|&a| x.dims[a]).product();
+    let count: i64 = product(axes.iter().map(|&a| x.dims[a]))?;
     let per_channel = |t: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
         e.broadcast_to(&e.reshape(&e.convert(t, compute)?, &cshape)?, &x.dims)
     };
@@ -154,7 +154,7 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     };
     let declared = |i: usize, t: Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
         let (d, dims) = &n.results[i];
-        if dims.iter().product::<i64>() == 0 {
+        if product(dims.iter().copied())? == 0 {
             return e.constant(*d, dims, Scalar::I(0));
         }
         e.reshape(&e.convert(&t, *d)?, dims)
@@ -301,8 +301,8 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     } else {
         (format!("[o, i, {}]", s.join(", ")), vec![1; sp], stride.clone(), padding.iter().map(|&p| [p, p]).collect())
     };
-    let kernel_elems: i64 = w.dims[2..].iter().product();
-    let input_elems: i64 = x.dims[2..].iter().product();
+    let kernel_elems: i64 = product(w.dims[2..].iter().copied())?;
+    let input_elems: i64 = product(x.dims[2..].iter().copied())?;
     let mut y = if groups == 1 && kernel_elems > input_elems {
         // XLA's algebraic simplifier swaps such a convolution's operands (the kernel is the
         // larger), and XLA CPU then runs the swapped, reversed-window form as a naive loop:
@@ -380,7 +380,7 @@ fn conv_as_matmul<'c, 'a>(
     let xp = e.pad(x, &zero, &low, &high, &interior)?;
     let ks = &w.dims[2..];
     let out_sp = &dims[2..];
-    let positions: i64 = ks.iter().product();
+    let positions: i64 = product(ks.iter().copied())?;
     let mut parts = Vec::with_capacity(positions as usize);
     let mut stacked = vec![n, c, 1];
     stacked.extend(out_sp);

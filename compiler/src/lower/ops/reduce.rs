@@ -5,7 +5,7 @@
 use crate::ir::DType;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{unsupported, RuleResult};
-use crate::lower::node::{dim, NodeCtx};
+use crate::lower::node::{dim, product, NodeCtx};
 use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -115,7 +115,7 @@ pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let xc = e.convert(x, compute)?;
     let mut r = reduce_with(e, &xc, &dims, kind)?;
     if name == "mean" {
-        let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
+        let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
         let c = e.constant(compute, &r.dims.clone(), Scalar::I(count))?;
         r = e.ew("stablehlo.divide", &[&r, &c], compute)?;
     }
@@ -168,7 +168,7 @@ pub fn arg<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
         Some(_) => (x.clone(), dim(n.int("dim")?, x.rank())?),
         None => {
-            let numel: i64 = x.dims.iter().product();
+            let numel: i64 = product(x.dims.iter().copied())?;
             (e.reshape(x, &[numel])?, 0)
         }
     };
@@ -218,7 +218,7 @@ pub fn variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], cor
         return e.convert(&wide, x.dtype);
     }
     let out = x.dtype;
-    let count: i64 = dims.iter().map(|&d| x.dims[d]).product();
+    let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let sum = reduce_with(e, x, dims, "sum")?;
     let mean = e.ew("stablehlo.divide", &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
     // Put the mean back in x's shape to subtract it.

@@ -4,7 +4,7 @@
 
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
-use crate::lower::node::{dim, NodeCtx};
+use crate::lower::node::{dim, product, NodeCtx};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -12,8 +12,8 @@ type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 /// takes the declared shape.
 pub fn reshape<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let want: i64 = n.out_dims().iter().product();
-    let have: i64 = x.dims.iter().product();
+    let want: i64 = product(n.out_dims().iter().copied())?;
+    let have: i64 = product(x.dims.iter().copied())?;
     if want != have {
         return bad!("cannot reshape {:?} ({have} elements) to {:?}", x.dims, n.out_dims());
     }

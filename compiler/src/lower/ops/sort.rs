@@ -6,7 +6,7 @@
 use crate::ir::DType;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, unsupported, RuleResult};
-use crate::lower::node::{dim, NodeCtx};
+use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::ops::indexing::{coordinates, gather_at};
 use crate::lower::ops::reduce::reduce_with;
 use crate::passes::patterns::Scalar;
@@ -115,7 +115,7 @@ pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let x0 = n.arg(0)?;
     let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
         Some(_) if x0.rank() > 0 => (x0.clone(), dim(n.int("dim")?, x0.rank())?),
-        _ => (e.reshape(x0, &[x0.dims.iter().product::<i64>().max(1)])?, 0),
+        _ => (e.reshape(x0, &[product(x0.dims.iter().copied())?.max(1)])?, 0),
     };
     if x.dims[d] == 0 {
         return bad!("median of an empty dim");
