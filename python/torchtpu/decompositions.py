@@ -47,7 +47,7 @@ def _sum_kv(grad, groups: int):
     """The gradient of `_repeat_kv`: each kv head's gradient is the sum over its group."""
     if groups == 1:
         return grad
-    return grad.unflatten(-3, (grad.shape[-3] // groups, groups)).sum(-2)
+    return grad.unflatten(-3, (grad.shape[-3] // groups, groups)).sum(-3)
 
 
 def _scores(query, key, is_causal, attn_mask, scale):

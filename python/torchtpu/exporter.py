@@ -306,7 +306,16 @@ class _Writer:
                 raise Unsupported(f"{full}: missing argument {arg.name}")
             value = self.concrete(value)
             t = arg.type
-            if _is_tensor_type(t) and isinstance(value, (int, float, bool)):
+            if isinstance(value, complex):
+                # The IR has no complex attributes: a complex Python number (`z * 1j`) becomes a
+                # 0-d c128 constant operand, which the rule converts to the result dtype as
+                # eager converts a wrapped number.
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+                with unset_fake_temporarily():  # a real tensor, even while AOTAutograd traces
+                    const = torch.tensor(value, dtype=torch.complex128)
+                operands.append(self.add_input(const, InputSpec("const", value=const)))
+            elif _is_tensor_type(t) and isinstance(value, (int, float, bool)):
                 # Decompositions pass Python numbers for Tensor parameters (mul.Tensor(x, 16)):
                 # a scalar attribute, which the lowering reads as a wrapped number.
                 attrs.append((arg.name, attr_text(value)))
