@@ -185,9 +185,11 @@ impl Buffer {
         &self.dims
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar); saturates at `usize::MAX`.
     pub fn element_count(&self) -> usize {
-        self.dims.iter().map(|&d| d.max(0) as usize).product()
+        self.dims
+            .iter()
+            .fold(1usize, |acc, &d| acc.saturating_mul(d.max(0) as usize))
     }
 
     /// The buffer's address. On CPU plugins this is host memory holding the dense row-major
@@ -202,7 +204,11 @@ impl Buffer {
     /// Copies the buffer to host memory (dense, row-major), waiting for the copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
         // Every modelled type is whole bytes, so the dense size needs no size query.
-        let mut out = vec![0u8; dense_byte_size(self.element_type, &self.dims)?];
+        let bytes = dense_byte_size(self.element_type, &self.dims)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(bytes)
+            .map_err(|_| RuntimeError::HostAlloc { bytes })?;
+        out.resize(bytes, 0u8);
         self.copy_to_host(&mut out)?;
         Ok(out)
     }

@@ -60,6 +60,11 @@ pub enum RuntimeError {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// Host memory for a copy could not be allocated (the allocation is fallible, so a huge
+    /// buffer is an error rather than an abort).
+    #[error("cannot allocate {bytes} bytes of host memory")]
+    HostAlloc { bytes: usize },
+
     /// A file-system operation of the persistent cache failed.
     #[error("cannot {action} {}: {source}", path.display())]
     CacheIo {

@@ -11,6 +11,7 @@ mod buffer;
 mod cache;
 mod cache_key;
 mod client;
+pub mod cli;
 pub mod disk_cache;
 mod error;
 mod executable;

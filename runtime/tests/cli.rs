@@ -153,13 +153,14 @@ fn list_show_stats_and_explain() {
 fn show_with_an_unknown_or_ambiguous_prefix_says_so_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     populate(dir.path());
-    for (prefix, expect) in [
-        ("ffffffffffffffff", "no cache entry"),
-        ("", "not a key prefix"),
-        ("xyz", "not a key prefix"),
+    // A malformed prefix is a bad argument (2); one that matches nothing is an error (1).
+    for (prefix, expect, code) in [
+        ("ffffffffffffffff", "no cache entry", 1),
+        ("", "not a key prefix", 2),
+        ("xyz", "not a key prefix", 2),
     ] {
         let o = tool(dir.path(), &["show", prefix]);
-        assert_eq!(o.status.code(), Some(1), "{prefix:?}");
+        assert_eq!(o.status.code(), Some(code), "{prefix:?}");
         let err = stderr(&o);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(expect), "{prefix:?}: {err}");
@@ -288,6 +289,9 @@ fn bad_arguments_give_one_line_and_exit_2() {
         &["frobnicate"],
         &["show"],
         &["list", "--bogus"],
+        &["show", "not-hex"],
+        &["show", ""],
+        &["explain", "ab", "xyz"],
     ] {
         let o = tool(dir.path(), args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -298,4 +302,43 @@ fn bad_arguments_give_one_line_and_exit_2() {
     let o = tool(dir.path(), &["--help"]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("explain"));
+}
+
+/// Runs the tool with its stdout a pipe whose reader is already gone: every write fails with
+/// EPIPE, as in `torchtpu-cache show KEY | head` once head has exited.
+fn tool_with_closed_stdout(dir: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_torchtpu-cache"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_the_tool_quietly_with_its_own_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ka, ..] = populate(dir.path());
+    for args in [
+        &["show", &ka[..12]][..],
+        &["list"],
+        &["stats"],
+        &["--json", "list"],
+        &["explain", &ka[..12], &ka[..12]],
+        &["verify", "--checksums-only"],
+    ] {
+        let o = tool_with_closed_stdout(dir.path(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", stderr(&o));
+    }
+    // verify still reports bad entries through its exit code.
+    let path = DiskCache::new(dir.path()).find(&ka).unwrap().path;
+    std::fs::write(&path, b"damaged").unwrap();
+    let o = tool_with_closed_stdout(dir.path(), &["verify", "--checksums-only"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
 }

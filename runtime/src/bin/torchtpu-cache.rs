@@ -2,6 +2,7 @@
 //! (list, show, stats, explain, verify, prune, clear). See `docs/cache.md`.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{ArgGroup, Parser, Subcommand};
 use serde::Serialize;
+use torchtpu_runtime::cli::{eprint_line, Stdout};
 use torchtpu_runtime::disk_cache::units::{
     format_age, format_size, format_unix_ms, now_unix_ms, parse_duration, parse_size,
 };
@@ -38,11 +40,19 @@ enum Command {
     /// One line per entry, most recently used first
     List,
     /// Everything about one entry (a unique key prefix is enough)
-    Show { key: String },
+    Show {
+        #[arg(value_parser = key_prefix)]
+        key: String,
+    },
     /// Entries, total size, hits and compile time saved
     Stats,
     /// Which key components differ between two entries
-    Explain { key1: String, key2: String },
+    Explain {
+        #[arg(value_parser = key_prefix)]
+        key1: String,
+        #[arg(value_parser = key_prefix)]
+        key2: String,
+    },
     /// Check every entry's checksum and that it loads into the current plugin; exits 1
     /// listing bad entries
     Verify {
@@ -65,6 +75,16 @@ enum Command {
     Clear,
 }
 
+/// A key prefix is hex digits: anything else is a bad argument (exit 2), found out before
+/// the cache is read; a well-formed prefix that matches nothing is an error (exit 1).
+fn key_prefix(s: &str) -> Result<String, String> {
+    let p = s.trim();
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("not a key prefix (expected hex digits)".into());
+    }
+    Ok(p.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -79,17 +99,24 @@ fn main() -> ExitCode {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("torchtpu-cache: {first} (see --help)");
+            eprint_line(&format!("torchtpu-cache: {first} (see --help)"));
             return ExitCode::from(2);
         }
     };
-    match run(&cli) {
+    // A closed stdout drops the output (`cli::Stdout`); the exit code stays the command's.
+    let mut out = Stdout::lock();
+    let code = match run(&cli, &mut out) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("torchtpu-cache: {}", format!("{e:#}").replace('\n', " "));
+            eprint_line(&format!(
+                "torchtpu-cache: {}",
+                format!("{e:#}").replace('\n', " ")
+            ));
             ExitCode::from(1)
         }
-    }
+    };
+    let _ = out.flush();
+    code
 }
 
 /// The cache to operate on: `--dir`, else the environment's folder; limits from the
@@ -107,8 +134,8 @@ fn open(cli: &Cli) -> Result<DiskCache> {
     )
 }
 
-fn print_json(value: &impl Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+fn print_json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
+    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
 
@@ -120,18 +147,20 @@ fn absent(cache: &DiskCache) -> anyhow::Error {
     )
 }
 
-fn run(cli: &Cli) -> Result<ExitCode> {
+fn run(cli: &Cli, out: &mut dyn Write) -> Result<ExitCode> {
     let cache = open(cli)?;
     let needs_cache = !matches!(cli.command, Command::Prune { .. } | Command::Clear);
     if needs_cache && !cache.exists() {
         return Err(absent(&cache));
     }
     match &cli.command {
-        Command::List => list(&cache, cli.json)?,
-        Command::Show { key } => show(&cache, key, cli.json)?,
-        Command::Stats => stats(&cache, cli.json)?,
-        Command::Explain { key1, key2 } => explain(&cache, key1, key2, cli.json)?,
-        Command::Verify { checksums_only } => return verify(&cache, *checksums_only, cli.json),
+        Command::List => list(out, &cache, cli.json)?,
+        Command::Show { key } => show(out, &cache, key, cli.json)?,
+        Command::Stats => stats(out, &cache, cli.json)?,
+        Command::Explain { key1, key2 } => explain(out, &cache, key1, key2, cli.json)?,
+        Command::Verify { checksums_only } => {
+            return verify(out, &cache, *checksums_only, cli.json)
+        }
         Command::Prune {
             max_size,
             older_than,
@@ -141,7 +170,7 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             } else {
                 PruneReport::default()
             };
-            removal(&cache, &report, "pruned", cli.json)?
+            removal(out, &cache, &report, "pruned", cli.json)?
         }
         Command::Clear => {
             let report = if cache.exists() {
@@ -149,7 +178,7 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             } else {
                 PruneReport::default()
             };
-            removal(&cache, &report, "cleared", cli.json)?
+            removal(out, &cache, &report, "cleared", cli.json)?
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -169,15 +198,16 @@ fn last_hit(e: &EntryInfo) -> String {
     }
 }
 
-fn list(cache: &DiskCache, json: bool) -> Result<()> {
+fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     let entries = cache.entries()?;
     if json {
-        return print_json(&entries);
+        return print_json(out, &entries);
     }
-    println!(
+    writeln!(
+        out,
         "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
         "KEY", "GRAPH", "SIZE", "COMPILE", "HITS", "LAST HIT"
-    );
+    )?;
     for e in &entries {
         let graph = e.meta.as_ref().and_then(|m| m.graph_name.clone());
         let compile = e
@@ -188,7 +218,8 @@ fn list(cache: &DiskCache, json: bool) -> Result<()> {
             .meta
             .as_ref()
             .map_or("?".into(), |m| m.hit_count.to_string());
-        println!(
+        writeln!(
+            out,
             "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
             short(&e.key),
             graph.as_deref().unwrap_or("-"),
@@ -196,31 +227,31 @@ fn list(cache: &DiskCache, json: bool) -> Result<()> {
             compile,
             hits,
             last_hit(e)
-        );
+        )?;
     }
     let total: u64 = entries
         .iter()
         .map(|e| e.entry_bytes + e.sidecar_bytes)
         .sum();
-    println!("{} entries, {}", entries.len(), format_size(total));
+    writeln!(out, "{} entries, {}", entries.len(), format_size(total))?;
     Ok(())
 }
 
-fn show(cache: &DiskCache, key: &str, json: bool) -> Result<()> {
+fn show(out: &mut dyn Write, cache: &DiskCache, key: &str, json: bool) -> Result<()> {
     let e = cache.find(key)?;
     if json {
-        return print_json(&e);
+        return print_json(out, &e);
     }
-    let row = |name: &str, value: &dyn std::fmt::Display| println!("{name:<20} {value}");
-    row("key", &e.key);
-    row("toolchain folder", &e.toolchain);
-    row("path", &e.path.display());
+    let mut row = |name: &str, value: &dyn std::fmt::Display| writeln!(out, "{name:<20} {value}");
+    row("key", &e.key)?;
+    row("toolchain folder", &e.toolchain)?;
+    row("path", &e.path.display())?;
     row(
         "entry size",
         &format!("{} ({} bytes)", format_size(e.entry_bytes), e.entry_bytes),
-    );
-    row("sidecar size", &format!("{} bytes", e.sidecar_bytes));
-    row("last used", &format_unix_ms(e.last_used_unix_ms));
+    )?;
+    row("sidecar size", &format!("{} bytes", e.sidecar_bytes))?;
+    row("last used", &format_unix_ms(e.last_used_unix_ms))?;
     let Some(m) = &e.meta else {
         row(
             "metadata",
@@ -228,45 +259,51 @@ fn show(cache: &DiskCache, key: &str, json: bool) -> Result<()> {
                 "unavailable ({})",
                 e.sidecar_error.as_deref().unwrap_or("?")
             ),
-        );
+        )?;
         return Ok(());
     };
-    row("graph", &m.graph_name.as_deref().unwrap_or("-"));
-    row("payload size", &format!("{} bytes", m.payload_bytes));
-    row("compile time", &format!("{:.3} s", m.compile_seconds));
-    row("created", &format_unix_ms(m.created_unix_ms));
+    row("graph", &m.graph_name.as_deref().unwrap_or("-"))?;
+    row("payload size", &format!("{} bytes", m.payload_bytes))?;
+    row("compile time", &format!("{:.3} s", m.compile_seconds))?;
+    row("created", &format_unix_ms(m.created_unix_ms))?;
     row(
         "last hit",
         &m.last_hit_unix_ms.map_or("never".into(), format_unix_ms),
-    );
-    row("hits", &m.hit_count);
-    println!("key components:");
+    )?;
+    row("hits", &m.hit_count)?;
+    writeln!(out, "key components:")?;
     for (name, value) in m.components.fields() {
-        println!("  {name:<20} {value}");
+        writeln!(out, "  {name:<20} {value}")?;
     }
     Ok(())
 }
 
-fn stats(cache: &DiskCache, json: bool) -> Result<()> {
+fn stats(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     let s = cache.summary()?;
     if json {
-        return print_json(&s);
+        return print_json(out, &s);
     }
-    println!("cache folder         {}", s.root.display());
-    println!(
+    writeln!(out, "cache folder         {}", s.root.display())?;
+    writeln!(
+        out,
         "entries              {} (in {} toolchain folder{})",
         s.entries,
         s.toolchains,
         if s.toolchains == 1 { "" } else { "s" }
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "total size           {} of {} limit",
         format_size(s.total_bytes),
         format_size(s.max_size)
-    );
-    println!("hits                 {}", s.hits);
-    println!("compile time saved   {:.3} s", s.compile_seconds_saved);
-    println!("compile time stored  {:.3} s", s.compile_seconds_stored);
+    )?;
+    writeln!(out, "hits                 {}", s.hits)?;
+    writeln!(out, "compile time saved   {:.3} s", s.compile_seconds_saved)?;
+    writeln!(
+        out,
+        "compile time stored  {:.3} s",
+        s.compile_seconds_stored
+    )?;
     Ok(())
 }
 
@@ -285,7 +322,13 @@ struct Explanation {
     same: Vec<&'static str>,
 }
 
-fn explain(cache: &DiskCache, key1: &str, key2: &str, json: bool) -> Result<()> {
+fn explain(
+    out: &mut dyn Write,
+    cache: &DiskCache,
+    key1: &str,
+    key2: &str,
+    json: bool,
+) -> Result<()> {
     let (a, b) = (cache.find(key1)?, cache.find(key2)?);
     let components = |e: &EntryInfo| {
         e.meta
@@ -315,37 +358,47 @@ fn explain(cache: &DiskCache, key1: &str, key2: &str, json: bool) -> Result<()> 
         .map(|(name, _)| name)
         .filter(|name| differences.iter().all(|d| d.component != *name))
         .collect();
-    let out = Explanation {
+    let explanation = Explanation {
         key1: a.key.clone(),
         key2: b.key.clone(),
         differences,
         same,
     };
     if json {
-        return print_json(&out);
+        return print_json(out, &explanation);
     }
     if a.key == b.key {
-        println!("{} and {} are the same entry", key1, key2);
+        writeln!(out, "{} and {} are the same entry", key1, key2)?;
         return Ok(());
     }
-    if out.differences.is_empty() {
-        println!(
+    if explanation.differences.is_empty() {
+        writeln!(
+            out,
             "{} and {}: every key component is equal (the entries differ only in the key \
              encoding version)",
             short(&a.key),
             short(&b.key)
-        );
+        )?;
     } else {
-        println!("{} vs {}:", short(&a.key), short(&b.key));
-        for d in &out.differences {
-            println!("  {} differs:\n    {}\n    {}", d.component, d.key1, d.key2);
+        writeln!(out, "{} vs {}:", short(&a.key), short(&b.key))?;
+        for d in &explanation.differences {
+            writeln!(
+                out,
+                "  {} differs:\n    {}\n    {}",
+                d.component, d.key1, d.key2
+            )?;
         }
     }
-    println!("same: {}", out.same.join(", "));
+    writeln!(out, "same: {}", explanation.same.join(", "))?;
     Ok(())
 }
 
-fn verify(cache: &DiskCache, checksums_only: bool, json: bool) -> Result<ExitCode> {
+fn verify(
+    out: &mut dyn Write,
+    cache: &DiskCache,
+    checksums_only: bool,
+    json: bool,
+) -> Result<ExitCode> {
     let client = if checksums_only {
         None
     } else {
@@ -355,12 +408,19 @@ fn verify(cache: &DiskCache, checksums_only: bool, json: bool) -> Result<ExitCod
     };
     let report = cache.verify(client.as_ref())?;
     if json {
-        print_json(&report)?;
+        print_json(out, &report)?;
     } else {
         for b in &report.bad {
-            println!("BAD  {}  {}  {}", short(&b.key), b.path.display(), b.reason);
+            writeln!(
+                out,
+                "BAD  {}  {}  {}",
+                short(&b.key),
+                b.path.display(),
+                b.reason
+            )?;
         }
-        println!(
+        writeln!(
+            out,
             "verified {} entries: {} ok, {} bad, {} skipped (other toolchains){}",
             report.checked,
             report.ok,
@@ -371,7 +431,7 @@ fn verify(cache: &DiskCache, checksums_only: bool, json: bool) -> Result<ExitCod
             } else {
                 "; checksums only, nothing loaded"
             }
-        );
+        )?;
     }
     Ok(if report.bad.is_empty() {
         ExitCode::SUCCESS
@@ -380,22 +440,29 @@ fn verify(cache: &DiskCache, checksums_only: bool, json: bool) -> Result<ExitCod
     })
 }
 
-fn removal(cache: &DiskCache, r: &PruneReport, verb: &str, json: bool) -> Result<()> {
+fn removal(
+    out: &mut dyn Write,
+    cache: &DiskCache,
+    r: &PruneReport,
+    verb: &str,
+    json: bool,
+) -> Result<()> {
     if json {
-        return print_json(r);
+        return print_json(out, r);
     }
     if !cache.exists() {
-        println!("nothing to do: no cache at {}", cache.root().display());
+        writeln!(out, "nothing to do: no cache at {}", cache.root().display())?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "{verb}: removed {} entries ({}) and {} leftover files; {} entries ({}) remain",
         r.removed_entries,
         format_size(r.removed_bytes),
         r.removed_leftovers,
         r.remaining_entries,
         format_size(r.remaining_bytes)
-    );
+    )?;
     Ok(())
 }
 
