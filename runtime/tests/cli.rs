@@ -307,8 +307,13 @@ fn bad_arguments_give_one_line_and_exit_2() {
 /// Runs the tool with its stdout a pipe whose reader is already gone: every write fails with
 /// EPIPE, as in `torchtpu-cache show KEY | head` once head has exited.
 fn tool_with_closed_stdout(dir: &Path, args: &[&str]) -> Output {
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
+    // The write end of a pipe whose only reader (`true`) has exited.
+    let mut reader = Command::new("true")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
     Command::new(env!("CARGO_BIN_EXE_torchtpu-cache"))
         .arg("--dir")
         .arg(dir)
