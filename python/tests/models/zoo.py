@@ -191,10 +191,47 @@ def _tv_specs() -> list[ModelSpec]:
     ]
 
 
-ALL: list[ModelSpec] = _hf_specs() + _tv_specs()
+def _lm_masked_inputs():
+    ids = _ids()
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # a left-padded second row, as batched generation pads
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+# Decoders that also run with transformers' eager attention (attn_implementation="eager":
+# KV heads repeated by transformers, softmax written out) besides the default SDPA.
+EAGER_ATTENTION = ("llama", "qwen2", "gpt2", "mistral")
+
+
+def _with_attention(build, implementation: str):
+    def rebuilt():
+        model = build()
+        model.config._attn_implementation = implementation
+        return model
+
+    return rebuilt
+
+
+def _decoder_variants(specs: list[ModelSpec]) -> list[ModelSpec]:
+    """Every decoder without an attention mask (transformers' default SDPA path then calls
+    `scaled_dot_product_attention(..., is_causal=True, enable_gqa=True)` for grouped-query
+    configs) and with a padded one (`+mask`: the mask is materialised and KV heads are
+    repeated by transformers); a few also with eager attention (`+eager_attn`)."""
+    out = []
+    for spec in specs:
+        out.append(spec)
+        if spec.family != "decoder":
+            continue
+        out.append(dataclasses.replace(spec, name=f"{spec.name}+mask", inputs=_lm_masked_inputs))
+        if spec.name in EAGER_ATTENTION:
+            out.append(dataclasses.replace(spec, name=f"{spec.name}+eager_attn", build=_with_attention(spec.build, "eager")))
+    return out
+
+
+ALL: list[ModelSpec] = _decoder_variants(_hf_specs()) + _tv_specs()
 BY_NAME = {s.name: s for s in ALL}
 
 # Run by `make test` (small, deterministic, one per family and the ops each family brings).
-SUBSET = ["llama", "gpt2", "bert", "t5", "vit", "tv_resnet18"]
+SUBSET = ["llama", "llama+mask", "llama+eager_attn", "qwen2", "gpt2", "bert", "t5", "vit", "tv_resnet18"]
 # Models that also take one training step in the zoo (loss + gradients vs eager).
 TRAIN = {"llama", "gpt2", "bert", "t5", "vit", "tv_resnet18", "tv_mobilenet_v3_small", "qwen2", "distilbert", "convnext", "mixtral", "whisper", "swin"}
