@@ -1,5 +1,6 @@
 //! Host tensors: a dtype, dims and row-major bytes, with typed constructors and readers.
 
+use torchtpu_compiler::ir::types::checked_numel;
 use torchtpu_compiler::ir::{DType, TensorType};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -12,7 +13,7 @@ pub struct HostTensor {
 macro_rules! typed {
     ($from:ident, $to:ident, $t:ty, $d:expr) => {
         pub fn $from(dims: &[i64], values: &[$t]) -> HostTensor {
-            assert_eq!(dims.iter().product::<i64>() as usize, values.len(), "values do not fill the dims");
+            assert_eq!(checked_numel(dims), Some(values.len() as i64), "values do not fill the dims");
             HostTensor { dtype: $d, dims: dims.to_vec(), data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
         }
         /// The elements, if the tensor has this dtype.
@@ -32,7 +33,7 @@ impl HostTensor {
     typed!(from_u8, to_u8, u8, DType::U8);
 
     pub fn from_bool(dims: &[i64], values: &[bool]) -> HostTensor {
-        assert_eq!(dims.iter().product::<i64>() as usize, values.len(), "values do not fill the dims");
+        assert_eq!(checked_numel(dims), Some(values.len() as i64), "values do not fill the dims");
         HostTensor { dtype: DType::Bool, dims: dims.to_vec(), data: values.iter().map(|&b| b as u8).collect() }
     }
 

@@ -40,7 +40,15 @@ pub struct Options {
     /// execution copies the caller's memory into fresh device buffers; see
     /// `analysis::memory::donation_pairs`).
     pub donate_inputs: bool,
+    /// The largest tensor (value or lowering intermediate) the plugin is asked to compile;
+    /// bigger ones are `LowerError::TooLarge` (see `DEFAULT_MAX_TENSOR_BYTES`).
+    pub max_tensor_bytes: u64,
 }
+
+/// 256 GiB: more than any one device holds, and below what XLA's CPU compiler survives (an
+/// elementwise op on 2^39 bytes kills it with SIGFPE; past i64::MAX bytes it throws a C++
+/// exception through the C API, which aborts the process). Measured on the CPU plugin 0.11.2.
+pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 1 << 38;
 
 impl Options {
     pub fn with_pipeline(pipeline: &str) -> Options {
@@ -49,13 +57,13 @@ impl Options {
 
     /// What of the options the lowered module depends on (part of the graph cache key).
     pub fn cache_component(&self) -> String {
-        format!("{};donate_inputs={}", self.pipeline, self.donate_inputs)
+        format!("{};donate_inputs={};max_tensor_bytes={}", self.pipeline, self.donate_inputs, self.max_tensor_bytes)
     }
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { pipeline: DEFAULT_PIPELINE.to_string(), donate_inputs: true }
+        Options { pipeline: DEFAULT_PIPELINE.to_string(), donate_inputs: true, max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES }
     }
 }
 
@@ -90,7 +98,9 @@ pub fn lower(graph: &Graph, options: &Options, format: Format) -> Result<(Graph,
     let aliases = if options.donate_inputs { torchtpu_compiler::analysis::memory::donation_pairs(&g) } else { Vec::new() };
     let hlo = LOWERING.with(|l| {
         let mut l = l.borrow_mut();
-        l.get_or_insert_with(Lowering::new).lower_aliased(&g, format, &aliases)
+        let lowering = l.get_or_insert_with(Lowering::new);
+        lowering.set_max_tensor_bytes(options.max_tensor_bytes);
+        lowering.lower_aliased(&g, format, &aliases)
     })?;
     Ok((g, hlo))
 }

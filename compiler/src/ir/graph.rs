@@ -102,8 +102,8 @@ impl NodeKind {
 /// graph's meaning: printing, equality and cache keys ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SourceLoc {
-    pub line: usize,
-    pub col: usize,
+    pub line: u32,
+    pub col: u32,
 }
 
 impl fmt::Display for SourceLoc {

@@ -56,7 +56,8 @@ struct Pos {
 
 impl From<Pos> for SourceLoc {
     fn from(p: Pos) -> SourceLoc {
-        SourceLoc { line: p.line, col: p.col }
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        SourceLoc { line: narrow(p.line), col: narrow(p.col) }
     }
 }
 

@@ -16,9 +16,10 @@ pub enum LowerError {
     #[error("invalid IR: {0}")]
     Verify(#[from] VerifyError),
     /// A value, or a tensor its rule builds, is bigger than the lowering's limit
-    /// (`Lowering::with_max_tensor_bytes`); XLA is never asked to compile it.
+    /// (`Lowering::with_max_tensor_bytes`); XLA is never asked to compile it. `bytes`
+    /// saturates at u64::MAX.
     #[error("node {node} ({op}) needs a tensor of {bytes} bytes, over the limit of {limit} bytes")]
-    TooLarge { op: String, node: String, bytes: u128, limit: u64 },
+    TooLarge { op: String, node: String, bytes: u64, limit: u64 },
     /// MLIR refused to build or verify something we emitted: a bug in a lowering rule.
     #[error("MLIR error while lowering {context}: {message}")]
     Mlir { context: String, message: String },

@@ -122,7 +122,8 @@ impl Lowering {
         };
         let limit = self.max_tensor_bytes;
         let too_large = |bytes: u128, node: &str, op: &str| {
-            (bytes > limit as u128).then(|| LowerError::TooLarge { op: op.into(), node: node.into(), bytes, limit })
+            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+            (bytes > limit).then(|| LowerError::TooLarge { op: op.into(), node: node.into(), bytes, limit })
         };
         let input_types: Vec<TensorType> = g.inputs().iter().map(|&i| g.node(i).results[0].clone()).collect();
         let output_types: Vec<TensorType> = g.outputs().iter().map(|&v| g.value_type(v).clone()).collect();

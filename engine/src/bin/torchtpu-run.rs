@@ -4,12 +4,14 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
-use torchtpu_compiler::ir::{parse_graph, DType};
+use torchtpu_compiler::ir::{parse_graph, verify, DType, Graph, TensorType};
 use torchtpu_compiler::passes::DEFAULT_PIPELINE;
-use torchtpu_engine::{default_engine, HostTensor, Options};
+use torchtpu_engine::{default_engine, HostTensor, Options, DEFAULT_MAX_TENSOR_BYTES};
+use torchtpu_runtime::cli::{eprint_line, Stdout};
 
 #[derive(Parser, Debug)]
 #[command(name = "torchtpu-run", version, about = "Compile an IR file with torchtpu and run it on PJRT")]
@@ -22,29 +24,66 @@ struct Args {
     /// Executions to time after the first (the median is reported).
     #[arg(long, default_value_t = 20)]
     repeat: usize,
+    /// Refuse graphs whose inputs and outputs together exceed this many bytes: inputs are
+    /// made in host memory, outputs copied back to it.
+    #[arg(long = "max-io-bytes", value_name = "BYTES", default_value_t = 1 << 30)]
+    max_io_bytes: u64,
+    /// The largest tensor (value or intermediate) the plugin is asked to compile.
+    #[arg(long = "max-tensor-bytes", value_name = "BYTES", default_value_t = DEFAULT_MAX_TENSOR_BYTES)]
+    max_tensor_bytes: u64,
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
+    // A closed stdout (`| head`) drops the report instead of panicking (`cli::Stdout`).
+    let mut out = Stdout::lock();
+    let code = match run(&Args::parse(), &mut out) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("torchtpu-run: error: {}", e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "));
+            eprint_line(&format!("torchtpu-run: error: {}", e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")));
             ExitCode::FAILURE
         }
-    }
+    };
+    let _ = out.flush();
+    code
 }
 
-/// Deterministic inputs: smooth floats in [-1, 1], small ints, alternating bools.
-fn input_for(dtype: DType, dims: &[i64]) -> Result<HostTensor> {
-    let n = dims.iter().product::<i64>() as usize;
-    Ok(match dtype {
-        DType::F32 => HostTensor::from_f32(dims, &(0..n).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>()),
-        DType::F64 => HostTensor::from_f64(dims, &(0..n).map(|i| (i as f64 * 0.37).sin()).collect::<Vec<_>>()),
-        DType::I64 => HostTensor::from_i64(dims, &(0..n).map(|i| (i % 7) as i64 - 3).collect::<Vec<_>>()),
-        DType::I32 => HostTensor::from_i32(dims, &(0..n).map(|i| (i % 7) as i32 - 3).collect::<Vec<_>>()),
-        DType::Bool => HostTensor::from_bool(dims, &(0..n).map(|i| i % 2 == 0).collect::<Vec<_>>()),
-        d => anyhow::bail!("torchtpu-run cannot make inputs of dtype {d} yet"),
-    })
+/// The bytes every input and output of `g` needs on the host, checked against `limit`
+/// before anything is compiled or allocated.
+fn io_bytes(g: &Graph, limit: u64) -> Result<u64> {
+    let types = g.inputs().iter().map(|&i| &g.node(i).results[0]).chain(g.outputs().iter().map(|&v| g.value_type(v)));
+    let mut total: u64 = 0;
+    for t in types {
+        anyhow::ensure!(t.static_dims().is_some(), "torchtpu-run needs static shapes, got {t}");
+        let bytes = t.byte_size().and_then(|b| u64::try_from(b).ok());
+        total = bytes.and_then(|b| total.checked_add(b)).unwrap_or(u64::MAX);
+    }
+    anyhow::ensure!(
+        total <= limit,
+        "the graph's inputs and outputs need {} bytes, over the limit of {limit} (--max-io-bytes)",
+        if total == u64::MAX { "more than 2^64".to_string() } else { total.to_string() }
+    );
+    Ok(total)
+}
+
+/// Deterministic inputs: smooth floats in [-1, 1], small ints, alternating bools. The bytes
+/// are allocated fallibly: a failed allocation is an error, not an abort.
+fn input_for(t: &TensorType) -> Result<HostTensor> {
+    let dims = t.static_dims().context("inputs need static shapes")?;
+    let n = t.numel().and_then(|n| usize::try_from(n).ok()).context("input size overflows")?;
+    let bytes = t.byte_size().and_then(|b| usize::try_from(b).ok()).context("input size overflows")?;
+    let mut data: Vec<u8> = Vec::new();
+    data.try_reserve_exact(bytes).map_err(|_| anyhow::anyhow!("cannot allocate {bytes} bytes for an input of type {t}"))?;
+    for i in 0..n {
+        match t.dtype {
+            DType::F32 => data.extend_from_slice(&(i as f32 * 0.37).sin().to_le_bytes()),
+            DType::F64 => data.extend_from_slice(&(i as f64 * 0.37).sin().to_le_bytes()),
+            DType::I64 => data.extend_from_slice(&((i % 7) as i64 - 3).to_le_bytes()),
+            DType::I32 => data.extend_from_slice(&((i % 7) as i32 - 3).to_le_bytes()),
+            DType::Bool => data.push((i % 2 == 0) as u8),
+            d => anyhow::bail!("torchtpu-run cannot make inputs of dtype {d} yet"),
+        }
+    }
+    Ok(HostTensor { dtype: t.dtype, dims, data })
 }
 
 fn preview(t: &HostTensor) -> String {
@@ -62,20 +101,23 @@ fn preview(t: &HostTensor) -> String {
     }
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let text = std::fs::read_to_string(&args.input).with_context(|| format!("cannot read '{}'", args.input.display()))?;
-    let graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{}:{e}", args.input.display()))?;
+    let source = args.input.display();
+    let graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{source}:{e}"))?;
+    verify(&graph).map_err(|e| match e.loc {
+        Some(_) => anyhow::anyhow!("{source}:{}", e.located()),
+        None => anyhow::anyhow!("{source}: invalid IR: {e}"),
+    })?;
+    io_bytes(&graph, args.max_io_bytes)?;
     let t = Instant::now();
     let engine = default_engine()?;
     let start_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let compiled = engine.compile(&graph, &Options::with_pipeline(&args.pass_pipeline))?;
+    let options = Options { max_tensor_bytes: args.max_tensor_bytes, ..Options::with_pipeline(&args.pass_pipeline) };
+    let compiled = engine.compile(&graph, &options)?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
-    let inputs: Vec<HostTensor> = compiled
-        .input_types()
-        .iter()
-        .map(|t| input_for(t.dtype, &t.static_dims().unwrap_or_default()))
-        .collect::<Result<_>>()?;
+    let inputs: Vec<HostTensor> = compiled.input_types().iter().map(input_for).collect::<Result<_>>()?;
     let outputs = compiled.run(&inputs)?;
     let mut times: Vec<f64> = (0..args.repeat)
         .map(|_| {
@@ -84,17 +126,18 @@ fn run(args: &Args) -> Result<()> {
         })
         .collect::<Result<_, _>>()?;
     times.sort_by(f64::total_cmp);
-    println!(
+    writeln!(
+        out,
         "plugin {} ({}), engine start {start_ms:.1} ms",
         engine.client().platform_name(),
         engine.client().plugin().path().display()
-    );
-    println!("compile (passes + lowering + XLA) {compile_ms:.1} ms");
+    )?;
+    writeln!(out, "compile (passes + lowering + XLA) {compile_ms:.1} ms")?;
     if let Some(m) = times.get(times.len() / 2) {
-        println!("run (host -> device -> host), median of {}: {m:.1} us", times.len());
+        writeln!(out, "run (host -> device -> host), median of {}: {m:.1} us", times.len())?;
     }
     for (i, o) in outputs.iter().enumerate() {
-        println!("output {i}: {} {}", o.type_string(), preview(o));
+        writeln!(out, "output {i}: {} {}", o.type_string(), preview(o))?;
     }
     Ok(())
 }
