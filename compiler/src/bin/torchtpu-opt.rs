@@ -70,10 +70,16 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe on stderr (IR dumps, `2>&1 | head`) ends the tool quietly, like one
+        // on stdout (see `emit`).
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             // One line: the error and its causes, so scripts and FileCheck can match it.
             let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
-            eprintln!("torchtpu-opt: error: {msg}");
+            // Not `eprintln!`: it panics when stderr is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "torchtpu-opt: error: {msg}");
             ExitCode::FAILURE
         }
     }
