@@ -9,6 +9,7 @@ Rust compiler and run on PJRT. What cannot be compiled runs eagerly, with the re
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 
@@ -48,7 +49,10 @@ def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
 # Programs of graphs with symbolic shapes, per (graph, options, concrete input signature),
 # shared by every `_PerShape`: Dynamo hands a recompiled frame a new graph object, often the
 # same graph, and a size it has seen must not be specialised again.
-_SPECIALISED: dict = {}
+_SPECIALISED: "collections.OrderedDict" = collections.OrderedDict()
+# Bounded, least recently used first out: a long-running process that sees ever new sizes
+# keeps its memory (an evicted size is exported again; its program is still in the caches).
+MAX_SPECIALISED = 512
 # After this many sizes of one graph, a warning names the fixed-shape alternative.
 MANY_SIZES = 8
 
@@ -88,8 +92,12 @@ class _PerShape:
             if fn is None:
                 fn = self._specialise(args, key)
                 _SPECIALISED[(self.fingerprint, key)] = fn
+                while len(_SPECIALISED) > MAX_SPECIALISED:
+                    _SPECIALISED.popitem(last=False)
                 _stats.bump("specialisations")
                 self._advise()
+            else:
+                _SPECIALISED.move_to_end((self.fingerprint, key))
             self.compiled[key] = fn
         return fn(list(args))
 
