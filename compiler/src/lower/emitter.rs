@@ -272,6 +272,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(x.clone());
         }
+        if perm.len() != x.rank() || perm.iter().any(|&p| p >= x.rank()) {
+            return Err(RuleError::Bad(format!("{perm:?} is not a permutation of rank {}", x.rank())));
+        }
         let dims: Vec<i64> = perm.iter().map(|&p| x.dims[p]).collect();
         let perm: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
         self.op("stablehlo.transpose", &[x], x.dtype, &dims, &[("permutation", self.i64_array(&perm))])
@@ -336,7 +339,17 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     /// `stablehlo.slice` with static start/limit/stride per dim.
     pub fn slice(&self, x: &Tv<'c, 'a>, start: &[i64], limit: &[i64], stride: &[i64]) -> RuleResult<Tv<'c, 'a>> {
-        let dims: Vec<i64> = (0..x.rank()).map(|i| ((limit[i] - start[i]).max(0) + stride[i] - 1) / stride[i]).collect();
+        let r = x.rank();
+        if start.len() != r || limit.len() != r || stride.len() != r || stride.iter().any(|&st| st < 1) {
+            return Err(RuleError::Bad(format!("bad slice of {:?}: start {start:?}, limit {limit:?}, stride {stride:?}", x.dims)));
+        }
+        // In i128: bounds come from attributes, of any magnitude.
+        let dims: Vec<i64> = (0..r)
+            .map(|i| {
+                let len = ((limit[i] as i128 - start[i] as i128).max(0) + stride[i] as i128 - 1) / stride[i] as i128;
+                i64::try_from(len).map_err(|_| RuleError::Bad(format!("slice [{}, {}) is too long", start[i], limit[i])))
+            })
+            .collect::<RuleResult<_>>()?;
         self.op(
             "stablehlo.slice",
             &[x],
@@ -353,9 +366,20 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// `stablehlo.pad`: `low`/`high` edge padding (negative crops) and `interior` padding
     /// between elements, filled with the scalar `value`.
     pub fn pad(&self, x: &Tv<'c, 'a>, value: &Tv<'c, 'a>, low: &[i64], high: &[i64], interior: &[i64]) -> RuleResult<Tv<'c, 'a>> {
-        let dims: Vec<i64> = (0..x.rank())
-            .map(|i| low[i] + high[i] + x.dims[i] + (x.dims[i] - 1).max(0) * interior[i])
-            .collect();
+        let r = x.rank();
+        if low.len() != r || high.len() != r || interior.len() != r || interior.iter().any(|&n| n < 0) {
+            return Err(RuleError::Bad(format!("bad pad of {:?}: low {low:?}, high {high:?}, interior {interior:?}", x.dims)));
+        }
+        // In i128: padding amounts come from attributes, of any magnitude.
+        let dims: Vec<i64> = (0..r)
+            .map(|i| {
+                let (d, n) = (x.dims[i] as i128, interior[i] as i128);
+                let len = low[i] as i128 + high[i] as i128 + d + (d - 1).max(0) * n;
+                i64::try_from(len).ok().filter(|&l| l >= 0).ok_or_else(|| {
+                    RuleError::Bad(format!("padding {:?} by {low:?}/{high:?}/{interior:?} gives dim {len}", x.dims))
+                })
+            })
+            .collect::<RuleResult<_>>()?;
         self.op(
             "stablehlo.pad",
             &[x, value],
@@ -422,7 +446,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
     pub fn prefix_scan(&self, inputs: &[&Tv<'c, 'a>], inits: &[&Tv<'c, 'a>], dim: usize, region: Region<'c>) -> RuleResult<Vec<Tv<'c, 'a>>> {
         let dims = inputs[0].dims.clone();
         let r = dims.len();
-        let size = dims[dim];
+        let Some(&size) = dims.get(dim) else {
+            return Err(RuleError::Bad(format!("scan along dim {dim} of a rank-{r} tensor")));
+        };
         let win: Vec<i64> = (0..r).map(|i| if i == dim { size.max(1) } else { 1 }).collect();
         let pads = (0..r).map(|i| if i == dim { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
         let mut operands: Vec<Value<'c, 'a>> = inputs.iter().map(|t| t.v).collect();
@@ -510,6 +536,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
 /// A float literal of type `d` that MLIR reads back exactly: shortest decimal (always with a
 /// `.`, which MLIR requires), or the type's hex bit pattern for NaN and infinities.
 pub fn float_literal(d: DType, x: f64) -> String {
+    // Values past the dtype's range round to infinity (as PyTorch stores them); MLIR refuses
+    // out-of-range decimal literals. The bounds are where rounding reaches infinity.
+    let overflows = match d {
+        DType::F64 => false,
+        DType::F16 => x.abs() >= 65520.0,
+        DType::BF16 => x.abs() >= 3.396_177_6e38,
+        _ => (x as f32).is_infinite(),
+    };
+    let x = if overflows && x.is_finite() { f64::INFINITY.copysign(x) } else { x };
     if x.is_finite() {
         let s = if d == DType::F64 { format!("{x:?}") } else { format!("{:?}", x as f32) };
         return if s.contains('.') {

@@ -165,6 +165,11 @@ impl Lowering {
                 }
                 let rule = table::rule_for(op)
                     .ok_or_else(|| LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: None })?;
+                // Every lowered op computes something; rules read `results[0]`.
+                if node.results.is_empty() {
+                    let message = "the node declares no results".to_string();
+                    return Err(LowerError::BadNode { op: op_name, node: node_name, message });
+                }
                 let args: Vec<Tv> = node.operands.iter().map(|v| values[v].clone()).collect();
                 let used = (0..node.results.len())
                     .map(|r| {

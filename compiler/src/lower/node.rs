@@ -155,3 +155,12 @@ pub fn dim(d: i64, rank: usize) -> RuleResult<usize> {
         None => bad!("dim {d} is out of range for rank {rank}"),
     }
 }
+
+/// As `dim`, for rules that index the dims: a 0-d tensor has no dim to slice, split or
+/// select (PyTorch raises for those too).
+pub fn axis(d: i64, rank: usize) -> RuleResult<usize> {
+    if rank == 0 {
+        return bad!("dim {d} of a 0-d tensor");
+    }
+    dim(d, rank)
+}

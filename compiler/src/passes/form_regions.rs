@@ -30,8 +30,10 @@ const ELEMENTWISE: &[&str] = &[
 const REDUCTIONS: &[&str] = &["sum", "mean", "amax", "amin", "prod", "var"];
 
 fn kind(g: &Graph, id: NodeId) -> Option<bool> {
-    let op = g.node(id).op()?;
-    if op.namespace != "aten" {
+    let node = g.node(id);
+    let op = node.op()?;
+    // Ops the verifier does not describe (isnan, erfc, ...) may have any counts.
+    if op.namespace != "aten" || node.results.len() != 1 || node.operands.is_empty() {
         return None;
     }
     if ELEMENTWISE.contains(&op.name.as_str()) {

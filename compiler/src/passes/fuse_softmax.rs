@@ -85,7 +85,7 @@ impl Pass for FuseSoftmax {
             let node = g.node(id);
             let Some(op) = node.op() else { continue };
             let base = op.base();
-            if node.operands.len() != 2 || !node.results[0].dtype.is_float() {
+            if node.operands.len() != 2 || node.results.len() != 1 || !node.results[0].dtype.is_float() {
                 continue;
             }
             let (a, b) = (node.operands[0], node.operands[1]);

@@ -8,7 +8,7 @@
 use crate::ir::{Attr, DType};
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, unsupported, RuleResult};
-use crate::lower::node::{dim, product, NodeCtx};
+use crate::lower::node::{axis, dim, product, NodeCtx};
 use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -402,12 +402,15 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let src = e.convert(n.arg(1)?, out)?;
-    let d = dim(n.int_or("dim", 0)?, x.rank())?;
+    let d = axis(n.int_or("dim", 0)?, x.rank())?;
     let size = x.dims[d];
     let is_select = n.node.op().is_some_and(|o| o.name == "select_scatter");
     let (start, step, src) = if is_select {
         let i = n.int("index")?;
         let i = if i < 0 { i + size } else { i };
+        if src.rank() + 1 != x.rank() {
+            return bad!("select_scatter: src {:?} does not fit self {:?}", src.dims, x.dims);
+        }
         let mut dims = src.dims.clone();
         dims.insert(d, 1);
         (i, 1, e.reshape(&src, &dims)?)

@@ -236,13 +236,34 @@ pub fn dropout<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     Ok(vec![e.ew("stablehlo.multiply", &[&kept, &scale], out)?, mask])
 }
 
+/// A window parameter (kernel_size, stride, padding, dilation, output_padding) per spatial
+/// dim. PyTorch requires kernels, strides and dilations to be positive and padding to be
+/// non-negative.
 fn spatial(v: Vec<i64>, n: usize, what: &str) -> RuleResult<Vec<i64>> {
-    match v.len() {
-        1 => Ok(vec![v[0]; n]),
-        k if k == n => Ok(v),
-        k => bad!("{what} has {k} values for {n} spatial dims"),
+    let v = match v.len() {
+        1 => vec![v[0]; n],
+        k if k == n => v,
+        k => return bad!("{what} has {k} values for {n} spatial dims"),
+    };
+    let min = if matches!(what, "padding" | "output_padding") { 0 } else { 1 };
+    if v.iter().any(|&x| x < min) {
+        return bad!("{what} {v:?} must be at least {min}");
+    }
+    Ok(v)
+}
+
+/// Window arithmetic is done in i128 (attributes and dims are any i64) and must come back
+/// into i64.
+fn fit(v: i128) -> RuleResult<i64> {
+    match i64::try_from(v) {
+        Ok(x) => Ok(x),
+        Err(_) => bad!("window arithmetic overflows i64 ({v})"),
     }
 }
+
+/// Kernels with more positions than this are not rewritten as patches times a matmul (one
+/// slice per position would be emitted).
+const MAX_PATCH_POSITIONS: i64 = 4096;
 
 /// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
 /// groups) for 1-3 spatial dims, NC* layout. A transposed convolution is the gradient of a
@@ -292,18 +313,18 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
         }
         let pads: Vec<[i64; 2]> = (0..sp)
             .map(|i| {
-                let k = w.dims[2 + i];
-                let lo = dilation[i] * (k - 1) - padding[i];
-                [lo, lo + output_padding[i]]
+                let k = w.dims[2 + i] as i128;
+                let lo = dilation[i] as i128 * (k - 1) - padding[i] as i128;
+                Ok([fit(lo)?, fit(lo + output_padding[i] as i128)?])
             })
-            .collect();
+            .collect::<RuleResult<_>>()?;
         (format!("[i, o, {}]", s.join(", ")), stride.clone(), vec![1; sp], pads)
     } else {
         (format!("[o, i, {}]", s.join(", ")), vec![1; sp], stride.clone(), padding.iter().map(|&p| [p, p]).collect())
     };
     let kernel_elems: i64 = product(w.dims[2..].iter().copied())?;
     let input_elems: i64 = product(x.dims[2..].iter().copied())?;
-    let mut y = if groups == 1 && kernel_elems > input_elems {
+    let mut y = if groups == 1 && kernel_elems > input_elems && kernel_elems <= MAX_PATCH_POSITIONS {
         // XLA's algebraic simplifier swaps such a convolution's operands (the kernel is the
         // larger), and XLA CPU then runs the swapped, reversed-window form as a naive loop:
         // resnet18's last stage at 64x64 (3x3 kernels on 2x2 maps) took 10x eager. As patches
@@ -375,7 +396,7 @@ fn conv_as_matmul<'c, 'a>(
     for i in 0..sp {
         low.push(pads[i][0]);
         high.push(pads[i][1]);
-        interior.push(lhs_dilation[i] - 1);
+        interior.push(lhs_dilation[i].saturating_sub(1));
     }
     let xp = e.pad(x, &zero, &low, &high, &interior)?;
     let ks = &w.dims[2..];
@@ -396,8 +417,9 @@ fn conv_as_matmul<'c, 'a>(
         let mut limit = vec![n, c];
         let mut step = vec![1, 1];
         for i in 0..sp {
-            start.push(k[i] * dilation[i]);
-            limit.push(k[i] * dilation[i] + strides[i] * (out_sp[i] - 1) + 1);
+            let first = k[i] as i128 * dilation[i] as i128;
+            start.push(fit(first)?);
+            limit.push(fit(first + strides[i] as i128 * (out_sp[i] as i128 - 1) + 1)?);
             step.push(strides[i]);
         }
         parts.push(e.reshape(&e.slice(&xp, &start, &limit, &step)?, &stacked)?);
@@ -434,12 +456,15 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let padding = spatial(n.ints("padding").unwrap_or(vec![0]), 2, "padding")?;
     let dilation = spatial(n.ints("dilation").unwrap_or(vec![1]), 2, "dilation")?;
     let out_dims = n.out_dims().to_vec();
+    if out_dims.len() != r || n.results.len() != 2 {
+        return bad!("max_pool2d_with_indices of a rank-{r} input declares {:?}", n.results);
+    }
     let (h, w) = (x.dims[r - 2], x.dims[r - 1]);
     // Extra high padding so that ceil_mode windows exist; the declared output size rules.
     let mut pads = vec![[0i64, 0i64]; r];
     for (k, (size, out_size)) in [(h, out_dims[r - 2]), (w, out_dims[r - 1])].into_iter().enumerate() {
-        let need = (out_size - 1) * stride[k] + (kernel[k] - 1) * dilation[k] + 1;
-        let high = (need - size - padding[k]).max(padding[k]);
+        let need = (out_size as i128 - 1) * stride[k] as i128 + (kernel[k] as i128 - 1) * dilation[k] as i128 + 1;
+        let high = fit((need - size as i128 - padding[k] as i128).max(padding[k] as i128))?;
         pads[r - 2 + k] = [padding[k], high];
     }
     let mut win = vec![1i64; r];
@@ -534,13 +559,14 @@ impl Pool2d {
 
     /// Per-dim [low, high] padding of a rank-`r` input of spatial size `hw` so that every
     /// window of the declared `out` size exists (ceil_mode windows run past the high side).
-    fn pads(&self, r: usize, hw: [i64; 2], out: [i64; 2]) -> Vec<[i64; 2]> {
+    fn pads(&self, r: usize, hw: [i64; 2], out: [i64; 2]) -> RuleResult<Vec<[i64; 2]>> {
         let mut pads = vec![[0i64, 0i64]; r];
         for k in 0..2 {
-            let need = (out[k] - 1) * self.stride[k] + self.kernel[k];
-            pads[r - 2 + k] = [self.padding[k], (need - hw[k] - self.padding[k]).max(self.padding[k])];
+            let need = (out[k] as i128 - 1) * self.stride[k] as i128 + self.kernel[k] as i128;
+            let p = self.padding[k] as i128;
+            pads[r - 2 + k] = [self.padding[k], fit((need - hw[k] as i128 - p).max(p))?];
         }
-        pads
+        Ok(pads)
     }
 
     fn window(&self, r: usize) -> (Vec<i64>, Vec<i64>) {
@@ -562,7 +588,7 @@ impl Pool2d {
         }
         let r = in_dims.len();
         let hw = [in_dims[r - 2], in_dims[r - 1]];
-        let mut pads = self.pads(r, hw, [out_dims[r - 2], out_dims[r - 1]]);
+        let mut pads = self.pads(r, hw, [out_dims[r - 2], out_dims[r - 1]])?;
         // Count over one plane (the count does not depend on batch or channel), then broadcast.
         let mut plane = vec![1i64; r];
         plane[r - 2] = hw[0];
@@ -600,7 +626,10 @@ pub fn avg_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let acc = acc_type(out);
     let p = Pool2d::read(n)?;
     let out_dims = n.out_dims().to_vec();
-    let pads = p.pads(r, [x.dims[r - 2], x.dims[r - 1]], [out_dims[r - 2], out_dims[r - 1]]);
+    if out_dims.len() != r {
+        return bad!("avg_pool2d of a rank-{r} input declares a rank-{} result", out_dims.len());
+    }
+    let pads = p.pads(r, [x.dims[r - 2], x.dims[r - 1]], [out_dims[r - 2], out_dims[r - 1]])?;
     let (win, strides) = p.window(r);
     let sum = e.window_sum(&e.convert(x, acc)?, &win, &strides, &pads, &out_dims)?;
     let div = p.divisor(e, acc, &x.dims, &out_dims)?;
@@ -621,6 +650,9 @@ pub fn avg_pool2d_backward<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>)
     let out = n.out_dtype();
     let acc = acc_type(out);
     let p = Pool2d::read(n)?;
+    if g.rank() != r {
+        return bad!("avg_pool2d_backward: grad of rank {} for a rank-{r} input", g.rank());
+    }
     let g = e.convert(g, acc)?;
     let div = p.divisor(e, acc, &x.dims, &g.dims)?;
     let scaled = e.ew("stablehlo.divide", &[&g, &div], acc)?;
@@ -628,13 +660,13 @@ pub fn avg_pool2d_backward<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>)
     let (mut lo, mut hi, mut interior) = (vec![0; r], vec![0; r], vec![0; r]);
     let mut win = vec![1i64; r];
     for k in 0..2 {
-        let (size, kern, s, pad) = (x.dims[r - 2 + k], p.kernel[k], p.stride[k], p.padding[k]);
-        let dilated = (g.dims[r - 2 + k] - 1) * s + 1;
-        interior[r - 2 + k] = s - 1;
-        lo[r - 2 + k] = kern - 1 - pad;
+        let (size, kern, s, pad) = (x.dims[r - 2 + k] as i128, p.kernel[k] as i128, p.stride[k] as i128, p.padding[k] as i128);
+        let dilated = (g.dims[r - 2 + k] as i128 - 1) * s + 1;
+        interior[r - 2 + k] = fit(s - 1)?;
+        lo[r - 2 + k] = fit(kern - 1 - pad)?;
         // After a stride-1 window of `kern`, exactly `size` positions remain.
-        hi[r - 2 + k] = size + kern - 1 - lo[r - 2 + k] - dilated;
-        win[r - 2 + k] = kern;
+        hi[r - 2 + k] = fit(size + kern - 1 - (kern - 1 - pad) - dilated)?;
+        win[r - 2 + k] = p.kernel[k];
     }
     let spread = e.pad(&scaled, &zero, &lo, &hi, &interior)?;
     let grad = e.window_sum(&spread, &win, &vec![1; r], &vec![[0, 0]; r], &x.dims)?;

@@ -4,7 +4,7 @@
 
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
-use crate::lower::node::{dim, product, NodeCtx};
+use crate::lower::node::{axis, dim, product, NodeCtx};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -55,7 +55,7 @@ fn clamp_bound(v: i64, size: i64) -> i64 {
 /// slice.Tensor(self, dim=0, start=None, end=None, step=1).
 pub fn slice<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let d = dim(n.int_or("dim", 0)?, x.rank())?;
+    let d = axis(n.int_or("dim", 0)?, x.rank())?;
     let size = x.dims[d];
     let start = clamp_bound(n.int_or("start", 0)?, size);
     let end = clamp_bound(n.int_or("end", size)?, size).max(start);
@@ -75,7 +75,7 @@ pub fn slice<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 /// select.int(self, dim, index): one slice along `dim`, with the dim dropped.
 pub fn select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = axis(n.int("dim")?, x.rank())?;
     let size = x.dims[d];
     let i = n.int("index")?;
     let i = if i < 0 { i + size } else { i };
@@ -117,6 +117,9 @@ pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
         .args
         .iter()
         .map(|t| {
+            if t.rank() + 1 != dims.len() {
+                return bad!("stack of a rank-{} tensor into a rank-{} result", t.rank(), dims.len());
+            }
             let mut unsq = t.dims.clone();
             unsq.insert(d, 1);
             e.reshape(&e.convert(t, out)?, &unsq)
@@ -129,22 +132,26 @@ pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 /// result's extent read from its declared type.
 pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let d = dim(n.int_or("dim", 0)?, x.rank())?;
+    let d = axis(n.int_or("dim", 0)?, x.rank())?;
     let unbind = n.node.op().is_some_and(|o| o.name == "unbind");
-    let mut start = 0;
+    let mut start: i64 = 0;
     let mut outs = Vec::with_capacity(n.results.len());
     for (_, rdims) in &n.results {
-        let len = if unbind { 1 } else { rdims[d] };
+        let len = match (unbind, rdims.get(d)) {
+            (true, _) => 1,
+            (false, Some(&len)) => len,
+            (false, None) => return bad!("result {rdims:?} has no dim {d}"),
+        };
         let mut lo = vec![0; x.rank()];
         let mut hi = x.dims.clone();
         lo[d] = start;
-        hi[d] = start + len;
+        hi[d] = start.saturating_add(len);
         if hi[d] > x.dims[d] {
             return bad!("split parts exceed dim {d} of size {}", x.dims[d]);
         }
         let s = e.slice(x, &lo, &hi, &vec![1; x.rank()])?;
         outs.push(e.reshape(&s, rdims)?);
-        start += len;
+        start = hi[d];
     }
     Ok(outs)
 }
