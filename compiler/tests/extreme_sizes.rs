@@ -60,3 +60,17 @@ fn the_largest_representable_sizes_lower() {
     let hlo = lower(text, MAX_TENSOR_BYTES).unwrap();
     assert!(hlo.contains("tensor<9223372036854775807xui8>"), "{hlo}");
 }
+
+#[test]
+fn matmuls_whose_fused_width_would_overflow_stay_apart() {
+    // Three 2^62-wide u8 projections of one input: the fused width (3 * 2^62) overflows i64.
+    let w = "u8[1, 4611686018427387904]";
+    let text = format!(
+        "graph @g(%x: u8[1, 1], %a: {w}, %b: {w}, %c: {w}) -> ({w}, {w}, {w}) {{\n  %0 = aten.mm.default(%x, %a) : {w}\n  %1 = aten.mm.default(%x, %b) : {w}\n  %2 = aten.mm.default(%x, %c) : {w}\n  return %0, %1, %2\n}}\n"
+    );
+    let mut g = parse_graph(&text).unwrap();
+    let pm = PassManager::from_pipeline("fuse-matmuls", PipelineOptions::default()).unwrap();
+    let runs = pm.run(&mut g, &mut std::io::sink()).unwrap();
+    assert!(!runs[0].changed);
+    assert_eq!(g.op_count(), 3);
+}

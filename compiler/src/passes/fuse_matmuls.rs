@@ -103,24 +103,28 @@ impl Pass for FuseMatmuls {
             if ancestors(g, &deps, &HashSet::new(), &mut budget).iter().any(|a| ids.contains(a)) || budget == 0 {
                 continue;
             }
-            fuse(g, &key, &members);
-            changed = true;
+            changed |= fuse(g, &key, &members);
         }
         Ok(changed)
     }
 }
 
-fn fuse(g: &mut Graph, key: &(Value, bool, String), members: &[Member]) {
+/// Fuses the group; false (nothing changed) when the concatenated weights or result would be
+/// too large for a type (the verifier's size rule).
+fn fuse(g: &mut Graph, key: &(Value, bool, String), members: &[Member]) -> bool {
     let (lhs, is_addmm, _) = key;
     let first = g.node(members[0].id).clone();
     let wt = g.value_type(members[0].weight).clone();
     let k = static2(&wt).map(|(k, _)| k).unwrap_or(0);
-    let total: i64 = members.iter().map(|m| m.width).sum();
+    let Some(total) = members.iter().try_fold(0i64, |acc, m| acc.checked_add(m.width)) else { return false };
+    let rows = static2(&first.results[0]).map(|(m, _)| m).unwrap_or(0);
+    let out_ty = TensorType::fixed(first.results[0].dtype, &[rows, total]);
+    if !TensorType::fixed(wt.dtype, &[k, total]).size_fits() || !out_ty.size_fits() {
+        return false;
+    }
     let dim_attr = |d: i64| -> BTreeMap<String, Attr> { [("dim".to_string(), Attr::Int(d))].into_iter().collect() };
     let cat = OpName::new("aten", "cat", Some("default"));
     let wcat = g.add_op(cat.clone(), members.iter().map(|m| m.weight).collect(), dim_attr(1), vec![TensorType::fixed(wt.dtype, &[k, total])]);
-    let rows = static2(&first.results[0]).map(|(m, _)| m).unwrap_or(0);
-    let out_ty = TensorType::fixed(first.results[0].dtype, &[rows, total]);
     let fused = if *is_addmm {
         let bt = g.value_type(members[0].bias.expect("addmm has a bias")).clone();
         let bcat = g.add_op(cat, members.iter().map(|m| m.bias.expect("addmm has a bias")).collect(), dim_attr(0), vec![TensorType::fixed(bt.dtype, &[total])]);
@@ -144,4 +148,5 @@ fn fuse(g: &mut Graph, key: &(Value, bool, String), members: &[Member]) {
         g.remove_node(m.id);
         start += m.width;
     }
+    true
 }
