@@ -416,10 +416,58 @@ fn extreme_float(rng: &mut Rng) -> String {
 /// Edits a graph's text: attribute and literal numbers become extreme values, one dim size
 /// becomes another everywhere it occurs (so shapes stay consistent), a dim becomes a
 /// symbol, or a dtype changes.
-fn mutate(rng: &mut Rng, text: &str) -> String {
+/// An attribute value in the text form.
+fn attr_text(rng: &mut Rng) -> String {
+    match rng.below(8) {
+        0 => "none".into(),
+        1 => rng.pick(&["true", "false"]).into(),
+        2 | 3 => int(rng).to_string(),
+        4 => extreme_float(rng),
+        5 => format!("{:?}", rng.pick(&STRINGS)),
+        6 => dtype(rng).name().into(),
+        _ => format!(
+            "[{}]",
+            (0..rng.below(4))
+                .map(|_| int(rng).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The byte ranges of the op names of `text`'s nodes.
+fn op_names_in(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_start();
+        let start = at + (line.len() - body.len());
+        let op_start = match body.find(" = ") {
+            Some(i) if body.starts_with('%') => start + i + 3,
+            _ if body.starts_with(|c: char| c.is_ascii_lowercase())
+                && !body.starts_with("graph")
+                && !body.starts_with("return")
+                && !body.starts_with("sym") =>
+            {
+                start
+            }
+            _ => {
+                at += line.len();
+                continue;
+            }
+        };
+        if let Some(len) = text[op_start..].find('(') {
+            out.push((op_start, op_start + len));
+        }
+        at += line.len();
+    }
+    out
+}
+
+fn mutate(rng: &mut Rng, text: &str, ops: &[String]) -> String {
     let nums = numbers(text);
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
-    match rng.below(10) {
+    match rng.below(12) {
         // One dim size, everywhere: every shape that had it gets the new size.
         0..=2 => {
             let dims: Vec<&Number> = nums.iter().filter(|n| n.is_dim).collect();
@@ -432,6 +480,33 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
                 };
                 for n in dims.iter().filter(|n| &text[n.start..n.end] == old) {
                     edits.push((n.start, n.end, new.clone()));
+                }
+            }
+        }
+        // Another op in a node's place: a rule sees shapes and attributes made for another.
+        10 => {
+            let names = op_names_in(text);
+            if !names.is_empty() {
+                let (s, e) = rng.pick(&names);
+                let overload = if rng.chance(80) {
+                    format!(".{}", rng.pick(&OVERLOADS))
+                } else {
+                    String::new()
+                };
+                edits.push((s, e, format!("{}{overload}", rng.pick(ops))));
+            }
+        }
+        // An attribute added to a node (its `{...}` opened if it had none).
+        11 => {
+            let names = op_names_in(text);
+            if !names.is_empty() {
+                let (_, e) = rng.pick(&names);
+                let close = e + text[e..].find(')').unwrap_or(0) + 1;
+                let entry = format!("{} = {}", rng.pick(&ATTR_NAMES), attr_text(rng));
+                if text[close..].starts_with(" {") {
+                    edits.push((close + 2, close + 2, format!("{entry}, ")));
+                } else {
+                    edits.push((close, close, format!(" {{{entry}}}")));
                 }
             }
         }
@@ -594,13 +669,13 @@ fn nothing_panics_on_generated_and_mutated_ir() {
             0 => generate(&mut rng, &ops),
             1 => {
                 let base = rng.pick(&corpus);
-                mutate(&mut rng, &base)
+                mutate(&mut rng, &base, &ops)
             }
             // The corpus as it is, then twice mutated: a valid graph with several odd numbers.
             _ => {
                 let base = rng.pick(&corpus);
-                let once = mutate(&mut rng, &base);
-                mutate(&mut rng, &once)
+                let once = mutate(&mut rng, &base, &ops);
+                mutate(&mut rng, &once, &ops)
             }
         };
         if let Err(e) = check(&lowering, &text, &mut reached) {
