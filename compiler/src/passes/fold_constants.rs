@@ -140,7 +140,7 @@ impl FoldConstants {
             "add" | "sub" | "mul" | "div" | "maximum" | "minimum" | "eq" | "ne" | "lt" | "le" | "gt" | "ge"
             | "logical_and" | "logical_or" => {
                 let (a, b) = binary_operands(node, &args, &ty)?;
-                let alpha_ok = node.attr("alpha").map_or(true, |a| a.as_number() == Some(1.0));
+                let alpha_ok = node.attr("alpha").is_none_or(|a| a.as_number() == Some(1.0));
                 if !alpha_ok {
                     // PyTorch fuses `a + alpha * b` into one FMA on CPU; do not guess its rounding.
                     return None;

@@ -353,7 +353,7 @@ fn static_dims(v: &[i64]) -> Vec<crate::ir::Dim> {
 
 /// The indexed dims and index operands of an `index`/`index_put` node: operands after `self`
 /// named by the `indices` attribute (positions of the non-None entries of `Tensor?[]`).
-fn indexed_dims<'n>(n: &'n NodeCtx<'_, '_, '_>, rank: usize) -> RuleResult<Vec<usize>> {
+fn indexed_dims(n: &NodeCtx<'_, '_, '_>, rank: usize) -> RuleResult<Vec<usize>> {
     let Some(Attr::IntList(indexed)) = n.attr("indices") else {
         return bad!("indexing needs the 'indices' attribute listing the indexed dims");
     };

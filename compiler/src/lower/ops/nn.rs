@@ -361,10 +361,10 @@ fn conv_op<'c, 'a>(
     let pad = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
     let attrs = [
         ("dimension_numbers", e.attr(&format!("#stablehlo.conv<{layout}>"))?),
-        ("window_strides", e.i64_array(&strides)),
+        ("window_strides", e.i64_array(strides)),
         ("padding", e.attr(&format!("dense<[{pad}]> : tensor<{sp}x2xi64>"))?),
-        ("lhs_dilation", e.i64_array(&lhs_dilation)),
-        ("rhs_dilation", e.i64_array(&dilation)),
+        ("lhs_dilation", e.i64_array(lhs_dilation)),
+        ("rhs_dilation", e.i64_array(dilation)),
         ("feature_group_count", e.attr(&format!("{groups} : i64"))?),
         ("batch_group_count", e.attr("1 : i64")?),
     ];
