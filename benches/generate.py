@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benches" / "results" / "generate.json"
@@ -129,15 +130,35 @@ def main():
                 "second": xs[0]["second"],
             }
             table.append(row)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"size": size, "rounds": rounds, "rows": table}, indent=1))
-    print(f"\nLlama-style decoder {size}, greedy generate, median of {rounds} round(s)\n")
-    print("| cache | backend | first generate s | XLA compiles (first) | second generate s | tokens/s | decode ms/token | second vs eager | tokens = eager |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in table:
+    data = {"date": time.strftime("%Y-%m-%d"), "size": size, "rounds": rounds, "rows": table}
+    print("\n".join(markdown(data)))
+    if not args.quick:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(data, indent=1))
+        print(f"wrote {RESULTS}; `benches/performance.py --report-only` puts it into docs/performance.md")
+
+
+def markdown(data: dict) -> list[str]:
+    """The "Generation" section of docs/performance.md."""
+    size = data["size"]
+    lines = [
+        "## Generation (`benches/generate.py`)",
+        "",
+        f"Greedy `generate()` of {size['new']} tokens after a {size['prompt']}-token prompt, Llama-style decoder "
+        f"(hidden {size['hidden']}, {size['layers']} layers, 8 query / 2 KV heads, vocab {size['vocab']}, random "
+        f"weights), compiled forward; each row a fresh process with empty caches; medians of {data['rounds']} "
+        f"round(s), measured {data.get('date', '?')}. *second* is the same generate again (every size seen); "
+        "*decode ms/token* the median forward of its decode steps.",
+        "",
+        "| cache | backend | first generate s | XLA compiles (first) | second generate s | tokens/s (second) | decode ms/token | second vs eager | tokens = eager |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data["rows"]:
         compiles = row["first"].get("xla_compiles", "-")
-        print(f"| {row['cache']} | {row['backend']} | {row['first_s']:.2f} | {compiles} | {row['second_s']:.3f} | "
-              f"{row['tokens_per_s']:.0f} | {row['decode_ms_per_token']:.2f} | {row['second_vs_eager']:.2f}x | {row['tokens_equal_eager']} |")
+        lines.append(f"| {row['cache']} | {row['backend']} | {row['first_s']:.2f} | {compiles} | {row['second_s']:.3f} | "
+                     f"{row['tokens_per_s']:.0f} | {row['decode_ms_per_token']:.2f} | {row['second_vs_eager']:.2f}x | "
+                     f"{row['tokens_equal_eager']} |")
+    return lines
 
 
 if __name__ == "__main__":

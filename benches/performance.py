@@ -308,6 +308,19 @@ def ms(s: dict) -> str:
     return f"{s['median_ms']:.3f} ({s['q1_ms']:.3f}-{s['q3_ms']:.3f})"
 
 
+def other_benches() -> list[str]:
+    """The sections of the benches that keep their own results (generate.py, train_step.py:
+    each has a `markdown(results)`), from benches/results/NAME.json where it exists."""
+    import importlib
+
+    lines = []
+    for name in ("generate", "train_step"):
+        path = ROOT / "benches" / "results" / f"{name}.json"
+        if path.exists():
+            lines += importlib.import_module(name).markdown(json.loads(path.read_text())) + [""]
+    return lines
+
+
 def report(results: dict, images: list[str]) -> str:
     m = results["machine"]
     lines = [
@@ -381,6 +394,7 @@ def report(results: dict, images: list[str]) -> str:
                   "| path | us/call |", "|---|---|"]
         lines += [f"| {k} | {v:.1f} |" for k, v in oh.items()]
         lines.append("")
+    lines += other_benches()
     lines += ["## Targets (issue 8)", ""]
     for mode, gi, gt, gti in summary_rows:
         if mode == "inference":

@@ -306,10 +306,11 @@ class _Writer:
                 raise Unsupported(f"{full}: missing argument {arg.name}")
             value = self.concrete(value)
             t = arg.type
-            if isinstance(value, complex):
-                # The IR has no complex attributes: a complex Python number (`z * 1j`) becomes a
-                # 0-d c128 constant operand, which the rule converts to the result dtype as
-                # eager converts a wrapped number.
+            if isinstance(value, complex) and _is_tensor_type(t):
+                # The IR has no complex attributes: a complex Python number passed for a Tensor
+                # parameter (`z * 1j`) becomes a 0-d c128 constant operand, which the rule
+                # converts to the result dtype as eager converts a wrapped number. (A complex
+                # `Scalar` parameter, `full(..., 1j)`, stays unsupported below.)
                 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
                 with unset_fake_temporarily():  # a real tensor, even while AOTAutograd traces

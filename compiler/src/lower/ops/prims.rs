@@ -39,15 +39,20 @@ pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     };
     dims.sort_unstable();
     dims.dedup();
-    let xc = e.convert(x, out)?;
     if op_name(n) == "sum" {
-        let s = reduce_with(e, &xc, &dims, "sum")?;
+        let acc = crate::lower::ops::reduce::accumulator(out);
+        let s = e.convert(&reduce_with(e, &e.convert(x, acc)?, &dims, "sum")?, out)?;
         return Ok(vec![e.reshape(&s, n.out_dims())?]);
     }
     if !out.is_float() {
         return unsupported!("prims.var of a non-float result");
     }
-    let v = crate::lower::ops::reduce::variance(e, &xc, &dims, n.float_or("correction", 1.0)?)?;
+    let correction = n.float_or("correction", 1.0)?;
+    if x.dtype.is_complex() {
+        let v = crate::lower::ops::reduce::complex_variance(e, x, &dims, correction, out)?;
+        return Ok(vec![e.reshape(&v, n.out_dims())?]);
+    }
+    let v = crate::lower::ops::reduce::variance(e, &e.convert(x, out)?, &dims, correction)?;
     Ok(vec![e.reshape(&v, n.out_dims())?])
 }
 

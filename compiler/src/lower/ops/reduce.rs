@@ -199,14 +199,19 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         _ => if n.bool_or("unbiased", true)? { 1.0 } else { 0.0 },
     };
     let v = if x.dtype.is_complex() {
-        // var(z) = E|z - E z|^2 = var(re z) + var(im z): a real result.
-        let (re, im) = e.complex_parts(x)?;
-        let (vr, vi) = (variance(e, &e.convert(&re, out)?, &dims, correction)?, variance(e, &e.convert(&im, out)?, &dims, correction)?);
-        e.ew("stablehlo.add", &[&vr, &vi], out)?
+        complex_variance(e, x, &dims, correction, out)?
     } else {
         variance(e, &e.convert(x, out)?, &dims, correction)?
     };
     Ok(vec![e.reshape(&v, n.out_dims())?])
+}
+
+/// Variance of a complex `x`, a real `out`: E|z - E z|^2 = var(re z) + var(im z).
+pub fn complex_variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], correction: f64, out: DType) -> RuleResult<Tv<'c, 'a>> {
+    let (re, im) = e.complex_parts(x)?;
+    let vr = variance(e, &e.convert(&re, out)?, dims, correction)?;
+    let vi = variance(e, &e.convert(&im, out)?, dims, correction)?;
+    e.ew("stablehlo.add", &[&vr, &vi], out)
 }
 
 /// Variance of `x` (already in its float result dtype) over `dims` with Bessel's `correction`:
