@@ -16,7 +16,7 @@ use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
 #[pyfunction]
 fn canonical_ir(text: &str) -> PyResult<String> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {e}")))?;
+    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
     Ok(print_graph(&g))
 }
 
@@ -24,7 +24,7 @@ fn canonical_ir(text: &str) -> PyResult<String> {
 #[pyfunction]
 fn run_pipeline(text: &str, pipeline: &str) -> PyResult<String> {
     let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {e}")))?;
+    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
     let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default())
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -236,7 +236,7 @@ fn plugin_path() -> String {
 fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<Py<pyo3::types::PyDict>> {
     use torchtpu_compiler::analysis::memory;
     let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {e}")))?;
+    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
     let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default()).map_err(|e| PyValueError::new_err(e.to_string()))?;
     pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let plain = memory::estimate(&g).map_err(|_| PyValueError::new_err("graph has a cycle"))?;

@@ -45,7 +45,8 @@ def test_pipeline_runs_in_rust():
 def test_errors_cross_the_boundary_as_value_errors():
     with pytest.raises(ValueError, match=r"parse error at 1:14: unknown dtype 'f33'"):
         torchtpu.canonical_ir("graph @g(%a: f33[2]) -> () { return }")
-    with pytest.raises(ValueError, match=r"invalid IR: node %0 \(aten.mm.default\)"):
+    # Verifier errors name line:col of the node in the text.
+    with pytest.raises(ValueError, match=r"invalid IR: 2:2: node %0 \(aten.mm.default\)"):
         torchtpu.canonical_ir("graph @g(%a: f32[2, 3]) -> () {\n %0 = aten.mm.default(%a, %a) : f32[2, 2]\n return\n}")
     with pytest.raises(ValueError, match=r"unknown pass 'nope'"):
         torchtpu.run_pipeline(MLP, "nope")

@@ -144,10 +144,12 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     let x = e.convert(n.arg(0)?, out)?;
     let order = n.int("n")?;
     let orders = e.constant(out, &x.dims, Scalar::I(order))?;
-    if order < 1 || x.dims.iter().product::<i64>() == 0 {
+    if order < 1 || x.dims.contains(&0) {
         return Ok(vec![e.ew("chlo.polygamma", &[&orders, &x], out)?]);
     }
-    let factorial: f64 = (1..=order).map(|k| k as f64).product();
+    // n! overflows f64 past 170 (the result is then +-inf or NaN, as in eager); stopping the
+    // product there keeps a huge `n` from looping for ever.
+    let factorial: f64 = (1..=order.min(171)).map(|k| k as f64).product();
     let sign = if order % 2 == 0 { -1.0 } else { 1.0 }; // -(-1)^n
     let coef = sign * factorial;
     let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
@@ -165,7 +167,7 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
             let dims = xs.dims.clone();
             let z = b.constant(out, &dims, Scalar::F(0.0))?;
             let neg = b.compare(xs, &z, Cmp::Lt)?;
-            let p = b.ew("stablehlo.power", &[xs, &b.constant(out, &dims, Scalar::F((order + 1) as f64))?], out)?;
+            let p = b.ew("stablehlo.power", &[xs, &b.constant(out, &dims, Scalar::F(order as f64 + 1.0))?], out)?;
             let term = b.ew("stablehlo.divide", &[&b.constant(out, &dims, Scalar::F(coef))?, &p], out)?;
             let acc2 = b.select(&neg, &b.ew("stablehlo.add", &[acc, &term], out)?, acc)?;
             let x2 = b.select(&neg, &b.ew("stablehlo.add", &[xs, &b.constant(out, &dims, Scalar::F(1.0))?], out)?, xs)?;
