@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-from opinfo_cases import all_cases, run_case  # noqa: E402
+from opinfo_cases import EXPLAINED, all_cases, run_case  # noqa: E402
 
 OUT = pathlib.Path(__file__).with_name("opinfo_expected_failures.txt")
 
@@ -21,7 +21,7 @@ def main():
     for i, case in enumerate(cases):
         reason = run_case(case)
         if reason is not None:
-            failures[case.id] = reason.replace("\n", " ")
+            failures[case.id] = reason.replace("\n", " ") + (f" ({EXPLAINED[case.id]})" if case.id in EXPLAINED else "")
         if (i + 1) % 100 == 0:
             print(f"{i + 1}/{len(cases)} cases, {len(failures)} failing", flush=True)
     lines = [
