@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu
+from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from models.small import CNN, MLP, HandAttention, MHABlock
 from torchtpu.fallback import FallbackError
 
@@ -26,20 +27,7 @@ FWD = dict(rtol=1e-5, atol=1e-5)
 TRAIN = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    torchtpu.reset_stats()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
-
-
-def assert_compiled_cleanly():
-    s = torchtpu.stats()
-    assert s["executions"] > 0, s
-    assert s["graphs_compiled"] > 0, s
-    assert s["graphs_fallback"] == 0 and not s["fallback_ops"], s["fallback_reasons"]
+pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 
 
 MODELS = {

@@ -14,25 +14,14 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
+from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from torchtpu.errors import FallbackError, OptionsError
 
 FWD = dict(rtol=1e-5, atol=1e-5)
 GRAD = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    torchtpu.reset_stats()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
-
-
-def assert_no_fallback():
-    s = torchtpu.stats()
-    assert s["executions"] > 0, s
-    assert s["graphs_fallback"] == 0 and not s["fallback_ops"], s["fallback_reasons"]
+pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 
 
 def strict(fn):
@@ -66,7 +55,7 @@ def test_complex_matches_eager(name):
         want = fn(z)
         got = strict(fn)(z)
     torch.testing.assert_close(got, want, **FWD, equal_nan=True)
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 def test_complex_abs_is_the_modulus():
@@ -79,7 +68,7 @@ def test_rfft_and_view_as_complex_abs():
     for fn in (lambda t: torch.fft.rfft(t).abs(), lambda t: torch.view_as_complex(t.reshape(4, 8, 2)).abs()):
         torch._dynamo.reset()
         torch.testing.assert_close(strict(fn)(x), fn(x), **FWD)
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 def test_polar_and_complex():
@@ -88,7 +77,7 @@ def test_polar_and_complex():
     torch._dynamo.reset()
     fn = lambda a, b: torch.complex(a, b).abs()  # noqa: E731
     torch.testing.assert_close(strict(fn)(r, theta), fn(r, theta), **FWD)
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 # --- scaled dot-product attention with grouped-query attention ---------------------------
@@ -139,7 +128,7 @@ def test_sdpa_gqa_forward_and_backward(variant, hk):
     strict(fn)(*comp_in).square().sum().backward()
     for a, b in zip(comp_in, eager_in):
         torch.testing.assert_close(a.grad, b.grad, **GRAD)
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 def test_sdpa_gqa_dropout_statistics():
@@ -153,7 +142,7 @@ def test_sdpa_gqa_dropout_statistics():
     assert abs(mean - 1.0) < 0.03, mean
     out.sum().backward()
     assert v.grad.shape == v.shape and abs(v.grad.mean().item() - 2.0) < 0.1, v.grad.mean()
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 def test_llama_gqa_default_attention_no_mask():
@@ -169,7 +158,7 @@ def test_llama_gqa_default_attention_no_mask():
         want = model(ids).logits
         got = strict(model)(ids).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 # --- the _foreach_* ops -------------------------------------------------------------------
@@ -211,7 +200,7 @@ def test_foreach_matches_eager(name):
     assert len(got) == len(want)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, **FWD)
-    assert_no_fallback()
+    assert_compiled_cleanly()
 
 
 # --- errors as documented ----------------------------------------------------------------

@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 
+from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 import torchtpu
 from torchtpu.exporter import export
 from torchtpu.specialize import Binding
@@ -23,19 +24,7 @@ TRAIN = dict(rtol=1e-4, atol=1e-5)
 VOCAB = 128
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    torchtpu.reset_stats()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
-
-
-def assert_no_fallback():
-    s = torchtpu.stats()
-    assert s["executions"] > 0, s
-    assert s["graphs_fallback"] == 0 and not s["fallback_ops"], s["fallback_reasons"]
+pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 
 
 _DEC = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -69,7 +58,7 @@ def test_generate_matches_eager(family, cache):
     model.forward = torch.compile(model.forward, backend="torchtpu")
     got = model.generate(ids, **kw)
     assert torch.equal(got, want), (got, want)
-    assert_no_fallback()
+    assert_compiled_cleanly()
     s = torchtpu.stats()
     if cache == "static":
         # Fixed shapes: one program for the prompt, one for every decode step.
@@ -138,7 +127,7 @@ def test_dynamic_true_lm_over_five_lengths():
         for length in (3, 5, 8, 11, 16):
             ids = _prompt(length, batch=2)
             torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-4)
-    assert_no_fallback()
+    assert_compiled_cleanly()
     assert torchtpu.stats()["specialisations"] >= 4
 
 
@@ -177,4 +166,4 @@ def test_compiled_training_step_matches_eager():
         torch.testing.assert_close(got, want, **TRAIN)
     for (name, a), b in zip(model.named_parameters(), eager_model.parameters()):
         torch.testing.assert_close(a, b, **TRAIN, msg=name)
-    assert_no_fallback()
+    assert_compiled_cleanly()
