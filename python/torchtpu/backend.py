@@ -83,6 +83,7 @@ class _PerShape:
         self.gm, self.opts, self.kind = gm, opts, kind
         self.compiled: dict = {}
         self.fingerprint = (_fingerprint(gm), opts, kind)
+        self.evaluable = None  # whether signatures can be specialised without a re-trace
 
     def __call__(self, *args):
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
@@ -117,11 +118,12 @@ class _PerShape:
         from torchtpu.specialize import Binding, NotSpecializable, has_unbacked
 
         log.info("specialising a %s graph for input signature %s", self.kind, key)
-        if not has_unbacked(self.gm):
+        if self.evaluable is None:
+            # Once per graph: sizes can be evaluated (none data-dependent) and every op lowers.
+            self.evaluable = not has_unbacked(self.gm) and not unsupported_nodes(self.gm, _supported(), sizes_known=True)
+        if self.evaluable:
             try:
-                binding = Binding(self.gm, args)
-                if not unsupported_nodes(self.gm, _supported(), sizes_known=True):
-                    return compile_aten_graph(self.gm, args, self.opts, self.kind, binding=binding)
+                return compile_aten_graph(self.gm, args, self.opts, self.kind, binding=Binding(self.gm, args))
             except NotSpecializable as e:
                 log.info("re-tracing instead: %s", e)
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -137,7 +139,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
     name = f"{kind}_{next(_graph_ids)}"
-    bad = unsupported_nodes(gm, _supported(), sizes_known=binding is not None)
+    # A binding comes only with a graph `_PerShape` found free of unsupported ops.
+    bad = {} if binding is not None else unsupported_nodes(gm, _supported())
     if bad:
         reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(
             sorted({r for r in bad.values()})
