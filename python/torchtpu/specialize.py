@@ -69,7 +69,8 @@ class Binding:
         if not isinstance(v, _SYM):
             return v
         e = _expr(v)
-        hit = self._memo.get(e)
+        memo_key = (type(v), e)  # the Python type of the value depends on the Sym kind
+        hit = self._memo.get(memo_key)
         if hit is None:
             r = self._sympy.sympify(e.xreplace(self.values))
             if r is self._sympy.true or r is self._sympy.false:
@@ -82,7 +83,7 @@ class Binding:
                 hit = bool(r)
             else:
                 hit = float(r)
-            self._memo[e] = hit
+            self._memo[memo_key] = hit
         return hit
 
     def shape(self, t: torch.Tensor) -> tuple:
@@ -96,9 +97,7 @@ def is_size_node(node: torch.fx.Node) -> bool:
     """A node computing a size (SymInt arithmetic, `sym_size`) or asserting on one: under a
     binding it is a number, not a program op."""
     val = node.meta.get("val")
-    if isinstance(val, (*_SYM, int, float, bool)) and not isinstance(val, torch.Tensor):
-        return True
-    return node.target is torch.ops.aten._assert_scalar.default
+    return isinstance(val, (*_SYM, int, float, bool)) or node.target is torch.ops.aten._assert_scalar.default
 
 
 def has_unbacked(gm: torch.fx.GraphModule) -> bool:

@@ -147,10 +147,8 @@ pub fn conj<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     if !x.dtype.is_complex() {
         return Ok(vec![x.clone()]);
     }
-    let part = real_of(x.dtype);
-    let re = e.op("stablehlo.real", &[x], part, &x.dims.clone(), &[])?;
-    let im = e.op("stablehlo.imag", &[x], part, &x.dims.clone(), &[])?;
-    let neg = e.ew("stablehlo.negate", &[&im], part)?;
+    let (re, im) = e.complex_parts(x)?;
+    let neg = e.ew("stablehlo.negate", &[&im], im.dtype)?;
     Ok(vec![e.op("stablehlo.complex", &[&re, &neg], x.dtype, &x.dims.clone(), &[])?])
 }
 
@@ -168,11 +166,11 @@ pub fn part<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// view_as_real(self): [..., 2] with the real and imaginary parts.
 pub fn view_as_real<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let part = real_of(x.dtype);
     let mut one = x.dims.clone();
     one.push(1);
-    let re = e.reshape(&e.op("stablehlo.real", &[x], part, &x.dims.clone(), &[])?, &one)?;
-    let im = e.reshape(&e.op("stablehlo.imag", &[x], part, &x.dims.clone(), &[])?, &one)?;
+    let (re, im) = e.complex_parts(x)?;
+    let part = re.dtype;
+    let (re, im) = (e.reshape(&re, &one)?, e.reshape(&im, &one)?);
     Ok(vec![e.concatenate(&[re, im], x.rank(), part, n.out_dims())?])
 }
 
