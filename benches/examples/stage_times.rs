@@ -16,7 +16,9 @@ fn main() {
         let t = Instant::now();
         verify(&g).unwrap();
         let ver = t.elapsed();
-        let pm = PassManager::from_pipeline(DEFAULT_PIPELINE, PipelineOptions { verify_each: false, ..Default::default() }).unwrap();
+        let pm =
+            PassManager::from_pipeline(DEFAULT_PIPELINE, PipelineOptions { verify_each: false, ..Default::default() })
+                .unwrap();
         let t = Instant::now();
         let runs = pm.run(&mut g, &mut std::io::sink()).unwrap();
         let passes = t.elapsed();

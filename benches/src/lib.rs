@@ -41,7 +41,10 @@ mod tests {
         let mut g = parse_graph(&super::mlp_like_graph(100)).unwrap();
         verify(&g).unwrap();
         assert_eq!(g.op_count(), 101);
-        PassManager::from_pipeline(DEFAULT_PIPELINE, PipelineOptions::default()).unwrap().run(&mut g, &mut std::io::sink()).unwrap();
+        PassManager::from_pipeline(DEFAULT_PIPELINE, PipelineOptions::default())
+            .unwrap()
+            .run(&mut g, &mut std::io::sink())
+            .unwrap();
         // Per block the pipeline keeps addmm, relu, add, tanh: 4 of 10 ops.
         assert_eq!(g.op_count(), 1 + 4 * 10);
         assert!(lower_to_stablehlo(&g).unwrap().text().unwrap().contains("stablehlo.tanh"));

@@ -28,39 +28,20 @@ fn opt(args: &[&str], input: &str, stdout: Stdio, stderr: Stdio) -> Output {
 }
 
 const GOOD: &str = "graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.neg.default(%x) : f32[2]\n  %1 = aten.neg.default(%0) : f32[2]\n  return %1\n}\n";
-const BAD: &str =
-    "graph @g(%x: f32[2]) -> (f32[3]) {\n  %0 = aten.neg.default(%x) : f32[3]\n  return %0\n}\n";
+const BAD: &str = "graph @g(%x: f32[2]) -> (f32[3]) {\n  %0 = aten.neg.default(%x) : f32[3]\n  return %0\n}\n";
 
 #[test]
 fn a_closed_stdout_is_quiet() {
-    let o = opt(
-        &["--pass-pipeline=canonicalize"],
-        GOOD,
-        Stdio::from(closed_pipe()),
-        Stdio::piped(),
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        o.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = opt(&["--pass-pipeline=canonicalize"], GOOD, Stdio::from(closed_pipe()), Stdio::piped());
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
 fn a_closed_stderr_is_quiet_for_dumps_and_errors() {
     // IR dumps and timing go to stderr.
     let o = opt(
-        &[
-            "--print-ir-after-all",
-            "--timing",
-            "--pass-pipeline=canonicalize,cse",
-        ],
+        &["--print-ir-after-all", "--timing", "--pass-pipeline=canonicalize,cse"],
         GOOD,
         Stdio::piped(),
         Stdio::from(closed_pipe()),

@@ -28,11 +28,11 @@ fn the_memory_pipeline_rejects_an_overflowing_value_up_front() {
     let text = "graph @g(%x: f32[4611686018427387904]) -> (f32[4611686018427387904]) {\n  %0 = aten.exp.default(%x) : f32[4611686018427387904]\n  return %0\n}\n";
     let mut g = parse_graph(text).unwrap();
     let pm = PassManager::from_pipeline(DEFAULT_PIPELINE, PipelineOptions::default()).unwrap();
-    let e = pm
-        .run(&mut g, &mut std::io::sink())
-        .unwrap_err()
-        .to_string();
-    assert!(e.starts_with("IR is invalid before the pipeline: input 0: type f32[4611686018427387904] is too large"), "{e}");
+    let e = pm.run(&mut g, &mut std::io::sink()).unwrap_err().to_string();
+    assert!(
+        e.starts_with("IR is invalid before the pipeline: input 0: type f32[4611686018427387904] is too large"),
+        "{e}"
+    );
     // Unverified, the estimate saturates instead of overflowing.
     assert_eq!(memory::estimate(&g).unwrap().peak_bytes, u64::MAX);
 }
@@ -42,36 +42,19 @@ fn the_lowering_limit_covers_inputs_results_and_intermediates() {
     let input = "graph @g(%x: f32[64]) -> (f32[64]) {\n  %0 = aten.neg.default(%x) : f32[64]\n  return %0\n}\n";
     assert!(lower(input, 256).is_ok());
     match lower(input, 255) {
-        Err(LowerError::TooLarge {
-            node,
-            op,
-            bytes,
-            limit,
-        }) => {
-            assert_eq!(
-                (node.as_str(), op.as_str(), bytes, limit),
-                ("%arg0", "input", 256, 255)
-            )
+        Err(LowerError::TooLarge { node, op, bytes, limit }) => {
+            assert_eq!((node.as_str(), op.as_str(), bytes, limit), ("%arg0", "input", 256, 255))
         }
         other => panic!("{other:?}"),
     }
-    let result = "graph @g(%x: f32[1]) -> (f32[64]) {\n  %0 = aten.expand.default(%x) {size = [64]} : f32[64]\n  return %0\n}\n";
+    let result =
+        "graph @g(%x: f32[1]) -> (f32[64]) {\n  %0 = aten.expand.default(%x) {size = [64]} : f32[64]\n  return %0\n}\n";
     let e = lower(result, 100).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "node %0 (aten.expand.default) needs a tensor of 256 bytes, over the limit of 100 bytes"
-    );
+    assert_eq!(e.to_string(), "node %0 (aten.expand.default) needs a tensor of 256 bytes, over the limit of 100 bytes");
     // A bf16 mean accumulates in f32: 30 bf16 inputs (60 bytes) become a 120-byte tensor.
     let inner = "graph @g(%x: bf16[30]) -> (bf16[]) {\n  %0 = aten.mean.default(%x) : bf16[]\n  return %0\n}\n";
     assert!(lower(inner, 120).is_ok());
-    assert!(
-        matches!(
-            lower(inner, 100),
-            Err(LowerError::TooLarge { bytes: 120, .. })
-        ),
-        "{:?}",
-        lower(inner, 100)
-    );
+    assert!(matches!(lower(inner, 100), Err(LowerError::TooLarge { bytes: 120, .. })), "{:?}", lower(inner, 100));
 }
 
 #[test]

@@ -15,13 +15,10 @@ use std::sync::Mutex;
 use torchtpu_compiler::analysis::memory;
 use torchtpu_compiler::ir::ops::op_info;
 use torchtpu_compiler::ir::{
-    parse_graph, print_graph, verify, Attr, DType, Dim, Elements, Graph, Literal, OpName,
-    TensorType, Value,
+    parse_graph, print_graph, verify, Attr, DType, Dim, Elements, Graph, Literal, OpName, TensorType, Value,
 };
 use torchtpu_compiler::lower::{supported_ops, Format, Lowering};
-use torchtpu_compiler::passes::{
-    PassManager, PassOptions, PipelineOptions, DEFAULT_PIPELINE, REGISTRY,
-};
+use torchtpu_compiler::passes::{PassManager, PassOptions, PipelineOptions, DEFAULT_PIPELINE, REGISTRY};
 
 /// splitmix64: small, deterministic, and good enough to pick cases.
 struct Rng(u64);
@@ -48,47 +45,11 @@ impl Rng {
     }
 }
 
-const EXTREME_DIMS: [i64; 9] = [
-    0,
-    1,
-    2,
-    3,
-    1 << 31,
-    1 << 32,
-    1 << 62,
-    i64::MAX,
-    (1 << 62) + 1,
-];
-const EXTREME_INTS: [i64; 14] = [
-    0,
-    1,
-    -1,
-    2,
-    -2,
-    3,
-    1 << 31,
-    -(1 << 31),
-    1 << 32,
-    1 << 62,
-    i64::MAX,
-    i64::MIN,
-    i64::MIN + 1,
-    -(1 << 62),
-];
-const EXTREME_FLOATS: [f64; 12] = [
-    f64::NAN,
-    f64::INFINITY,
-    f64::NEG_INFINITY,
-    -0.0,
-    0.0,
-    1e308,
-    -1e308,
-    5e-324,
-    0.5,
-    -1.5,
-    3.0e38,
-    1e19,
-];
+const EXTREME_DIMS: [i64; 9] = [0, 1, 2, 3, 1 << 31, 1 << 32, 1 << 62, i64::MAX, (1 << 62) + 1];
+const EXTREME_INTS: [i64; 14] =
+    [0, 1, -1, 2, -2, 3, 1 << 31, -(1 << 31), 1 << 32, 1 << 62, i64::MAX, i64::MIN, i64::MIN + 1, -(1 << 62)];
+const EXTREME_FLOATS: [f64; 12] =
+    [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 1e308, -1e308, 5e-324, 0.5, -1.5, 3.0e38, 1e19];
 const ATTR_NAMES: [&str; 64] = [
     "dim",
     "dims",
@@ -171,18 +132,8 @@ const STRINGS: [&str; 14] = [
     "torch.channels_last",
     "",
 ];
-const OVERLOADS: [&str; 10] = [
-    "default",
-    "Tensor",
-    "Scalar",
-    "int",
-    "dim",
-    "dim_IntList",
-    "self",
-    "correction",
-    "Tensor_mode",
-    "values",
-];
+const OVERLOADS: [&str; 10] =
+    ["default", "Tensor", "Scalar", "int", "dim", "dim_IntList", "self", "correction", "Tensor_mode", "values"];
 
 fn dtype(rng: &mut Rng) -> DType {
     rng.pick(&DType::ALL)
@@ -218,12 +169,7 @@ fn float(rng: &mut Rng) -> f64 {
 }
 
 fn literal(rng: &mut Rng, ty: Option<&TensorType>) -> Literal {
-    let small = TensorType::fixed(
-        dtype(rng),
-        &(0..rng.below(3))
-            .map(|_| rng.below(3) as i64)
-            .collect::<Vec<_>>(),
-    );
+    let small = TensorType::fixed(dtype(rng), &(0..rng.below(3)).map(|_| rng.below(3) as i64).collect::<Vec<_>>());
     let ty = match ty {
         Some(t) if t.numel().is_some_and(|n| n <= 16) => t.clone(),
         _ => small,
@@ -236,11 +182,7 @@ fn literal(rng: &mut Rng, ty: Option<&TensorType>) -> Literal {
     } else if ty.dtype.is_float() {
         Elements::Float((0..n).map(|_| float(rng)).collect())
     } else {
-        return Literal::new(
-            TensorType::fixed(DType::F32, &[1]),
-            Elements::Float(vec![float(rng)]),
-        )
-        .unwrap();
+        return Literal::new(TensorType::fixed(DType::F32, &[1]), Elements::Float(vec![float(rng)])).unwrap();
     };
     Literal::new(ty, elems).unwrap()
 }
@@ -269,17 +211,11 @@ fn op_names() -> Vec<String> {
 /// A graph of known ops with arbitrary operands, attributes and result types, printed.
 fn generate(rng: &mut Rng, ops: &[String]) -> String {
     let mut g = Graph::new("gen");
-    let mut values: Vec<Value> = (0..1 + rng.below(3))
-        .map(|_| g.add_input(tensor_type(rng)))
-        .collect();
+    let mut values: Vec<Value> = (0..1 + rng.below(3)).map(|_| g.add_input(tensor_type(rng))).collect();
     for _ in 0..1 + rng.below(5) {
         let full = rng.pick(ops);
         let (ns, name) = full.split_once('.').unwrap();
-        let overload = if rng.chance(80) {
-            Some(rng.pick(&OVERLOADS))
-        } else {
-            None
-        };
+        let overload = if rng.chance(80) { Some(rng.pick(&OVERLOADS)) } else { None };
         let op = OpName::new(ns, name, overload);
         let info = op_info(&op);
         let n_operands = match info.map(|i| i.operands) {
@@ -288,9 +224,8 @@ fn generate(rng: &mut Rng, ops: &[String]) -> String {
             Some(torchtpu_compiler::ir::ops::Arity::AtLeast(k)) => k + rng.below(2),
             None => rng.below(4),
         };
-        let operands: Vec<Value> = (0..n_operands)
-            .map(|_| values[values.len() - 1 - rng.below(values.len().min(3))])
-            .collect();
+        let operands: Vec<Value> =
+            (0..n_operands).map(|_| values[values.len() - 1 - rng.below(values.len().min(3))]).collect();
         let mut attrs = BTreeMap::new();
         for a in info.map(|i| i.required_attrs).unwrap_or(&[]) {
             attrs.insert(a.to_string(), attr(rng));
@@ -307,17 +242,12 @@ fn generate(rng: &mut Rng, ops: &[String]) -> String {
             })
             .collect();
         if op.is("tpu", "constant") && results.len() == 1 {
-            attrs.insert(
-                "value".into(),
-                Attr::Tensor(literal(rng, Some(&results[0]))),
-            );
+            attrs.insert("value".into(), Attr::Tensor(literal(rng, Some(&results[0]))));
         }
         let id = g.add_op(op, operands, attrs, results.clone());
         values.extend((0..results.len()).map(|r| Value::new(id, r as u32)));
     }
-    let outputs = (0..1 + rng.below(2))
-        .map(|_| values[values.len() - 1 - rng.below(values.len().min(4))])
-        .collect();
+    let outputs = (0..1 + rng.below(2)).map(|_| values[values.len() - 1 - rng.below(values.len().min(4))]).collect();
     g.set_outputs(outputs);
     print_graph(&g)
 }
@@ -378,23 +308,16 @@ fn numbers(text: &str) -> Vec<Number> {
         } else if c == b']' {
             in_type = false;
         }
-        let word_start = i == 0
-            || !(b[i - 1].is_ascii_alphanumeric() || matches!(b[i - 1], b'_' | b'%' | b'#' | b'.'));
+        let word_start = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || matches!(b[i - 1], b'_' | b'%' | b'#' | b'.'));
         if c.is_ascii_digit() && word_start {
             let start = if i > 0 && b[i - 1] == b'-' { i - 1 } else { i };
             let mut j = i;
             while j < b.len()
-                && (b[j].is_ascii_alphanumeric()
-                    || b[j] == b'.'
-                    || (matches!(b[j], b'-' | b'+') && b[j - 1] == b'e'))
+                && (b[j].is_ascii_alphanumeric() || b[j] == b'.' || (matches!(b[j], b'-' | b'+') && b[j - 1] == b'e'))
             {
                 j += 1;
             }
-            out.push(Number {
-                start,
-                end: j,
-                is_dim: in_type,
-            });
+            out.push(Number { start, end: j, is_dim: in_type });
             i = j;
         } else {
             i += 1;
@@ -425,13 +348,7 @@ fn attr_text(rng: &mut Rng) -> String {
         4 => extreme_float(rng),
         5 => format!("{:?}", rng.pick(&STRINGS)),
         6 => dtype(rng).name().into(),
-        _ => format!(
-            "[{}]",
-            (0..rng.below(4))
-                .map(|_| int(rng).to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        _ => format!("[{}]", (0..rng.below(4)).map(|_| int(rng).to_string()).collect::<Vec<_>>().join(", ")),
     }
 }
 
@@ -473,11 +390,7 @@ fn mutate(rng: &mut Rng, text: &str, ops: &[String]) -> String {
             let dims: Vec<&Number> = nums.iter().filter(|n| n.is_dim).collect();
             if let Some(pick) = (!dims.is_empty()).then(|| dims[rng.below(dims.len())]) {
                 let old = &text[pick.start..pick.end];
-                let new = if rng.chance(80) {
-                    rng.pick(&EXTREME_DIMS).to_string()
-                } else {
-                    "s0".to_string()
-                };
+                let new = if rng.chance(80) { rng.pick(&EXTREME_DIMS).to_string() } else { "s0".to_string() };
                 for n in dims.iter().filter(|n| &text[n.start..n.end] == old) {
                     edits.push((n.start, n.end, new.clone()));
                 }
@@ -488,11 +401,7 @@ fn mutate(rng: &mut Rng, text: &str, ops: &[String]) -> String {
             let names = op_names_in(text);
             if !names.is_empty() {
                 let (s, e) = rng.pick(&names);
-                let overload = if rng.chance(80) {
-                    format!(".{}", rng.pick(&OVERLOADS))
-                } else {
-                    String::new()
-                };
+                let overload = if rng.chance(80) { format!(".{}", rng.pick(&OVERLOADS)) } else { String::new() };
                 edits.push((s, e, format!("{}{overload}", rng.pick(ops))));
             }
         }
@@ -513,10 +422,7 @@ fn mutate(rng: &mut Rng, text: &str, ops: &[String]) -> String {
         3 => {
             let names: Vec<(usize, &str)> = DType::ALL
                 .iter()
-                .flat_map(|d| {
-                    text.match_indices(&format!("{}[", d.name()))
-                        .collect::<Vec<_>>()
-                })
+                .flat_map(|d| text.match_indices(&format!("{}[", d.name())).collect::<Vec<_>>())
                 .collect();
             if !names.is_empty() {
                 let (at, found) = rng.pick(&names);
@@ -532,11 +438,7 @@ fn mutate(rng: &mut Rng, text: &str, ops: &[String]) -> String {
                 }
                 let n = attrs[rng.below(attrs.len())];
                 let is_float = text[n.start..n.end].contains(['.', 'e', 'n', 'i']);
-                let new = if is_float || rng.chance(10) {
-                    extreme_float(rng)
-                } else {
-                    int(rng).to_string()
-                };
+                let new = if is_float || rng.chance(10) { extreme_float(rng) } else { int(rng).to_string() };
                 edits.push((n.start, n.end, new));
             }
         }
@@ -616,15 +518,10 @@ fn check(lowering: &Lowering, text: &str, reached: &mut Reached) -> Result<(), S
     if piped {
         stage("lowering after the pipeline", || {
             let aliases = memory::donation_pairs(&h);
-            if let Ok(e) = memory::estimate_with_donation(
-                &h,
-                &aliases.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-            ) {
+            if let Ok(e) = memory::estimate_with_donation(&h, &aliases.iter().map(|(i, _)| *i).collect::<Vec<_>>()) {
                 memory::report(&h, &e);
             }
-            lowering
-                .lower_aliased(&h, Format::Bytecode, &aliases)
-                .map(|_| ())
+            lowering.lower_aliased(&h, Format::Bytecode, &aliases).map(|_| ())
         })?
         .ok();
     }
@@ -632,10 +529,7 @@ fn check(lowering: &Lowering, text: &str, reached: &mut Reached) -> Result<(), S
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 #[test]
@@ -646,21 +540,14 @@ fn nothing_panics_on_generated_and_mutated_ir() {
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned());
-        let at = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
+        let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
         *PANIC.lock().unwrap() = Some(format!("{} at {at}", msg.unwrap_or_default()));
     }));
     let cases = env_or("TORCHTPU_NO_PANICS_CASES", 20000);
     let mut rng = Rng(env_or("TORCHTPU_NO_PANICS_SEED", 0x7470_7531));
     let ops = op_names();
     let corpus = corpus();
-    assert!(
-        corpus.len() > 30,
-        "the lit tests hold the corpus; found {} graphs",
-        corpus.len()
-    );
+    assert!(corpus.len() > 30, "the lit tests hold the corpus; found {} graphs", corpus.len());
     let lowering = Lowering::new();
     let mut failures: BTreeMap<String, String> = BTreeMap::new();
     let mut reached = Reached::default();
@@ -681,9 +568,7 @@ fn nothing_panics_on_generated_and_mutated_ir() {
         if let Err(e) = check(&lowering, &text, &mut reached) {
             // One reproducer per panic site.
             let site = e.rsplit(" at ").next().unwrap_or_default().to_string();
-            failures
-                .entry(site)
-                .or_insert_with(|| format!("{e}\n{text}"));
+            failures.entry(site).or_insert_with(|| format!("{e}\n{text}"));
         }
     }
     let _ = panic::take_hook();

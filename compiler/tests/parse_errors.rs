@@ -28,7 +28,8 @@ fn missing_token_says_what_was_expected() {
 fn multi_result_values_need_an_index() {
     let text = "graph @g(%a: f32[2]) -> (f32[2]) {\n  %0:2 = aten.foo.default(%a) : (f32[2], f32[2])\n  return %0\n}\n";
     assert_eq!(err(text), "3:10: '%0' has 2 results; pick one with '%0#N'");
-    let text = "graph @g(%a: f32[2]) -> (f32[2]) {\n  %0:2 = aten.foo.default(%a) : (f32[2], f32[2])\n  return %0#2\n}\n";
+    let text =
+        "graph @g(%a: f32[2]) -> (f32[2]) {\n  %0:2 = aten.foo.default(%a) : (f32[2], f32[2])\n  return %0#2\n}\n";
     assert_eq!(err(text), "3:13: '%0' has 2 results; #2 is out of range");
 }
 
@@ -62,7 +63,10 @@ fn lexical_errors() {
     assert_eq!(err("graph @g() -> () {\n  $\n}"), "2:3: unexpected character '$'");
     assert_eq!(err("graph @g() -> () {\n  %0 = a.b() {s = \"abc\n}"), "2:19: unterminated string");
     assert_eq!(err(""), "1:1: expected 'graph', found end of input");
-    assert_eq!(err("graph @g() -> () {\n  return\n} extra"), "3:3: expected end of input after the graph's '}', found 'extra'");
+    assert_eq!(
+        err("graph @g() -> () {\n  return\n} extra"),
+        "3:3: expected end of input after the graph's '}', found 'extra'"
+    );
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! and the cache, so any change to it shows up here.
 
 use std::collections::BTreeMap;
-use torchtpu_compiler::ir::{print_graph, Attr, DType, Dim, Elements, Graph, Literal, OpName, SymRange, TensorType, Value};
+use torchtpu_compiler::ir::{
+    print_graph, Attr, DType, Dim, Elements, Graph, Literal, OpName, SymRange, TensorType, Value,
+};
 
 fn attrs(items: Vec<(&str, Attr)>) -> BTreeMap<String, Attr> {
     items.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
@@ -49,7 +51,13 @@ fn symbols_constants_and_every_attribute_kind() {
         vec![],
         attrs(vec![(
             "value",
-            Attr::Tensor(Literal::new(TensorType::fixed(DType::F32, &[4]), Elements::Float(vec![0.1, -0.0, f64::INFINITY, f64::NAN])).unwrap()),
+            Attr::Tensor(
+                Literal::new(
+                    TensorType::fixed(DType::F32, &[4]),
+                    Elements::Float(vec![0.1, -0.0, f64::INFINITY, f64::NAN]),
+                )
+                .unwrap(),
+            ),
         )]),
         vec![TensorType::fixed(DType::F32, &[4])],
     );
@@ -70,8 +78,16 @@ fn symbols_constants_and_every_attribute_kind() {
             ("s", Attr::Str("quote \" backslash \\ newline \n tab \t bell \u{7}".into())),
             ("ints", Attr::IntList(vec![])),
             ("floats", Attr::FloatList(vec![1.0, 2.5e-8])),
-            ("mask", Attr::Tensor(Literal::new(TensorType::fixed(DType::Bool, &[2]), Elements::Bool(vec![true, false])).unwrap())),
-            ("small", Attr::Tensor(Literal::new(TensorType::fixed(DType::I8, &[2]), Elements::Int(vec![-128, 300])).unwrap())),
+            (
+                "mask",
+                Attr::Tensor(
+                    Literal::new(TensorType::fixed(DType::Bool, &[2]), Elements::Bool(vec![true, false])).unwrap(),
+                ),
+            ),
+            (
+                "small",
+                Attr::Tensor(Literal::new(TensorType::fixed(DType::I8, &[2]), Elements::Int(vec![-128, 300])).unwrap()),
+            ),
             ("none", Attr::None),
         ]),
         vec![],

@@ -38,11 +38,13 @@ fn literal() -> impl Strategy<Value = Literal> {
     prop_oneof![
         (float_types, shape.clone()).prop_flat_map(|(d, s)| {
             let n = s.iter().product::<i64>() as usize;
-            prop::collection::vec(float(), n).prop_map(move |v| Literal::new(TensorType::fixed(d, &s), Elements::Float(v)).unwrap())
+            prop::collection::vec(float(), n)
+                .prop_map(move |v| Literal::new(TensorType::fixed(d, &s), Elements::Float(v)).unwrap())
         }),
         (int_types, shape.clone()).prop_flat_map(|(d, s)| {
             let n = s.iter().product::<i64>() as usize;
-            prop::collection::vec(any::<i64>(), n).prop_map(move |v| Literal::new(TensorType::fixed(d, &s), Elements::Int(v)).unwrap())
+            prop::collection::vec(any::<i64>(), n)
+                .prop_map(move |v| Literal::new(TensorType::fixed(d, &s), Elements::Int(v)).unwrap())
         }),
         shape.prop_flat_map(|s| {
             let n = s.iter().product::<i64>() as usize;
@@ -71,7 +73,11 @@ fn ident() -> impl Strategy<Value = String> {
 }
 
 fn op_name() -> impl Strategy<Value = OpName> {
-    (prop::sample::select(vec!["aten", "tpu", "prims", "custom"]), ident(), prop::option::of("[A-Za-z_][A-Za-z0-9_]{0,6}"))
+    (
+        prop::sample::select(vec!["aten", "tpu", "prims", "custom"]),
+        ident(),
+        prop::option::of("[A-Za-z_][A-Za-z0-9_]{0,6}"),
+    )
         .prop_map(|(ns, name, ov)| OpName::new(ns, &name, ov.as_deref()))
 }
 

@@ -42,7 +42,10 @@ fn matmul_shapes() {
     let e = verify_text(&wrap("  %0 = aten.mm.default(%b, %a) : f32[3, 3]")).unwrap_err();
     assert_eq!(e, "node %0 (aten.mm.default): contracting dims differ: f32[3, 4] and f32[2, 3]");
     let e = verify_text(&wrap("  %0 = aten.mm.default(%a, %b) : f32[2, 5]")).unwrap_err();
-    assert_eq!(e, "node %0 (aten.mm.default): result type f32[2, 5] does not match the operands: expected shape of f32[2, 4]");
+    assert_eq!(
+        e,
+        "node %0 (aten.mm.default): result type f32[2, 5] does not match the operands: expected shape of f32[2, 4]"
+    );
 }
 
 #[test]
@@ -92,9 +95,17 @@ fn dangling_operands_and_outputs() {
     let x = g.add_input(TensorType::fixed(DType::F32, &[2]));
     g.set_outputs(vec![Value::new(x.node, 3)]);
     assert_eq!(verify(&g).unwrap_err().to_string(), "output 0 refers to a value that does not exist");
-    let id = g.add_op(OpName::new("aten", "neg", None), vec![Value::new(x.node, 1)], BTreeMap::new(), vec![TensorType::fixed(DType::F32, &[2])]);
+    let id = g.add_op(
+        OpName::new("aten", "neg", None),
+        vec![Value::new(x.node, 1)],
+        BTreeMap::new(),
+        vec![TensorType::fixed(DType::F32, &[2])],
+    );
     g.set_outputs(vec![Value::new(id, 0)]);
-    assert_eq!(verify(&g).unwrap_err().to_string(), "node %0 (aten.neg): operand 0 refers to a value that does not exist");
+    assert_eq!(
+        verify(&g).unwrap_err().to_string(),
+        "node %0 (aten.neg): operand 0 refers to a value that does not exist"
+    );
 }
 
 #[test]
@@ -120,14 +131,22 @@ fn errors_name_the_line_and_column_the_node_came_from() {
     assert_eq!(e.located(), "3:5: node %1 (aten.mm.default): expects 2 operands, got 1");
     // An input names its own position.
     let e = verify_err("graph @g(%a: f32[2],\n         %big: f32[4294967296, 4294967296, 4]) -> () {\n  return\n}\n");
-    assert_eq!(e.located(), "2:10: input 1: type f32[4294967296, 4294967296, 4] is too large: its size in bytes overflows i64");
+    assert_eq!(
+        e.located(),
+        "2:10: input 1: type f32[4294967296, 4294967296, 4] is too large: its size in bytes overflows i64"
+    );
 }
 
 #[test]
 fn graphs_built_through_the_api_have_no_positions() {
     let mut g = Graph::new("api");
     let x = g.add_input(TensorType::fixed(DType::F32, &[2]));
-    g.add_op(OpName::new("aten", "mm", Some("default")), vec![x], BTreeMap::new(), vec![TensorType::fixed(DType::F32, &[2])]);
+    g.add_op(
+        OpName::new("aten", "mm", Some("default")),
+        vec![x],
+        BTreeMap::new(),
+        vec![TensorType::fixed(DType::F32, &[2])],
+    );
     let e = verify(&g).unwrap_err();
     assert_eq!(e.loc, None);
     assert_eq!(e.located(), e.to_string());
@@ -148,15 +167,24 @@ fn sizes_that_overflow_are_rejected_naming_the_value() {
     let e = verify_text("graph @g(%x: f32[4294967296, 4294967296]) -> () {\n  return\n}\n").unwrap_err();
     assert_eq!(e, format!("input 0: {}", too_large("f32[4294967296, 4294967296]")));
     // Element count fits, byte size does not (2^62 f32 elements are 2^64 bytes).
-    let e = verify_text(&wrap("  %0 = aten.full.default() {fill_value = 1.0, size = [4611686018427387904]} : f32[4611686018427387904]")).unwrap_err();
+    let e = verify_text(&wrap(
+        "  %0 = aten.full.default() {fill_value = 1.0, size = [4611686018427387904]} : f32[4611686018427387904]",
+    ))
+    .unwrap_err();
     assert_eq!(e, format!("node %0 (aten.full.default): {}", too_large("f32[4611686018427387904]")));
-    let e = verify_text(&wrap("  %0 = aten.full.default() {fill_value = 1, size = [9223372036854775807]} : i64[9223372036854775807]")).unwrap_err();
+    let e = verify_text(&wrap(
+        "  %0 = aten.full.default() {fill_value = 1, size = [9223372036854775807]} : i64[9223372036854775807]",
+    ))
+    .unwrap_err();
     assert!(e.ends_with(&too_large("i64[9223372036854775807]")), "{e}");
     // A zero dim does not hide an overflowing product of the others.
     let e = verify_text(&wrap("  %0 = aten.full.default() {fill_value = 1, size = [0, 4294967296, 4294967296]} : u8[0, 4294967296, 4294967296]")).unwrap_err();
     assert!(e.ends_with(&too_large("u8[0, 4294967296, 4294967296]")), "{e}");
     // The largest sizes that fit, symbolic dims and literal types are accepted / checked.
     assert_eq!(verify_text("graph @g(%x: u8[9223372036854775807], %y: f32[2305843009213693951], %z: f32[s0, 4294967296]) -> () {\n  return\n}\n"), Ok(()));
-    let e = verify_text(&wrap("  %0 = tpu.constant() {value = dense<[] : u8[0, 4294967296, 4294967296]>} : u8[0, 4294967296, 4294967296]")).unwrap_err();
+    let e = verify_text(&wrap(
+        "  %0 = tpu.constant() {value = dense<[] : u8[0, 4294967296, 4294967296]>} : u8[0, 4294967296, 4294967296]",
+    ))
+    .unwrap_err();
     assert!(e.contains("is too large"), "{e}");
 }

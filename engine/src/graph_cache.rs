@@ -120,7 +120,9 @@ impl GraphCache {
         let _ = std::fs::remove_file(path);
         let mut state = self.lock();
         state.stats.discarded += 1;
-        state.warnings.push(format!("{}: damaged graph-cache entry discarded (bad header or checksum)", path.display()));
+        state
+            .warnings
+            .push(format!("{}: damaged graph-cache entry discarded (bad header or checksum)", path.display()));
         None
     }
 
@@ -189,7 +191,8 @@ mod tests {
         assert_eq!(second.stats().disk_hits, 1);
 
         // A flipped byte is detected: a miss, the file removed, a warning.
-        let path = root.join("graphs").join(format!("v1-{}", env!("CARGO_PKG_VERSION"))).join(format!("{}.hlo", hex(&key)));
+        let path =
+            root.join("graphs").join(format!("v1-{}", env!("CARGO_PKG_VERSION"))).join(format!("{}.hlo", hex(&key)));
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xFF;

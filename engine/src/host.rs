@@ -19,7 +19,8 @@ macro_rules! typed {
         /// The elements, if the tensor has this dtype.
         pub fn $to(&self) -> Option<Vec<$t>> {
             const N: usize = std::mem::size_of::<$t>();
-            (self.dtype == $d).then(|| self.data.chunks_exact(N).map(|c| <$t>::from_le_bytes(c.try_into().unwrap())).collect())
+            (self.dtype == $d)
+                .then(|| self.data.chunks_exact(N).map(|c| <$t>::from_le_bytes(c.try_into().unwrap())).collect())
         }
     };
 }

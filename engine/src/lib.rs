@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use torchtpu_compiler::ir::{print_graph, DType, Graph, TensorType};
 use torchtpu_compiler::lower::{Format, LowerError, Lowering, StableHlo};
 use torchtpu_compiler::passes::{PassManager, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
-use torchtpu_runtime::{Buffer, Client, ClientOption, CompileOptions, Device, ElementType, Executable, ExecutableCache, Plugin, RuntimeError};
+use torchtpu_runtime::{
+    Buffer, Client, ClientOption, CompileOptions, Device, ElementType, Executable, ExecutableCache, Plugin,
+    RuntimeError,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -63,7 +66,11 @@ impl Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { pipeline: DEFAULT_PIPELINE.to_string(), donate_inputs: true, max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES }
+        Options {
+            pipeline: DEFAULT_PIPELINE.to_string(),
+            donate_inputs: true,
+            max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES,
+        }
     }
 }
 
@@ -95,7 +102,8 @@ pub fn lower(graph: &Graph, options: &Options, format: Format) -> Result<(Graph,
     let mut g = graph.clone();
     let pm = PassManager::from_pipeline(&options.pipeline, PipelineOptions::default())?;
     pm.run(&mut g, &mut std::io::sink())?;
-    let aliases = if options.donate_inputs { torchtpu_compiler::analysis::memory::donation_pairs(&g) } else { Vec::new() };
+    let aliases =
+        if options.donate_inputs { torchtpu_compiler::analysis::memory::donation_pairs(&g) } else { Vec::new() };
     let hlo = LOWERING.with(|l| {
         let mut l = l.borrow_mut();
         let lowering = l.get_or_insert_with(Lowering::new);
@@ -230,7 +238,8 @@ impl CompiledGraph {
         for (i, (&(addr, len), ty)) in inputs.iter().zip(&self.hlo.inputs).enumerate() {
             if !slots[i].as_ref().is_some_and(|r| r.holds(addr, len)) {
                 // SAFETY: the caller guarantees the memory is live for the call.
-                let data: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(addr as *const u8, len) } };
+                let data: &[u8] =
+                    if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(addr as *const u8, len) } };
                 let dims = ty.static_dims().unwrap_or_default();
                 // SAFETY: an aliasing buffer is used only while the caller passes this very
                 // memory (checked above on every call), and is never donated (below).
@@ -296,10 +305,9 @@ static DEFAULT_ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 
 /// The process-wide engine on the default plugin.
 pub fn default_engine() -> Result<&'static Engine, EngineError> {
-    DEFAULT_ENGINE
-        .get_or_init(|| Engine::with_default_plugin().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| EngineError::Runtime(RuntimeError::InvalidArgument(format!("cannot start the default engine: {e}"))))
+    DEFAULT_ENGINE.get_or_init(|| Engine::with_default_plugin().map_err(|e| e.to_string())).as_ref().map_err(|e| {
+        EngineError::Runtime(RuntimeError::InvalidArgument(format!("cannot start the default engine: {e}")))
+    })
 }
 
 /// Compiles `graph` with the default pipeline on the default engine.

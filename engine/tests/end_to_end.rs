@@ -60,7 +60,10 @@ fn linear_layer_matches_a_hand_matmul() {
     for (i, v) in want.iter_mut().enumerate() {
         *v += b[i % 5];
     }
-    let out = run(ir, &[HostTensor::from_f32(&[3, 4], &x), HostTensor::from_f32(&[5, 4], &w), HostTensor::from_f32(&[5], &b)]);
+    let out = run(
+        ir,
+        &[HostTensor::from_f32(&[3, 4], &x), HostTensor::from_f32(&[5, 4], &w), HostTensor::from_f32(&[5], &b)],
+    );
     assert_eq!(out[0].dims, vec![3, 5]);
     assert_close(&out[0].to_f32().unwrap(), &want, 1e-5, 1e-5);
 }
@@ -103,7 +106,8 @@ fn layer_norm_with_affine_and_statistics() {
         means.push(mean as f32);
         rstds.push(rstd as f32);
     }
-    let out = run(ir, &[HostTensor::from_f32(&[2, 4], &x), HostTensor::from_f32(&[4], &w), HostTensor::from_f32(&[4], &b)]);
+    let out =
+        run(ir, &[HostTensor::from_f32(&[2, 4], &x), HostTensor::from_f32(&[4], &w), HostTensor::from_f32(&[4], &b)]);
     assert_close(&out[0].to_f32().unwrap(), &want, 1e-5, 1e-5);
     assert_close(&out[1].to_f32().unwrap(), &means, 1e-6, 1e-6);
     assert_close(&out[2].to_f32().unwrap(), &rstds, 1e-5, 1e-6);
@@ -158,7 +162,11 @@ fn dtype_promotion_and_broadcasting() {
     }";
     let out = run(
         ir,
-        &[HostTensor::from_i64(&[2, 1], &[1, 2]), HostTensor::from_f32(&[], &[0.5]), HostTensor::from_f32(&[3], &[10.0, 20.0, 30.0])],
+        &[
+            HostTensor::from_i64(&[2, 1], &[1, 2]),
+            HostTensor::from_f32(&[], &[0.5]),
+            HostTensor::from_f32(&[3], &[10.0, 20.0, 30.0]),
+        ],
     );
     assert_eq!(out[0].to_f32().unwrap(), vec![11.5, 21.5, 31.5, 12.5, 22.5, 32.5]);
     assert_eq!(out[1].to_f64().unwrap(), vec![0.5, 1.0]);
@@ -166,7 +174,8 @@ fn dtype_promotion_and_broadcasting() {
 
 #[test]
 fn unsupported_op_names_the_op_and_node() {
-    let g = parse_graph("graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.xyz.default(%x) : f32[2]\n  return %0\n}").unwrap();
+    let g = parse_graph("graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.xyz.default(%x) : f32[2]\n  return %0\n}")
+        .unwrap();
     match compile(&g) {
         Err(EngineError::Lower(e)) => assert_eq!(e.to_string(), "unsupported op aten.xyz at node %0"),
         Err(e) => panic!("wrong error: {e}"),

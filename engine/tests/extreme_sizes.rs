@@ -16,9 +16,7 @@ fn isolated_cache() -> std::path::PathBuf {
 }
 
 fn unary(ty: &str) -> String {
-    format!(
-        "graph @g(%x: {ty}) -> ({ty}) {{\n  %0 = aten.neg.default(%x) : {ty}\n  return %0\n}}\n"
-    )
+    format!("graph @g(%x: {ty}) -> ({ty}) {{\n  %0 = aten.neg.default(%x) : {ty}\n  return %0\n}}\n")
 }
 
 /// f32[2^37] (512 GiB) compiled unchecked kills XLA CPU's compiler with SIGFPE.
@@ -28,27 +26,16 @@ fn the_engine_refuses_tensors_over_its_limit_before_compiling() {
     let g = parse_graph(&unary("f32[137438953472]")).unwrap();
     let engine = torchtpu_engine::default_engine().unwrap();
     match engine.compile(&g, &Options::default()) {
-        Err(EngineError::Lower(LowerError::TooLarge {
-            node, bytes, limit, ..
-        })) => {
-            assert_eq!(
-                (node.as_str(), bytes, limit),
-                ("%arg0", 1 << 39, DEFAULT_MAX_TENSOR_BYTES)
-            )
+        Err(EngineError::Lower(LowerError::TooLarge { node, bytes, limit, .. })) => {
+            assert_eq!((node.as_str(), bytes, limit), ("%arg0", 1 << 39, DEFAULT_MAX_TENSOR_BYTES))
         }
         Err(e) => panic!("unexpected error: {e}"),
         Ok(_) => panic!("compiled a 512 GiB graph"),
     }
     // The limit is an option (and part of the graph cache key).
-    let small = Options {
-        max_tensor_bytes: 16,
-        ..Options::default()
-    };
+    let small = Options { max_tensor_bytes: 16, ..Options::default() };
     let g = parse_graph(&unary("f32[8]")).unwrap();
-    assert!(matches!(
-        engine.compile(&g, &small),
-        Err(EngineError::Lower(LowerError::TooLarge { .. }))
-    ));
+    assert!(matches!(engine.compile(&g, &small), Err(EngineError::Lower(LowerError::TooLarge { .. }))));
     assert!(engine.compile(&g, &Options::default()).is_ok());
 }
 
@@ -70,10 +57,7 @@ fn torchtpu_run(args: &[&std::ffi::OsStr], stdout: Stdio) -> Output {
 
 fn one_error_line(o: &Output) -> String {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let ours: Vec<&str> = err
-        .lines()
-        .filter(|l| l.starts_with("torchtpu-run: "))
-        .collect();
+    let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("torchtpu-run: ")).collect();
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(ours.len(), 1, "{err}");
     ours[0].to_string()
@@ -85,33 +69,27 @@ fn torchtpu_run_reports_sizes_it_cannot_handle_and_exits_1() {
     // 4 PiB of input: used to abort allocating it.
     let big = write_ir(&dir, "big.ir", &unary("f32[1125899906842624]"));
     let e = one_error_line(&torchtpu_run(&[big.as_os_str()], Stdio::piped()));
-    assert!(
-        e.contains("need 9007199254740992 bytes, over the limit of 1073741824 (--max-io-bytes)"),
-        "{e}"
-    );
+    assert!(e.contains("need 9007199254740992 bytes, over the limit of 1073741824 (--max-io-bytes)"), "{e}");
     // Past the I/O limit, the engine's tensor limit still stands between the graph and XLA.
     let e = one_error_line(&torchtpu_run(
-        &[
-            big.as_os_str(),
-            "--max-io-bytes=18446744073709551615".as_ref(),
-        ],
+        &[big.as_os_str(), "--max-io-bytes=18446744073709551615".as_ref()],
         Stdio::piped(),
     ));
-    assert!(e.contains("node %arg0 (input) needs a tensor of 4503599627370496 bytes, over the limit of 274877906944 bytes"), "{e}");
+    assert!(
+        e.contains("node %arg0 (input) needs a tensor of 4503599627370496 bytes, over the limit of 274877906944 bytes"),
+        "{e}"
+    );
     // 2^64 bytes in an intermediate: used to abort with "Rust cannot catch foreign exceptions".
     let huge = write_ir(&dir, "huge.ir", "graph @g(%x: f32[1]) -> (f32[3]) {\n  %0 = aten.expand.default(%x) {size = [4611686018427387904]} : f32[4611686018427387904]\n  %1 = aten.exp.default(%0) : f32[4611686018427387904]\n  %2 = aten.slice.Tensor(%1) {dim = 0, end = 3, start = 0} : f32[3]\n  return %2\n}\n");
-    let e = one_error_line(&torchtpu_run(
-        &[huge.as_os_str(), "--pass-pipeline=canonicalize".as_ref()],
-        Stdio::piped(),
-    ));
-    assert!(e.contains("huge.ir:2:3: node %0 (aten.expand.default): type f32[4611686018427387904] is too large"), "{e}");
+    let e = one_error_line(&torchtpu_run(&[huge.as_os_str(), "--pass-pipeline=canonicalize".as_ref()], Stdio::piped()));
+    assert!(
+        e.contains("huge.ir:2:3: node %0 (aten.expand.default): type f32[4611686018427387904] is too large"),
+        "{e}"
+    );
     // An intermediate within i64 but over the engine's limit.
     let mid = write_ir(&dir, "mid.ir", "graph @g(%x: f32[1]) -> (f32[]) {\n  %0 = aten.expand.default(%x) {size = [1125899906842624]} : f32[1125899906842624]\n  %1 = aten.sum.default(%0) : f32[]\n  return %1\n}\n");
     let e = one_error_line(&torchtpu_run(&[mid.as_os_str()], Stdio::piped()));
-    assert!(
-        e.contains("node %0 (aten.expand.default) needs a tensor of 4503599627370496 bytes"),
-        "{e}"
-    );
+    assert!(e.contains("node %0 (aten.expand.default) needs a tensor of 4503599627370496 bytes"), "{e}");
 }
 
 #[test]
@@ -122,16 +100,10 @@ fn torchtpu_run_ends_quietly_on_a_closed_stdout() {
     let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
     let writer = reader.stdin.take().unwrap();
     reader.wait().unwrap();
-    let o = torchtpu_run(
-        &[ok.as_os_str(), "--repeat=1".as_ref()],
-        Stdio::from(writer),
-    );
+    let o = torchtpu_run(&[ok.as_os_str(), "--repeat=1".as_ref()], Stdio::from(writer));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("torchtpu-run:"),
-        "{err}"
-    );
+    assert!(!err.contains("panicked") && !err.contains("torchtpu-run:"), "{err}");
 }
 
 fn tempfile_dir() -> std::path::PathBuf {

@@ -7,8 +7,8 @@
 mod dlpack;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
-use pyo3::types::PyBytes;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
 use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
 
@@ -36,7 +36,8 @@ fn run_pipeline(text: &str, pipeline: &str) -> PyResult<String> {
 #[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
 fn lower_ir(text: &str, pipeline: &str, donate: bool) -> PyResult<String> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let options = torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
+    let options =
+        torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
     let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(hlo.text().unwrap_or_default().to_string())
@@ -48,7 +49,12 @@ type WireTensor = (String, Vec<i64>, Vec<u8>);
 /// Compiles IR text on the default engine (cached) and runs it on host tensors.
 #[pyfunction]
 #[pyo3(signature = (text, inputs, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
-fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -> PyResult<Vec<(String, Vec<i64>, Py<PyBytes>)>> {
+fn run_ir(
+    py: Python<'_>,
+    text: &str,
+    inputs: Vec<WireTensor>,
+    pipeline: &str,
+) -> PyResult<Vec<(String, Vec<i64>, Py<PyBytes>)>> {
     use torchtpu_compiler::ir::DType;
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
     let host: Vec<torchtpu_engine::HostTensor> = inputs
@@ -124,7 +130,11 @@ impl Program {
     /// (`CompiledGraph::execute_host`).
     fn run(&self, py: Python<'_>, inputs: Vec<usize>) -> PyResult<Vec<Py<PyAny>>> {
         if inputs.len() != self.input_bytes.len() {
-            return Err(PyValueError::new_err(format!("expected {} inputs, got {}", self.input_bytes.len(), inputs.len())));
+            return Err(PyValueError::new_err(format!(
+                "expected {} inputs, got {}",
+                self.input_bytes.len(),
+                inputs.len()
+            )));
         }
         if inputs.iter().zip(&self.input_bytes).any(|(&ptr, &n)| ptr == 0 && n != 0) {
             return Err(PyValueError::new_err("null input address"));
@@ -154,7 +164,8 @@ fn executions() -> u64 {
 #[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
 fn compile(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<(Program, &'static str, f64)> {
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let options = torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
+    let options =
+        torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
     let (compiled, source, saved) = py
         .detach(|| {
             let engine = torchtpu_engine::default_engine()?;
@@ -237,10 +248,12 @@ fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> 
     use torchtpu_compiler::analysis::memory;
     let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
     verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
-    let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let plain = memory::estimate(&g).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
-    let donated: Vec<usize> = if donate { memory::donation_pairs(&g).into_iter().map(|(i, _)| i).collect() } else { Vec::new() };
+    let donated: Vec<usize> =
+        if donate { memory::donation_pairs(&g).into_iter().map(|(i, _)| i).collect() } else { Vec::new() };
     let est = memory::estimate_with_donation(&g, &donated).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
     let report = memory::report(&g, &est);
     let peak_at = report.split(" at ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("").to_string();

@@ -83,11 +83,7 @@ impl ElementType {
 
     /// The `PJRT_Buffer_Type` value (PRED = 1 ... C128 = 15).
     pub(crate) fn to_raw(self) -> ffi::PJRT_Buffer_Type {
-        Self::ALL
-            .iter()
-            .position(|t| *t == self)
-            .map(|i| i as i32 + 1)
-            .unwrap_or(0)
+        Self::ALL.iter().position(|t| *t == self).map(|i| i as i32 + 1).unwrap_or(0)
     }
 
     pub(crate) fn from_raw(raw: ffi::PJRT_Buffer_Type) -> Result<ElementType> {
@@ -102,12 +98,11 @@ impl ElementType {
 pub fn dense_byte_size(ty: ElementType, dims: &[i64]) -> Result<usize> {
     let mut n = ty.byte_size();
     for &d in dims {
-        let d = usize::try_from(d).map_err(|_| {
-            RuntimeError::InvalidArgument(format!("negative dimension {d} in shape {dims:?}"))
-        })?;
-        n = n.checked_mul(d).ok_or_else(|| {
-            RuntimeError::InvalidArgument(format!("shape {dims:?} of {ty:?} overflows usize bytes"))
-        })?;
+        let d = usize::try_from(d)
+            .map_err(|_| RuntimeError::InvalidArgument(format!("negative dimension {d} in shape {dims:?}")))?;
+        n = n
+            .checked_mul(d)
+            .ok_or_else(|| RuntimeError::InvalidArgument(format!("shape {dims:?} of {ty:?} overflows usize bytes")))?;
     }
     Ok(n)
 }
@@ -134,19 +129,13 @@ impl Drop for Buffer {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buffer")
-            .field("element_type", &self.element_type)
-            .field("dims", &self.dims)
-            .finish()
+        f.debug_struct("Buffer").field("element_type", &self.element_type).field("dims", &self.dims).finish()
     }
 }
 
 impl Buffer {
     /// Takes ownership of `raw` (destroyed even if the shape queries fail).
-    pub(crate) fn from_raw(
-        client: &Arc<ClientInner>,
-        raw: *mut ffi::PJRT_Buffer,
-    ) -> Result<Buffer> {
+    pub(crate) fn from_raw(client: &Arc<ClientInner>, raw: *mut ffi::PJRT_Buffer) -> Result<Buffer> {
         if raw.is_null() {
             return Err(RuntimeError::Pjrt {
                 call: "PJRT_Buffer",
@@ -154,12 +143,7 @@ impl Buffer {
                 message: "the plugin reported success but returned no buffer".into(),
             });
         }
-        let mut buffer = Buffer {
-            client: Arc::clone(client),
-            raw,
-            element_type: ElementType::Pred,
-            dims: Vec::new(),
-        };
+        let mut buffer = Buffer { client: Arc::clone(client), raw, element_type: ElementType::Pred, dims: Vec::new() };
         let plugin = &client.plugin;
 
         let mut ty = ffi::PJRT_Buffer_ElementType_Args::new();
@@ -187,9 +171,7 @@ impl Buffer {
 
     /// Number of elements (1 for a scalar); saturates at `usize::MAX`.
     pub fn element_count(&self) -> usize {
-        self.dims
-            .iter()
-            .fold(1usize, |acc, &d| acc.saturating_mul(d.max(0) as usize))
+        self.dims.iter().fold(1usize, |acc, &d| acc.saturating_mul(d.max(0) as usize))
     }
 
     /// The buffer's address. On CPU plugins this is host memory holding the dense row-major
@@ -206,8 +188,7 @@ impl Buffer {
         // Every modelled type is whole bytes, so the dense size needs no size query.
         let bytes = dense_byte_size(self.element_type, &self.dims)?;
         let mut out = Vec::new();
-        out.try_reserve_exact(bytes)
-            .map_err(|_| RuntimeError::HostAlloc { bytes })?;
+        out.try_reserve_exact(bytes).map_err(|_| RuntimeError::HostAlloc { bytes })?;
         out.resize(bytes, 0u8);
         self.copy_to_host(&mut out)?;
         Ok(out)
@@ -238,20 +219,11 @@ impl Buffer {
 impl Client {
     /// Copies a dense, row-major host array of `ty` and shape `dims` to `device`.
     /// `data.len()` must equal the element count times `ty.byte_size()`.
-    pub fn buffer_from_host(
-        &self,
-        data: &[u8],
-        ty: ElementType,
-        dims: &[i64],
-        device: &Device,
-    ) -> Result<Buffer> {
+    pub fn buffer_from_host(&self, data: &[u8], ty: ElementType, dims: &[i64], device: &Device) -> Result<Buffer> {
         let args = self.start_from_host(data, ty, dims, device, ffi::HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL)?;
         let plugin = &self.inner.plugin;
         // Own the buffer first so an event failure still frees it.
-        let done = plugin.await_event(
-            "PJRT_Client_BufferFromHostBuffer",
-            args.done_with_host_buffer,
-        );
+        let done = plugin.await_event("PJRT_Client_BufferFromHostBuffer", args.done_with_host_buffer);
         let buffer = Buffer::from_raw(&self.inner, args.buffer)?;
         done.map(|()| buffer)
     }
@@ -308,10 +280,7 @@ impl Client {
             )));
         }
         if !self.same_client(&device.client) {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "device {} belongs to a different client",
-                device.id()
-            )));
+            return Err(RuntimeError::InvalidArgument(format!("device {} belongs to a different client", device.id())));
         }
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = self.inner.raw;
@@ -338,10 +307,7 @@ mod tests {
         assert_eq!(ElementType::Pred.to_raw(), 1);
         assert_eq!(ElementType::F32.to_raw(), 11);
         assert_eq!(ElementType::C128.to_raw(), 15);
-        assert!(matches!(
-            ElementType::from_raw(0),
-            Err(RuntimeError::UnsupportedElementType(0))
-        ));
+        assert!(matches!(ElementType::from_raw(0), Err(RuntimeError::UnsupportedElementType(0))));
         assert!(ElementType::from_raw(16).is_err());
     }
 

@@ -66,18 +66,12 @@ impl ExecutableCache {
 
     /// Memory backed by `disk`.
     pub fn with_disk(disk: DiskCache) -> Self {
-        ExecutableCache {
-            state: Mutex::default(),
-            disk: Some(disk),
-        }
+        ExecutableCache { state: Mutex::default(), disk: Some(disk) }
     }
 
     /// Memory backed by [`DiskCache::from_env`] (memory only when that is `None`).
     pub fn from_env() -> Self {
-        ExecutableCache {
-            state: Mutex::default(),
-            disk: DiskCache::from_env(),
-        }
+        ExecutableCache { state: Mutex::default(), disk: DiskCache::from_env() }
     }
 
     /// The persistent level, if any.
@@ -114,10 +108,7 @@ impl ExecutableCache {
         graph_name: Option<&str>,
     ) -> Result<Arc<Executable>> {
         let mlir = mlir.as_ref();
-        let slot = (
-            client.identity(),
-            CacheKey::in_process(client, mlir, options).digest(),
-        );
+        let slot = (client.identity(), CacheKey::in_process(client, mlir, options).digest());
         {
             let mut state = self.lock();
             if let Some(exe) = state.entries.get(&slot).cloned() {
@@ -126,11 +117,10 @@ impl ExecutableCache {
             }
         }
 
-        let disk_key = self.disk.as_ref().and_then(|disk| {
-            disk.key(client, mlir, options)
-                .map_err(|e| self.disk_error(disk, e))
-                .ok()
-        });
+        let disk_key = self
+            .disk
+            .as_ref()
+            .and_then(|disk| disk.key(client, mlir, options).map_err(|e| self.disk_error(disk, e)).ok());
         if let (Some(disk), Some(key)) = (&self.disk, &disk_key) {
             match disk.lookup(client, key) {
                 Ok(Lookup::Hit { executable, meta }) => {
@@ -157,14 +147,9 @@ impl ExecutableCache {
         let compiled = Arc::new(compiled?);
 
         if let (Some(disk), Some(key)) = (&self.disk, &disk_key) {
-            let meta = PutMeta {
-                graph_name: graph_name.map(str::to_owned),
-                compile_seconds: seconds,
-            };
+            let meta = PutMeta { graph_name: graph_name.map(str::to_owned), compile_seconds: seconds };
             match disk.put(key, &compiled, &meta) {
-                Ok(crate::disk_cache::PutOutcome::Stored { .. }) => {
-                    self.lock().stats.disk_writes += 1
-                }
+                Ok(crate::disk_cache::PutOutcome::Stored { .. }) => self.lock().stats.disk_writes += 1,
                 Ok(_) => {}
                 Err(e) => self.disk_error(disk, e),
             }
@@ -205,9 +190,7 @@ impl ExecutableCache {
 
     /// The disk level's warnings since the last call (empty without a disk level).
     pub fn take_warnings(&self) -> Vec<CacheWarning> {
-        self.disk
-            .as_ref()
-            .map_or_else(Vec::new, DiskCache::take_warnings)
+        self.disk.as_ref().map_or_else(Vec::new, DiskCache::take_warnings)
     }
 
     /// Number of executables in memory.

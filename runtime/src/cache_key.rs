@@ -71,10 +71,7 @@ impl<'a> CacheKey<'a> {
         options: &CompileOptions,
     ) -> Result<Self> {
         let plugin_sha256 = client.plugin().binary_sha256()?;
-        Ok(CacheKey {
-            plugin_sha256,
-            ..Self::in_process(client, stablehlo, options)
-        })
+        Ok(CacheKey { plugin_sha256, ..Self::in_process(client, stablehlo, options) })
     }
 
     /// The key without the plugin binary's hash: enough inside one process, where a client
@@ -181,34 +178,15 @@ mod tests {
         assert_eq!(base, base_key.clone().digest());
         let changed: Vec<CacheKey> = vec![
             key("module { }", CompileOptions::default(), "1"),
-            key(
-                "module {}",
-                CompileOptions {
-                    num_replicas: 2,
-                    num_partitions: 1,
-                },
-                "1",
-            ),
+            key("module {}", CompileOptions { num_replicas: 2, num_partitions: 1 }, "1"),
             key("module {}", CompileOptions::default(), "2"),
-            CacheKey {
-                platform_name: "gpu",
-                ..base_key.clone()
-            },
-            CacheKey {
-                plugin_sha256: "ab13",
-                ..base_key.clone()
-            },
-            CacheKey {
-                torchtpu_version: "0.2.0",
-                ..base_key.clone()
-            },
+            CacheKey { platform_name: "gpu", ..base_key.clone() },
+            CacheKey { plugin_sha256: "ab13", ..base_key.clone() },
+            CacheKey { torchtpu_version: "0.2.0", ..base_key.clone() },
         ];
         for k in &changed {
             assert_ne!(base, k.digest(), "{k:?}");
-            assert!(!base_key
-                .components()
-                .differences(&k.components())
-                .is_empty());
+            assert!(!base_key.components().differences(&k.components()).is_empty());
         }
         assert_eq!(base.hex().len(), 64);
     }
@@ -222,37 +200,19 @@ mod tests {
         b.platform_name = "cpu";
         assert_ne!(a.digest(), b.digest());
         // The same for the two new components.
-        let c = CacheKey {
-            plugin_sha256: "ab",
-            torchtpu_version: "120.1",
-            ..key("m", CompileOptions::default(), "1")
-        };
-        let d = CacheKey {
-            plugin_sha256: "ab1",
-            torchtpu_version: "20.1",
-            ..key("m", CompileOptions::default(), "1")
-        };
+        let c = CacheKey { plugin_sha256: "ab", torchtpu_version: "120.1", ..key("m", CompileOptions::default(), "1") };
+        let d = CacheKey { plugin_sha256: "ab1", torchtpu_version: "20.1", ..key("m", CompileOptions::default(), "1") };
         assert_ne!(c.digest(), d.digest());
     }
 
     #[test]
     fn components_are_readable_and_name_differences() {
         let a = key("module {}", CompileOptions::default(), "1").components();
-        assert_eq!(
-            a.module_sha256,
-            hex(&Sha256::digest(b"module {}")),
-            "module hash"
-        );
+        assert_eq!(a.module_sha256, hex(&Sha256::digest(b"module {}")), "module hash");
         assert_eq!(a.module_bytes, 9);
-        assert_eq!(
-            a.compile_options_hex,
-            hex(&CompileOptions::default().serialize())
-        );
+        assert_eq!(a.compile_options_hex, hex(&CompileOptions::default().serialize()));
         let b = key("module {}", CompileOptions::default(), "2").components();
-        assert_eq!(
-            a.differences(&b),
-            vec![("platform_version", "1".to_string(), "2".to_string())]
-        );
+        assert_eq!(a.differences(&b), vec![("platform_version", "1".to_string(), "2".to_string())]);
         let json = serde_json::to_string(&a).unwrap();
         assert_eq!(serde_json::from_str::<KeyComponents>(&json).unwrap(), a);
     }

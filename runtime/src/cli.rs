@@ -13,10 +13,7 @@ pub struct Stdout {
 
 impl Stdout {
     pub fn lock() -> Stdout {
-        Stdout {
-            inner: io::stdout().lock(),
-            closed: false,
-        }
+        Stdout { inner: io::stdout().lock(), closed: false }
     }
 
     /// Whether the reader went away.

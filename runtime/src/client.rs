@@ -81,10 +81,7 @@ impl Client {
         args.num_options = named.len();
         pjrt_call!(plugin, PJRT_Client_Create, &mut args)?;
         // From here on the client is owned: an early return below destroys it.
-        let inner = Arc::new(ClientInner {
-            plugin,
-            raw: args.client,
-        });
+        let inner = Arc::new(ClientInner { plugin, raw: args.client });
         let plugin = &inner.plugin;
 
         let mut name = ffi::PJRT_Client_PlatformName_Args::new();
@@ -97,8 +94,7 @@ impl Client {
         version.client = inner.raw;
         pjrt_call!(plugin, PJRT_Client_PlatformVersion, &mut version)?;
         // SAFETY: as above.
-        let platform_version =
-            unsafe { plugin_string(version.platform_version, version.platform_version_size) };
+        let platform_version = unsafe { plugin_string(version.platform_version, version.platform_version_size) };
 
         let mut devs = ffi::PJRT_Client_AddressableDevices_Args::new();
         devs.client = inner.raw;
@@ -108,22 +104,11 @@ impl Client {
         } else {
             // SAFETY: the plugin returned an array of `num_addressable_devices` device
             // pointers owned by the client.
-            unsafe {
-                std::slice::from_raw_parts(devs.addressable_devices, devs.num_addressable_devices)
-            }
-            .to_vec()
+            unsafe { std::slice::from_raw_parts(devs.addressable_devices, devs.num_addressable_devices) }.to_vec()
         };
-        let devices = raw_devices
-            .into_iter()
-            .map(|raw| Device::describe(&inner, raw))
-            .collect::<Result<Vec<_>>>()?;
+        let devices = raw_devices.into_iter().map(|raw| Device::describe(&inner, raw)).collect::<Result<Vec<_>>>()?;
 
-        Ok(Client {
-            inner,
-            platform_name,
-            platform_version,
-            devices,
-        })
+        Ok(Client { inner, platform_name, platform_version, devices })
     }
 
     /// The plugin this client runs on.
@@ -181,10 +166,7 @@ unsafe impl Sync for Device {}
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Device")
-            .field("id", &self.id)
-            .field("kind", &self.kind)
-            .finish()
+        f.debug_struct("Device").field("id", &self.id).field("kind", &self.kind).finish()
     }
 }
 
@@ -212,12 +194,7 @@ impl Device {
         // SAFETY: the kind string is owned by the device, which the client keeps alive.
         let kind = unsafe { plugin_string(kind.device_kind, kind.device_kind_size) };
 
-        Ok(Device {
-            client: Arc::clone(client),
-            raw,
-            id: id.id,
-            kind,
-        })
+        Ok(Device { client: Arc::clone(client), raw, id: id.id, kind })
     }
 
     /// The plugin's device id (unique among this platform's devices).

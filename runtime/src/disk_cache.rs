@@ -48,12 +48,7 @@ pub struct CacheWarning {
 
 impl std::fmt::Display for CacheWarning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "torchtpu cache: {}: {}",
-            self.path.display(),
-            self.message
-        )
+        write!(f, "torchtpu cache: {}: {}", self.path.display(), self.message)
     }
 }
 
@@ -64,10 +59,7 @@ impl std::fmt::Display for CacheWarning {
 pub enum Lookup {
     /// A usable entry, loaded on the client; `meta` is its sidecar after counting the hit
     /// (`None` if the sidecar is missing or unreadable).
-    Hit {
-        executable: Executable,
-        meta: Option<EntryMeta>,
-    },
+    Hit { executable: Executable, meta: Option<EntryMeta> },
     /// No entry for the key.
     Miss,
     /// There was an entry but it was unusable; it has been removed (and a warning recorded).
@@ -231,8 +223,7 @@ impl DiskCache {
         };
         let read_id = file_identity(&file);
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(io_err("read", &paths.bin))?;
+        file.read_to_end(&mut bytes).map_err(io_err("read", &paths.bin))?;
         drop(file);
 
         let reason = match entry::decode(&bytes, Some(&key.digest())) {
@@ -251,10 +242,7 @@ impl DiskCache {
             let _ = remove_if_exists(&paths.json);
         }
         self.warn(&paths.bin, format!("discarded unusable entry ({reason})"));
-        Ok(Lookup::Discarded {
-            path: paths.bin,
-            reason,
-        })
+        Ok(Lookup::Discarded { path: paths.bin, reason })
     }
 
     /// [`DiskCache::lookup`] as an `Option`: anything but a hit is `None` (a discarded
@@ -290,12 +278,7 @@ impl DiskCache {
     /// its sidecar, each written atomically; then evicts least-recently-used entries until
     /// the folder is under the size limit. Concurrent puts of the same key all succeed (the
     /// last rename wins; every version is complete).
-    pub fn put_serialized(
-        &self,
-        key: &CacheKey<'_>,
-        payload: &[u8],
-        meta: &PutMeta,
-    ) -> Result<PutOutcome> {
+    pub fn put_serialized(&self, key: &CacheKey<'_>, payload: &[u8], meta: &PutMeta) -> Result<PutOutcome> {
         if meta.compile_seconds < self.min_compile_seconds {
             return Ok(PutOutcome::SkippedFastCompile);
         }
@@ -319,23 +302,15 @@ impl DiskCache {
             hit_count: 0,
         };
         write_atomic(&paths.json, &sidecar.to_json())?;
-        let evicted = self
-            .evict_to(self.max_size, Some(&paths.bin))?
-            .removed_entries;
-        Ok(PutOutcome::Stored {
-            entry_bytes,
-            evicted,
-        })
+        let evicted = self.evict_to(self.max_size, Some(&paths.bin))?.removed_entries;
+        Ok(PutOutcome::Stored { entry_bytes, evicted })
     }
 
     /// Records a warning (kept until [`DiskCache::take_warnings`], at most 100).
     pub(crate) fn warn(&self, path: &Path, message: String) {
         let mut w = self.warnings.lock().unwrap_or_else(|p| p.into_inner());
         if w.len() < MAX_WARNINGS {
-            w.push(CacheWarning {
-                path: path.to_path_buf(),
-                message,
-            });
+            w.push(CacheWarning { path: path.to_path_buf(), message });
         }
     }
 
@@ -364,12 +339,7 @@ mod tests {
     #[test]
     fn environment_knobs() {
         let vars = |pairs: Vec<(&'static str, &'static str)>| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| OsString::from(v))
-            }
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
         };
         assert!(DiskCache::from_vars(vars(vec![(CACHE_ENV, "0"), ("HOME", "/h")])).is_none());
         assert!(DiskCache::from_vars(vars(vec![])).is_none());
@@ -390,10 +360,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(bad.root(), Path::new("/d"));
-        assert_eq!(
-            (bad.max_size(), bad.min_compile_seconds()),
-            (DEFAULT_MAX_SIZE, 0.0)
-        );
+        assert_eq!((bad.max_size(), bad.min_compile_seconds()), (DEFAULT_MAX_SIZE, 0.0));
         let w = bad.take_warnings();
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].to_string().contains(CACHE_MAX_SIZE_ENV), "{}", w[0]);

@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 
 /// What `make setup` runs to install the default CPU plugin.
-pub const INSTALL_COMMAND: &str =
-    "pip install --no-deps --target .venv/pjrt lammps-jax-pjrt-cpu==0.11.2";
+pub const INSTALL_COMMAND: &str = "pip install --no-deps --target .venv/pjrt lammps-jax-pjrt-cpu==0.11.2";
 
 /// Result alias used across the runtime.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -22,12 +21,7 @@ pub enum RuntimeError {
 
     /// The plugin speaks an incompatible major version of the PJRT C API.
     #[error("PJRT plugin {} reports C API version {major}.{minor}; this runtime needs major version {expected_major}", path.display())]
-    ApiVersionMismatch {
-        path: PathBuf,
-        major: i32,
-        minor: i32,
-        expected_major: i32,
-    },
+    ApiVersionMismatch { path: PathBuf, major: i32, minor: i32, expected_major: i32 },
 
     /// The plugin binary's SHA-256 could not be established (unreadable, or the file was
     /// replaced or rewritten after it was loaded).
@@ -36,13 +30,7 @@ pub enum RuntimeError {
 
     /// The plugin's function table (or version struct) is too short for an entry we need.
     #[error("PJRT plugin (C API {major}.{minor}) is too old for {function}: its PJRT_Api is {have} bytes, {function} needs {need}")]
-    ApiTooOld {
-        function: &'static str,
-        have: usize,
-        need: usize,
-        major: i32,
-        minor: i32,
-    },
+    ApiTooOld { function: &'static str, have: usize, need: usize, major: i32, minor: i32 },
 
     /// The plugin's function table has the slot but left it null.
     #[error("PJRT plugin does not implement {function}")]
@@ -50,11 +38,7 @@ pub enum RuntimeError {
 
     /// A PJRT call returned an error; `message` is the plugin's own text.
     #[error("{call} failed ({}): {message}", error_code_name(*code))]
-    Pjrt {
-        call: &'static str,
-        code: i32,
-        message: String,
-    },
+    Pjrt { call: &'static str, code: i32, message: String },
 
     /// The caller passed something the runtime rejects before calling the plugin.
     #[error("invalid argument: {0}")]
@@ -80,9 +64,7 @@ pub enum RuntimeError {
     CacheEntry { path: PathBuf, reason: String },
 
     /// The plugin returned a buffer whose element type this runtime does not model.
-    #[error(
-        "PJRT buffer has element type {0} (PJRT_Buffer_Type), which this runtime does not support"
-    )]
+    #[error("PJRT buffer has element type {0} (PJRT_Buffer_Type), which this runtime does not support")]
     UnsupportedElementType(i32),
 }
 
@@ -145,15 +127,8 @@ mod tests {
 
     #[test]
     fn pjrt_error_shows_code_name_and_message() {
-        let e = RuntimeError::Pjrt {
-            call: "PJRT_Client_Compile",
-            code: 3,
-            message: "bad".into(),
-        };
-        assert_eq!(
-            e.to_string(),
-            "PJRT_Client_Compile failed (INVALID_ARGUMENT): bad"
-        );
+        let e = RuntimeError::Pjrt { call: "PJRT_Client_Compile", code: 3, message: "bad".into() };
+        assert_eq!(e.to_string(), "PJRT_Client_Compile failed (INVALID_ARGUMENT): bad");
         assert_eq!(e.pjrt_code(), Some(3));
     }
 }

@@ -33,9 +33,7 @@ impl Drop for Executable {
 
 impl std::fmt::Debug for Executable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Executable")
-            .field("num_outputs", &self.num_outputs)
-            .finish()
+        f.debug_struct("Executable").field("num_outputs", &self.num_outputs).finish()
     }
 }
 
@@ -84,12 +82,7 @@ impl Executable {
         raw: *mut ffi::PJRT_LoadedExecutable,
         deserialized: bool,
     ) -> Result<Executable> {
-        let mut exe = Executable {
-            client: Arc::clone(client),
-            raw,
-            num_outputs: 0,
-            deserialized,
-        };
+        let mut exe = Executable { client: Arc::clone(client), raw, num_outputs: 0, deserialized };
         exe.num_outputs = exe.query_num_outputs()?;
         Ok(exe)
     }
@@ -107,10 +100,7 @@ impl Executable {
 
     /// Runs `f` on the `PJRT_Executable` behind this loaded executable
     /// (`PJRT_LoadedExecutable_GetExecutable`), destroying that handle afterwards.
-    pub(crate) fn with_unloaded<T>(
-        &self,
-        f: impl FnOnce(*mut ffi::PJRT_Executable) -> Result<T>,
-    ) -> Result<T> {
+    pub(crate) fn with_unloaded<T>(&self, f: impl FnOnce(*mut ffi::PJRT_Executable) -> Result<T>) -> Result<T> {
         let plugin = &self.client.plugin;
         let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
         get.loaded_executable = self.raw;
@@ -155,10 +145,7 @@ impl Executable {
     /// Like [`Executable::execute`], but the arguments at `keep` (indices) are not donated even
     /// where the program aliases them to an output: XLA writes that output elsewhere.
     pub fn execute_keeping(&self, args: &[&Buffer], keep: &[i64]) -> Result<Vec<Buffer>> {
-        if let Some(i) = args
-            .iter()
-            .position(|b| !Arc::ptr_eq(&b.client, &self.client))
-        {
+        if let Some(i) = args.iter().position(|b| !Arc::ptr_eq(&b.client, &self.client)) {
             return Err(RuntimeError::InvalidArgument(format!(
                 "argument {i} is a buffer of a different client than the executable"
             )));
@@ -184,10 +171,7 @@ impl Executable {
         pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
 
         // Take ownership of every output before anything else can fail.
-        let owned: Vec<Result<Buffer>> = outputs
-            .iter()
-            .map(|&raw| Buffer::from_raw(&self.client, raw))
-            .collect();
+        let owned: Vec<Result<Buffer>> = outputs.iter().map(|&raw| Buffer::from_raw(&self.client, raw)).collect();
         plugin.await_event("PJRT_LoadedExecutable_Execute", complete[0])?;
         owned.into_iter().collect()
     }

@@ -382,8 +382,7 @@ pub struct PJRT_Executable_NumOutputs_Args {
 }
 
 /// Frees the plugin-owned memory behind `PJRT_Executable_Serialize_Args::serialized_bytes`.
-pub type PJRT_SerializedExecutable_Deleter =
-    Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
+pub type PJRT_SerializedExecutable_Deleter = Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
 
 #[repr(C)]
 pub struct PJRT_Executable_Serialize_Args {
@@ -557,44 +556,23 @@ mod tests {
         assert_eq!(offset_of!(PJRT_Api, PJRT_Error_Destroy), 40);
         // 3 error + 2 plugin + 5 event functions before the client block.
         assert_eq!(offset_of!(PJRT_Api, PJRT_Client_Create), 40 + 10 * 8);
-        assert_eq!(
-            offset_of!(PJRT_Api, PJRT_Client_BufferFromHostBuffer),
-            40 + 22 * 8
-        );
-        assert_eq!(
-            offset_of!(PJRT_Api, PJRT_LoadedExecutable_Execute),
-            40 + 55 * 8
-        );
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Client_BufferFromHostBuffer), 40 + 22 * 8);
+        assert_eq!(offset_of!(PJRT_Api, PJRT_LoadedExecutable_Execute), 40 + 55 * 8);
         assert_eq!(offset_of!(PJRT_Api, PJRT_Executable_Serialize), 40 + 49 * 8);
-        assert_eq!(
-            offset_of!(PJRT_Api, PJRT_Executable_DeserializeAndLoad),
-            40 + 56 * 8
-        );
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Executable_DeserializeAndLoad), 40 + 56 * 8);
         assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_ToHostBuffer), 40 + 70 * 8);
         assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_UnsafePointer), 40 + 73 * 8);
         assert_eq!(size_of::<PJRT_Buffer_UnsafePointer_Args>(), 32);
         assert_eq!(size_of::<PJRT_Executable_Serialize_Args>(), 56);
-        assert_eq!(
-            offset_of!(
-                PJRT_Executable_Serialize_Args,
-                serialized_executable_deleter
-            ),
-            48
-        );
+        assert_eq!(offset_of!(PJRT_Executable_Serialize_Args, serialized_executable_deleter), 48);
         assert_eq!(size_of::<PJRT_Executable_DeserializeAndLoad_Args>(), 64);
-        assert_eq!(
-            offset_of!(PJRT_Executable_DeserializeAndLoad_Args, loaded_executable),
-            40
-        );
+        assert_eq!(offset_of!(PJRT_Executable_DeserializeAndLoad_Args, loaded_executable), 40);
         assert_eq!(size_of::<PJRT_Client_Create_Args>(), 88);
         assert_eq!(size_of::<PJRT_NamedValue>(), 56);
         assert_eq!(offset_of!(PJRT_NamedValue, value), 40);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, type_), 32);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, dims), 40);
-        assert_eq!(
-            offset_of!(PJRT_Client_BufferFromHostBuffer_Args, host_buffer_semantics),
-            72
-        );
+        assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, host_buffer_semantics), 72);
         assert_eq!(size_of::<PJRT_Client_BufferFromHostBuffer_Args>(), 120);
         assert_eq!(offset_of!(PJRT_ExecuteOptions, launch_id), 48);
         assert_eq!(size_of::<PJRT_LoadedExecutable_Execute_Args>(), 80);

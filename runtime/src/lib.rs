@@ -10,8 +10,8 @@ use std::path::PathBuf;
 mod buffer;
 mod cache;
 mod cache_key;
-mod client;
 pub mod cli;
+mod client;
 pub mod disk_cache;
 mod error;
 mod executable;
@@ -41,9 +41,7 @@ pub const DEFAULT_PLUGIN_RELATIVE: &str = ".venv/pjrt/lammps_jax_pjrt_cpu/pjrt_c
 pub fn plugin_path() -> PathBuf {
     match std::env::var_os(PLUGIN_ENV) {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(DEFAULT_PLUGIN_RELATIVE),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(DEFAULT_PLUGIN_RELATIVE),
     }
 }
 

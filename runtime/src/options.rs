@@ -35,10 +35,7 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions {
-            num_replicas: 1,
-            num_partitions: 1,
-        }
+        CompileOptions { num_replicas: 1, num_partitions: 1 }
     }
 }
 
@@ -88,23 +85,14 @@ mod tests {
     #[test]
     fn spmd_flag_follows_partitions() {
         let one = CompileOptions::default().serialize();
-        let four = CompileOptions {
-            num_replicas: 1,
-            num_partitions: 4,
-        }
-        .serialize();
+        let four = CompileOptions { num_replicas: 1, num_partitions: 4 }.serialize();
         assert_ne!(one, four);
         assert!(four.ends_with(&[0x28, 0x04, 0x30, 0x01]), "{four:x?}");
     }
 
     #[test]
     fn rejects_zero_replicas() {
-        assert!(CompileOptions {
-            num_replicas: 0,
-            num_partitions: 1
-        }
-        .validate()
-        .is_err());
+        assert!(CompileOptions { num_replicas: 0, num_partitions: 1 }.validate().is_err());
         assert!(CompileOptions::default().validate().is_ok());
     }
 }

@@ -31,11 +31,7 @@ macro_rules! pjrt_fn {
                 // checking the plugin's `struct_size` covers it.
                 |api| unsafe { ::std::ptr::addr_of!((*api).$name) },
             )
-            .and_then(|f| {
-                f.ok_or($crate::RuntimeError::Unimplemented {
-                    function: stringify!($name),
-                })
-            })
+            .and_then(|f| f.ok_or($crate::RuntimeError::Unimplemented { function: stringify!($name) }))
     };
 }
 
@@ -60,8 +56,7 @@ pub(crate) use {pjrt_call, pjrt_fn};
 
 type ErrorDestroyFn = unsafe extern "C" fn(*mut ffi::PJRT_Error_Destroy_Args);
 type ErrorMessageFn = unsafe extern "C" fn(*mut ffi::PJRT_Error_Message_Args);
-type ErrorGetCodeFn =
-    unsafe extern "C" fn(*mut ffi::PJRT_Error_GetCode_Args) -> *mut ffi::PJRT_Error;
+type ErrorGetCodeFn = unsafe extern "C" fn(*mut ffi::PJRT_Error_GetCode_Args) -> *mut ffi::PJRT_Error;
 
 // Stand-ins for the error functions while they are being looked up (never called: no PJRT
 // call happens before the real ones are in place).
@@ -95,10 +90,7 @@ unsafe impl Sync for Plugin {}
 
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plugin")
-            .field("path", &self.path)
-            .field("api_version", &self.version)
-            .finish()
+        f.debug_struct("Plugin").field("path", &self.path).field("api_version", &self.version).finish()
     }
 }
 
@@ -114,10 +106,9 @@ impl Plugin {
         if !path.is_file() {
             return Err(RuntimeError::plugin_not_found(path.to_path_buf()));
         }
-        let canonical = path.canonicalize().map_err(|e| RuntimeError::PluginLoad {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let canonical = path
+            .canonicalize()
+            .map_err(|e| RuntimeError::PluginLoad { path: path.to_path_buf(), reason: e.to_string() })?;
         let mut loaded = registry().lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = loaded.get(&canonical) {
             return Ok(Arc::clone(p));
@@ -151,10 +142,7 @@ impl Plugin {
         self.sha256
             .get_or_init(|| crate::plugin_file::sha256_if_unchanged(&self.path, &self.stamp))
             .as_deref()
-            .map_err(|reason| RuntimeError::PluginHash {
-                path: self.path.clone(),
-                reason: reason.clone(),
-            })
+            .map_err(|reason| RuntimeError::PluginHash { path: self.path.clone(), reason: reason.clone() })
     }
 
     /// Whether [`Plugin::binary_sha256`] is already known (no hashing needed).
@@ -174,10 +162,7 @@ impl Plugin {
     }
 
     fn open(path: &Path) -> Result<Plugin> {
-        let load_err = |reason: String| RuntimeError::PluginLoad {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let load_err = |reason: String| RuntimeError::PluginLoad { path: path.to_path_buf(), reason };
         // Taken before dlopen: if the file changes after this, `binary_sha256` refuses.
         let stamp = FileStamp::of(path).map_err(|e| load_err(e.to_string()))?;
         // SAFETY: loading a shared library runs its initializers; a PJRT plugin is meant to
@@ -185,9 +170,8 @@ impl Plugin {
         let library = unsafe { Library::new(path) }.map_err(|e| load_err(e.to_string()))?;
         // SAFETY: `GetPjrtApi` is the plugin's documented entry point with this signature.
         let api = unsafe {
-            let get: libloading::Symbol<unsafe extern "C" fn() -> *const ffi::PJRT_Api> = library
-                .get(b"GetPjrtApi\0")
-                .map_err(|e| load_err(e.to_string()))?;
+            let get: libloading::Symbol<unsafe extern "C" fn() -> *const ffi::PJRT_Api> =
+                library.get(b"GetPjrtApi\0").map_err(|e| load_err(e.to_string()))?;
             get()
         };
         if api.is_null() {
@@ -195,8 +179,7 @@ impl Plugin {
         }
         // SAFETY: `struct_size` is the first field of every version of the table.
         let api_size = unsafe { std::ptr::addr_of!((*api).struct_size).read() };
-        let version_end =
-            offset_of!(ffi::PJRT_Api, pjrt_api_version) + size_of::<ffi::PJRT_Api_Version>();
+        let version_end = offset_of!(ffi::PJRT_Api, pjrt_api_version) + size_of::<ffi::PJRT_Api_Version>();
         if api_size < version_end {
             return Err(RuntimeError::ApiTooOld {
                 function: "PJRT_Api.pjrt_api_version",
@@ -209,10 +192,7 @@ impl Plugin {
         // SAFETY: the size check above proves the version struct is inside the table.
         let (major, minor) = unsafe {
             let v = std::ptr::addr_of!((*api).pjrt_api_version);
-            (
-                std::ptr::addr_of!((*v).major_version).read(),
-                std::ptr::addr_of!((*v).minor_version).read(),
-            )
+            (std::ptr::addr_of!((*v).major_version).read(), std::ptr::addr_of!((*v).minor_version).read())
         };
         if major != SUPPORTED_API_MAJOR {
             return Err(RuntimeError::ApiVersionMismatch {
@@ -289,11 +269,7 @@ impl Plugin {
             2 // UNKNOWN
         };
         self.destroy_error(err);
-        Err(RuntimeError::Pjrt {
-            call,
-            code,
-            message,
-        })
+        Err(RuntimeError::Pjrt { call, code, message })
     }
 
     fn destroy_error(&self, err: *mut ffi::PJRT_Error) {
@@ -305,22 +281,14 @@ impl Plugin {
 
     /// Blocks until `event` is ready, destroys it, and reports its error (if any) as `call`'s.
     /// A null event means the work was synchronous.
-    pub(crate) fn await_event(
-        &self,
-        call: &'static str,
-        event: *mut ffi::PJRT_Event,
-    ) -> Result<()> {
+    pub(crate) fn await_event(&self, call: &'static str, event: *mut ffi::PJRT_Event) -> Result<()> {
         if event.is_null() {
             return Ok(());
         }
         let mut args = ffi::PJRT_Event_Await_Args::new();
         args.event = event;
         let waited = pjrt_call!(self, PJRT_Event_Await, &mut args).map_err(|e| match e {
-            RuntimeError::Pjrt { code, message, .. } => RuntimeError::Pjrt {
-                call,
-                code,
-                message,
-            },
+            RuntimeError::Pjrt { code, message, .. } => RuntimeError::Pjrt { call, code, message },
             other => other,
         });
         let destroyed = self.destroy_event(event);
@@ -372,23 +340,12 @@ mod tests {
             error_destroy: never_destroy,
             error_message: never_message,
             error_get_code: never_code,
-            stamp: FileStamp {
-                dev: 0,
-                ino: 0,
-                size: 0,
-                mtime_ns: 0,
-                ctime_ns: 0,
-            },
+            stamp: FileStamp { dev: 0, ino: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
             sha256: OnceLock::new(),
             _library: libloading::os::unix::Library::this().into(),
         };
         match pjrt_fn!(plugin, PJRT_Client_Create) {
-            Err(RuntimeError::ApiTooOld {
-                function,
-                have,
-                need,
-                ..
-            }) => {
+            Err(RuntimeError::ApiTooOld { function, have, need, .. }) => {
                 assert_eq!(function, "PJRT_Client_Create");
                 assert_eq!(have, short);
                 assert_eq!(need, short + size_of::<usize>());
@@ -402,8 +359,6 @@ mod tests {
             other => panic!("expected Unimplemented, got {:?}", other.map(|_| ())),
         }
         assert!(plugin.check("PJRT_Anything", std::ptr::null_mut()).is_ok());
-        assert!(plugin
-            .await_event("PJRT_Anything", std::ptr::null_mut())
-            .is_ok());
+        assert!(plugin.await_event("PJRT_Anything", std::ptr::null_mut()).is_ok());
     }
 }

@@ -35,31 +35,17 @@ impl FileStamp {
             dev: m.dev(),
             ino: m.ino(),
             size: m.size(),
-            mtime_ns: m
-                .mtime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(m.mtime_nsec()),
-            ctime_ns: m
-                .ctime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(m.ctime_nsec()),
+            mtime_ns: m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()),
+            ctime_ns: m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
         }
     }
 
     #[cfg(not(unix))]
     fn from_metadata(m: &std::fs::Metadata) -> FileStamp {
         let ns = |t: std::io::Result<std::time::SystemTime>| {
-            t.ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos() as i64)
+            t.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as i64)
         };
-        FileStamp {
-            dev: 0,
-            ino: 0,
-            size: m.len(),
-            mtime_ns: ns(m.modified()),
-            ctime_ns: ns(m.created()),
-        }
+        FileStamp { dev: 0, ino: 0, size: m.len(), mtime_ns: ns(m.modified()), ctime_ns: ns(m.created()) }
     }
 }
 
@@ -71,14 +57,12 @@ pub fn hex(bytes: &[u8]) -> String {
 /// SHA-256 (hex) of the file at `path`, provided its stamp is still `expected` before and
 /// after reading (otherwise the content may not be what was loaded).
 pub fn sha256_if_unchanged(path: &Path, expected: &FileStamp) -> Result<String, String> {
-    let check = |when: &str| {
-        match FileStamp::of(path) {
+    let check = |when: &str| match FileStamp::of(path) {
         Ok(now) if now == *expected => Ok(()),
-        Ok(_) => Err(format!(
-            "the file changed on disk {when} (it was replaced or rewritten after the plugin was loaded)"
-        )),
+        Ok(_) => {
+            Err(format!("the file changed on disk {when} (it was replaced or rewritten after the plugin was loaded)"))
+        }
         Err(e) => Err(format!("cannot stat it {when}: {e}")),
-    }
     };
     check("since it was loaded")?;
     let mut file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;

@@ -47,10 +47,8 @@ impl Executable {
             let mut args = ffi::PJRT_Executable_Serialize_Args::new();
             args.executable = executable;
             pjrt_call!(plugin, PJRT_Executable_Serialize, &mut args)?;
-            let _guard = SerializedGuard {
-                holder: args.serialized_executable,
-                deleter: args.serialized_executable_deleter,
-            };
+            let _guard =
+                SerializedGuard { holder: args.serialized_executable, deleter: args.serialized_executable_deleter };
             if args.serialized_bytes.is_null() || args.serialized_bytes_size == 0 {
                 return Err(RuntimeError::Pjrt {
                     call: "PJRT_Executable_Serialize",
@@ -60,12 +58,8 @@ impl Executable {
             }
             // SAFETY: the plugin returned `serialized_bytes_size` readable bytes that live
             // until the guard calls the deleter, after this copy.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(
-                    args.serialized_bytes.cast::<u8>(),
-                    args.serialized_bytes_size,
-                )
-            };
+            let bytes =
+                unsafe { std::slice::from_raw_parts(args.serialized_bytes.cast::<u8>(), args.serialized_bytes_size) };
             Ok(bytes.to_vec())
         })
     }
@@ -76,19 +70,13 @@ impl Client {
     /// Bytes the plugin cannot parse give a `Pjrt` error; empty bytes are rejected first.
     pub fn deserialize_executable(&self, bytes: &[u8]) -> Result<Executable> {
         if bytes.is_empty() {
-            return Err(RuntimeError::InvalidArgument(
-                "cannot deserialize an executable from zero bytes".into(),
-            ));
+            return Err(RuntimeError::InvalidArgument("cannot deserialize an executable from zero bytes".into()));
         }
         let mut args = ffi::PJRT_Executable_DeserializeAndLoad_Args::new();
         args.client = self.inner.raw;
         args.serialized_executable = bytes.as_ptr().cast();
         args.serialized_executable_size = bytes.len();
-        pjrt_call!(
-            self.inner.plugin,
-            PJRT_Executable_DeserializeAndLoad,
-            &mut args
-        )?;
+        pjrt_call!(self.inner.plugin, PJRT_Executable_DeserializeAndLoad, &mut args)?;
         if args.loaded_executable.is_null() {
             return Err(RuntimeError::Pjrt {
                 call: "PJRT_Executable_DeserializeAndLoad",

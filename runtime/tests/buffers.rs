@@ -6,9 +6,7 @@ use common::*;
 use torchtpu_runtime::{Buffer, ElementType, RuntimeError};
 
 fn round_trip(data: &[u8], ty: ElementType, dims: &[i64]) -> Buffer {
-    let buf = client()
-        .buffer_from_host(data, ty, dims, &device())
-        .unwrap();
+    let buf = client().buffer_from_host(data, ty, dims, &device()).unwrap();
     assert_eq!(buf.element_type(), ty);
     assert_eq!(buf.dims(), dims);
     assert_eq!(buf.to_host().unwrap(), data, "{ty:?} {dims:?}");
@@ -50,17 +48,10 @@ fn scalar_and_empty_arrays() {
 
 #[test]
 fn other_types_round_trip() {
-    for ty in [
-        ElementType::S8,
-        ElementType::U16,
-        ElementType::S32,
-        ElementType::U64,
-        ElementType::BF16,
-        ElementType::C64,
-    ] {
-        let data: Vec<u8> = (0..ty.byte_size() * 6)
-            .map(|i| (i * 7 % 251) as u8)
-            .collect();
+    for ty in
+        [ElementType::S8, ElementType::U16, ElementType::S32, ElementType::U64, ElementType::BF16, ElementType::C64]
+    {
+        let data: Vec<u8> = (0..ty.byte_size() * 6).map(|i| (i * 7 % 251) as u8).collect();
         round_trip(&data, ty, &[6]);
     }
 }
@@ -69,22 +60,14 @@ fn other_types_round_trip() {
 fn buffer_on_another_device() {
     let devices = client().addressable_devices();
     let last = devices.last().unwrap();
-    let buf = client()
-        .buffer_from_host(&f32_bytes(&[1.0, 2.0]), ElementType::F32, &[2], last)
-        .unwrap();
+    let buf = client().buffer_from_host(&f32_bytes(&[1.0, 2.0]), ElementType::F32, &[2], last).unwrap();
     assert_eq!(f32s(&buf.to_host().unwrap()), [1.0, 2.0]);
 }
 
 #[test]
 fn wrong_data_length_is_invalid_argument() {
-    let err = client()
-        .buffer_from_host(
-            &f32_bytes(&[1.0, 2.0, 3.0]),
-            ElementType::F32,
-            &[2, 2],
-            &device(),
-        )
-        .unwrap_err();
+    let err =
+        client().buffer_from_host(&f32_bytes(&[1.0, 2.0, 3.0]), ElementType::F32, &[2, 2], &device()).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
     assert!(err.to_string().contains("12 bytes"), "{err}");
     assert!(err.to_string().contains("16"), "{err}");
@@ -93,21 +76,15 @@ fn wrong_data_length_is_invalid_argument() {
 #[test]
 fn negative_or_overflowing_dims_are_invalid_argument() {
     let c = client();
-    let err = c
-        .buffer_from_host(&[], ElementType::F32, &[-1], &device())
-        .unwrap_err();
+    let err = c.buffer_from_host(&[], ElementType::F32, &[-1], &device()).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
-    let err = c
-        .buffer_from_host(&[0; 8], ElementType::F64, &[i64::MAX, 4], &device())
-        .unwrap_err();
+    let err = c.buffer_from_host(&[0; 8], ElementType::F64, &[i64::MAX, 4], &device()).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
 }
 
 #[test]
 fn buffers_move_between_threads() {
     let buf = upload_f32(&[1.0, 2.0, 3.0], &[3]);
-    let back = std::thread::spawn(move || buf.to_host().unwrap())
-        .join()
-        .unwrap();
+    let back = std::thread::spawn(move || buf.to_host().unwrap()).join().unwrap();
     assert_eq!(f32s(&back), [1.0, 2.0, 3.0]);
 }

@@ -23,19 +23,14 @@ fn second_request_is_a_hit_with_the_same_executable() {
     assert!(Arc::ptr_eq(&first, &second));
     assert_eq!(cache.len(), 1);
 
-    let out = second
-        .execute(&[&upload_f32(&[1.0, -2.0, 0.5], &[3])])
-        .unwrap();
+    let out = second.execute(&[&upload_f32(&[1.0, -2.0, 0.5], &[3])]).unwrap();
     assert_eq!(f32s(&out[0].to_host().unwrap()), [-1.0, 2.0, -0.5]);
 }
 
 #[test]
 fn different_options_give_different_keys_and_entries() {
     let one = CompileOptions::default();
-    let two = CompileOptions {
-        num_replicas: 2,
-        num_partitions: 1,
-    };
+    let two = CompileOptions { num_replicas: 2, num_partitions: 1 };
     let k1 = CacheKey::new(client(), NEG, &one).unwrap();
     let k2 = CacheKey::new(client(), NEG, &two).unwrap();
     assert_eq!(k1.platform_name, "cpu");
@@ -44,10 +39,7 @@ fn different_options_give_different_keys_and_entries() {
     assert_eq!(k1.torchtpu_version, env!("CARGO_PKG_VERSION"));
     assert_ne!(k1.compile_options, k2.compile_options);
     assert_ne!(k1.digest(), k2.digest());
-    assert_eq!(
-        k1.digest(),
-        CacheKey::new(client(), NEG, &one).unwrap().digest()
-    );
+    assert_eq!(k1.digest(), CacheKey::new(client(), NEG, &one).unwrap().digest());
     // The in-process key leaves the plugin hash out (the client fixes the plugin).
     let local = CacheKey::in_process(client(), NEG, &one);
     assert_eq!(local.plugin_sha256, "");
@@ -78,17 +70,11 @@ fn different_text_misses_and_compile_errors_are_not_cached() {
 #[test]
 fn the_cache_is_shared_across_threads() {
     let cache = Arc::new(ExecutableCache::new());
-    let first = cache
-        .get_or_compile(client(), NEG, &CompileOptions::default())
-        .unwrap();
+    let first = cache.get_or_compile(client(), NEG, &CompileOptions::default()).unwrap();
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let cache = Arc::clone(&cache);
-            std::thread::spawn(move || {
-                cache
-                    .get_or_compile(client(), NEG, &CompileOptions::default())
-                    .unwrap()
-            })
+            std::thread::spawn(move || cache.get_or_compile(client(), NEG, &CompileOptions::default()).unwrap())
         })
         .collect();
     for h in handles {

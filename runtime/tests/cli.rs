@@ -42,28 +42,16 @@ fn json(dir: &Path, args: &[&str]) -> Value {
 /// one of them hit once. Returns the three keys.
 fn populate(dir: &Path) -> [String; 3] {
     let one = CompileOptions::default();
-    let two = CompileOptions {
-        num_replicas: 2,
-        num_partitions: 1,
-    };
+    let two = CompileOptions { num_replicas: 2, num_partitions: 1 };
     let (a, b) = (neg_square(20), neg_square(21));
     let cache = ExecutableCache::with_disk(DiskCache::new(dir));
-    cache
-        .get_or_compile_named(client(), &a, &one, Some("graph_a"))
-        .unwrap();
-    cache
-        .get_or_compile_named(client(), &b, &one, Some("graph_b"))
-        .unwrap();
-    cache
-        .get_or_compile_named(client(), &a, &two, None)
-        .unwrap();
+    cache.get_or_compile_named(client(), &a, &one, Some("graph_a")).unwrap();
+    cache.get_or_compile_named(client(), &b, &one, Some("graph_b")).unwrap();
+    cache.get_or_compile_named(client(), &a, &two, None).unwrap();
     // A hit from a fresh cache (as in another process).
-    ExecutableCache::with_disk(DiskCache::new(dir))
-        .get_or_compile(client(), &a, &one)
-        .unwrap();
+    ExecutableCache::with_disk(DiskCache::new(dir)).get_or_compile(client(), &a, &one).unwrap();
     let disk = DiskCache::new(dir);
-    [(&a, &one), (&b, &one), (&a, &two)]
-        .map(|(m, o)| disk.key(client(), m, o).unwrap().digest().hex())
+    [(&a, &one), (&b, &one), (&a, &two)].map(|(m, o)| disk.key(client(), m, o).unwrap().digest().hex())
 }
 
 #[test]
@@ -74,18 +62,8 @@ fn list_show_stats_and_explain() {
     let o = tool(dir.path(), &["list"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    for needle in [
-        "KEY",
-        "GRAPH",
-        "SIZE",
-        "COMPILE",
-        "HITS",
-        "LAST HIT",
-        "graph_a",
-        "graph_b",
-        &ka[..12],
-        "3 entries",
-    ] {
+    for needle in ["KEY", "GRAPH", "SIZE", "COMPILE", "HITS", "LAST HIT", "graph_a", "graph_b", &ka[..12], "3 entries"]
+    {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
     let list = json(dir.path(), &["list"]);
@@ -128,25 +106,13 @@ fn list_show_stats_and_explain() {
 
     // explain: different modules, then different options.
     let e = json(dir.path(), &["explain", &ka[..12], &kb[..12]]);
-    let diffs: Vec<&str> = e["differences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["component"].as_str().unwrap())
-        .collect();
+    let diffs: Vec<&str> =
+        e["differences"].as_array().unwrap().iter().map(|d| d["component"].as_str().unwrap()).collect();
     assert_eq!(diffs, ["module_sha256"]);
-    assert!(e["same"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|s| s == "plugin_sha256"));
+    assert!(e["same"].as_array().unwrap().iter().any(|s| s == "plugin_sha256"));
     let o = tool(dir.path(), &["explain", &ka, &ka2]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("compile_options_hex differs"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("compile_options_hex differs"), "{}", stdout(&o));
 }
 
 #[test]
@@ -154,11 +120,9 @@ fn show_with_an_unknown_or_ambiguous_prefix_says_so_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     populate(dir.path());
     // A malformed prefix is a bad argument (2); one that matches nothing is an error (1).
-    for (prefix, expect, code) in [
-        ("ffffffffffffffff", "no cache entry", 1),
-        ("", "not a key prefix", 2),
-        ("xyz", "not a key prefix", 2),
-    ] {
+    for (prefix, expect, code) in
+        [("ffffffffffffffff", "no cache entry", 1), ("", "not a key prefix", 2), ("xyz", "not a key prefix", 2)]
+    {
         let o = tool(dir.path(), &["show", prefix]);
         assert_eq!(o.status.code(), Some(code), "{prefix:?}");
         let err = stderr(&o);
@@ -178,12 +142,7 @@ fn verify_reports_damaged_entries_and_exits_nonzero() {
     let path_of = |k: &str| DiskCache::new(dir.path()).find(k).unwrap().path;
     let pa = path_of(&ka);
     let len = std::fs::metadata(&pa).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&pa)
-        .unwrap()
-        .set_len(len - 7)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&pa).unwrap().set_len(len - 7).unwrap();
     let pb = path_of(&kb);
     let mut bytes = std::fs::read(&pb).unwrap();
     let mid = bytes.len() / 2;
@@ -201,17 +160,10 @@ fn verify_reports_damaged_entries_and_exits_nonzero() {
     assert_eq!(o.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["loaded"], false);
-    let mut reasons: Vec<String> = report["bad"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["reason"].as_str().unwrap().to_owned())
-        .collect();
+    let mut reasons: Vec<String> =
+        report["bad"].as_array().unwrap().iter().map(|b| b["reason"].as_str().unwrap().to_owned()).collect();
     reasons.sort();
-    assert!(
-        reasons[0].contains("checksum") && reasons[1].contains("truncated"),
-        "{reasons:?}"
-    );
+    assert!(reasons[0].contains("checksum") && reasons[1].contains("truncated"), "{reasons:?}");
 }
 
 #[test]
@@ -219,20 +171,9 @@ fn prune_and_clear() {
     let dir = tempfile::tempdir().unwrap();
     populate(dir.path());
     let r = json(dir.path(), &["prune", "--older-than", "1d"]);
-    assert_eq!(
-        (
-            r["removed_entries"].as_u64(),
-            r["remaining_entries"].as_u64()
-        ),
-        (Some(0), Some(3))
-    );
-    let total = json(dir.path(), &["stats"])["total_bytes"]
-        .as_u64()
-        .unwrap();
-    let r = json(
-        dir.path(),
-        &["prune", "--max-size", &(total - 1).to_string()],
-    );
+    assert_eq!((r["removed_entries"].as_u64(), r["remaining_entries"].as_u64()), (Some(0), Some(3)));
+    let total = json(dir.path(), &["stats"])["total_bytes"].as_u64().unwrap();
+    let r = json(dir.path(), &["prune", "--max-size", &(total - 1).to_string()]);
     assert_eq!(r["removed_entries"], 1);
     assert_eq!(r["remaining_entries"], 2);
     assert!(r["remaining_bytes"].as_u64().unwrap() < total);
@@ -242,10 +183,7 @@ fn prune_and_clear() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("removed 2 entries"), "{}", stdout(&o));
     assert_eq!(json(dir.path(), &["stats"])["entries"], 0);
-    assert!(
-        dir.path().join("notes.txt").exists(),
-        "clear leaves unknown files alone"
-    );
+    assert!(dir.path().join("notes.txt").exists(), "clear leaves unknown files alone");
     let o = tool(dir.path(), &["list"]);
     assert!(stdout(&o).contains("0 entries"), "{}", stdout(&o));
 }
@@ -254,22 +192,13 @@ fn prune_and_clear() {
 fn an_absent_cache_gives_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("never-created");
-    for args in [
-        &["list"][..],
-        &["stats"],
-        &["--json", "stats"],
-        &["show", "ab"],
-        &["verify"],
-        &["explain", "a", "b"],
-    ] {
+    for args in [&["list"][..], &["stats"], &["--json", "stats"], &["show", "ab"], &["verify"], &["explain", "a", "b"]]
+    {
         let o = tool(&missing, args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         let err = stderr(&o);
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(
-            err.contains("no cache at") && err.contains("never-created"),
-            "{err}"
-        );
+        assert!(err.contains("no cache at") && err.contains("never-created"), "{err}");
         assert!(o.stdout.is_empty());
     }
     // Removing from nothing is not an error.
@@ -308,10 +237,7 @@ fn bad_arguments_give_one_line_and_exit_2() {
 /// EPIPE, as in `torchtpu-cache show KEY | head` once head has exited.
 fn tool_with_closed_stdout(dir: &Path, args: &[&str]) -> Output {
     // The write end of a pipe whose only reader (`true`) has exited.
-    let mut reader = Command::new("true")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut reader = Command::new("true").stdin(std::process::Stdio::piped()).spawn().unwrap();
     let writer = reader.stdin.take().unwrap();
     reader.wait().unwrap();
     Command::new(env!("CARGO_BIN_EXE_torchtpu-cache"))

@@ -56,14 +56,9 @@ fn a_fresh_cache_on_the_same_folder_hits_disk_and_does_not_compile() {
     let opts = CompileOptions::default();
 
     let first = ExecutableCache::with_disk(DiskCache::new(dir.path()));
-    let exe = first
-        .get_or_compile_named(client(), &module, &opts, Some("neg_square_5"))
-        .unwrap();
+    let exe = first.get_or_compile_named(client(), &module, &opts, Some("neg_square_5")).unwrap();
     let s = first.stats();
-    assert_eq!(
-        (s.memory_hits, s.disk_hits, s.misses, s.disk_writes),
-        (0, 0, 1, 1)
-    );
+    assert_eq!((s.memory_hits, s.disk_hits, s.misses, s.disk_writes), (0, 0, 1, 1));
     assert!(s.compile_seconds > 0.0);
     let expected = run_neg_square(&exe, 5);
     assert_eq!(expected, [-1.0, -0.25, 0.0, -0.25, -1.0]);
@@ -80,10 +75,7 @@ fn a_fresh_cache_on_the_same_folder_hits_disk_and_does_not_compile() {
     assert_eq!(run_neg_square(&loaded, 5), expected);
     // Then from memory.
     second.get_or_compile(client(), &module, &opts).unwrap();
-    assert_eq!(
-        (second.hits(), second.disk_hits(), second.misses()),
-        (1, 1, 0)
-    );
+    assert_eq!((second.hits(), second.disk_hits(), second.misses()), (1, 1, 0));
     assert!(second.take_warnings().is_empty());
 
     // The sidecar counted the hit and keeps the graph name and key components.
@@ -94,16 +86,10 @@ fn a_fresh_cache_on_the_same_folder_hits_disk_and_does_not_compile() {
     assert!(meta.last_hit_unix_ms.is_some());
     assert_eq!(meta.graph_name.as_deref(), Some("neg_square_5"));
     assert_eq!(meta.components.platform_name, "cpu");
-    assert_eq!(
-        meta.components.plugin_sha256,
-        client().plugin().binary_sha256().unwrap()
-    );
+    assert_eq!(meta.components.plugin_sha256, client().plugin().binary_sha256().unwrap());
     assert_eq!(meta.components.module_bytes, module.len() as u64);
     assert_eq!(meta.entry_bytes, entries[0].entry_bytes);
-    assert_eq!(
-        meta.entry_bytes,
-        meta.payload_bytes + torchtpu_runtime::disk_cache::ENTRY_HEADER_LEN as u64
-    );
+    assert_eq!(meta.entry_bytes, meta.payload_bytes + torchtpu_runtime::disk_cache::ENTRY_HEADER_LEN as u64);
 }
 
 #[test]
@@ -111,27 +97,14 @@ fn get_and_put_directly() {
     let dir = tempfile::tempdir().unwrap();
     let disk = DiskCache::new(dir.path());
     let module = neg_square(3);
-    let key = disk
-        .key(client(), &module, &CompileOptions::default())
-        .unwrap();
-    assert!(
-        disk.get(client(), &key).unwrap().is_none(),
-        "empty cache misses"
-    );
+    let key = disk.key(client(), &module, &CompileOptions::default()).unwrap();
+    assert!(disk.get(client(), &key).unwrap().is_none(), "empty cache misses");
     assert!(!dir.path().join(key.digest().hex()).exists());
 
-    let exe = client()
-        .compile(&module, &CompileOptions::default())
-        .unwrap();
-    let meta = PutMeta {
-        graph_name: None,
-        compile_seconds: 0.5,
-    };
+    let exe = client().compile(&module, &CompileOptions::default()).unwrap();
+    let meta = PutMeta { graph_name: None, compile_seconds: 0.5 };
     let outcome = disk.put(&key, &exe, &meta).unwrap();
-    assert!(
-        matches!(outcome, PutOutcome::Stored { evicted: 0, .. }),
-        "{outcome:?}"
-    );
+    assert!(matches!(outcome, PutOutcome::Stored { evicted: 0, .. }), "{outcome:?}");
     let hit = disk.get(client(), &key).unwrap().unwrap();
     assert_eq!(run_neg_square(&hit, 3), run_neg_square(&exe, 3));
 
@@ -139,22 +112,15 @@ fn get_and_put_directly() {
     assert!(disk.put(&key, &hit, &meta).is_err());
 
     // An in-process key (no plugin hash) cannot name a disk entry.
-    let local =
-        torchtpu_runtime::CacheKey::in_process(client(), &module, &CompileOptions::default());
+    let local = torchtpu_runtime::CacheKey::in_process(client(), &module, &CompileOptions::default());
     assert!(disk.lookup(client(), &local).is_err());
     assert!(disk.put(&local, &exe, &meta).is_err());
 
     // Thresholds.
     let picky = DiskCache::new(dir.path()).with_min_compile_seconds(10.0);
-    assert_eq!(
-        picky.put(&key, &exe, &meta).unwrap(),
-        PutOutcome::SkippedFastCompile
-    );
+    assert_eq!(picky.put(&key, &exe, &meta).unwrap(), PutOutcome::SkippedFastCompile);
     let tiny = DiskCache::new(dir.path()).with_max_size(100);
-    assert_eq!(
-        tiny.put(&key, &exe, &meta).unwrap(),
-        PutOutcome::SkippedTooLarge
-    );
+    assert_eq!(tiny.put(&key, &exe, &meta).unwrap(), PutOutcome::SkippedTooLarge);
 }
 
 /// Damages the only entry under `root` with `damage`, then checks that a fresh cache treats
@@ -163,9 +129,7 @@ fn damaged_entry_is_recompiled(damage: impl Fn(&Path), expect: &str) {
     let dir = tempfile::tempdir().unwrap();
     let module = neg_square(4);
     let opts = CompileOptions::default();
-    ExecutableCache::with_disk(DiskCache::new(dir.path()))
-        .get_or_compile(client(), &module, &opts)
-        .unwrap();
+    ExecutableCache::with_disk(DiskCache::new(dir.path())).get_or_compile(client(), &module, &opts).unwrap();
     let files = entry_files(dir.path());
     assert_eq!(files.len(), 1);
     damage(&files[0]);
@@ -177,11 +141,7 @@ fn damaged_entry_is_recompiled(damage: impl Fn(&Path), expect: &str) {
     let cache = ExecutableCache::with_disk(DiskCache::new(dir.path()));
     let exe = cache.get_or_compile(client(), &module, &opts).unwrap();
     let s = cache.stats();
-    assert_eq!(
-        (s.disk_hits, s.misses, s.disk_discarded, s.disk_writes),
-        (0, 1, 1, 1),
-        "{s:?}"
-    );
+    assert_eq!((s.disk_hits, s.misses, s.disk_discarded, s.disk_writes), (0, 1, 1, 1), "{s:?}");
     let warnings = cache.take_warnings();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].message.contains(expect), "{}", warnings[0]);
@@ -189,11 +149,7 @@ fn damaged_entry_is_recompiled(damage: impl Fn(&Path), expect: &str) {
 
     // Replaced: the next fresh cache hits, and everything verifies.
     let report = DiskCache::new(dir.path()).verify(Some(client())).unwrap();
-    assert_eq!(
-        (report.checked, report.ok, report.bad.len()),
-        (1, 1, 0),
-        "{report:?}"
-    );
+    assert_eq!((report.checked, report.ok, report.bad.len()), (1, 1, 0), "{report:?}");
     let again = ExecutableCache::with_disk(DiskCache::new(dir.path()));
     again.get_or_compile(client(), &module, &opts).unwrap();
     assert_eq!((again.disk_hits(), again.misses()), (1, 0));
@@ -242,12 +198,7 @@ fn an_entry_under_the_wrong_name_is_a_miss() {
     cache.get_or_compile(client(), &mb, &opts).unwrap();
     let ka = disk.key(client(), &ma, &opts).unwrap().digest().hex();
     let kb = disk.key(client(), &mb, &opts).unwrap().digest().hex();
-    let find = |k: &str| {
-        entry_files(dir.path())
-            .into_iter()
-            .find(|p| p.to_string_lossy().contains(k))
-            .unwrap()
-    };
+    let find = |k: &str| entry_files(dir.path()).into_iter().find(|p| p.to_string_lossy().contains(k)).unwrap();
     std::fs::copy(find(&ka), find(&kb)).unwrap();
     let key_b = disk.key(client(), &mb, &opts).unwrap();
     match disk.lookup(client(), &key_b).unwrap() {
@@ -257,10 +208,7 @@ fn an_entry_under_the_wrong_name_is_a_miss() {
         other => panic!("expected Discarded, got {other:?}"),
     }
     assert_eq!(disk.take_warnings().len(), 1);
-    assert!(
-        matches!(disk.lookup(client(), &key_b).unwrap(), Lookup::Miss),
-        "it was removed"
-    );
+    assert!(matches!(disk.lookup(client(), &key_b).unwrap(), Lookup::Miss), "it was removed");
 }
 
 #[test]
@@ -268,14 +216,8 @@ fn lru_eviction_keeps_the_cache_under_its_limit() {
     let dir = tempfile::tempdir().unwrap();
     let opts = CompileOptions::default();
     let modules: Vec<String> = (10..14).map(neg_square).collect();
-    let exes: Vec<_> = modules
-        .iter()
-        .map(|m| client().compile(m, &opts).unwrap())
-        .collect();
-    let meta = PutMeta {
-        graph_name: None,
-        compile_seconds: 0.01,
-    };
+    let exes: Vec<_> = modules.iter().map(|m| client().compile(m, &opts).unwrap()).collect();
+    let meta = PutMeta { graph_name: None, compile_seconds: 0.01 };
     // Measure one entry (bin + sidecar) to size the limit at three entries.
     let probe = DiskCache::new(dir.path());
     let k0 = probe.key(client(), &modules[0], &opts).unwrap();
@@ -283,10 +225,7 @@ fn lru_eviction_keeps_the_cache_under_its_limit() {
     let one = probe.summary().unwrap().total_bytes;
     let limit = one * 3 + one / 2;
     let disk = DiskCache::new(dir.path()).with_max_size(limit);
-    let keys: Vec<_> = modules
-        .iter()
-        .map(|m| disk.key(client(), m, &opts).unwrap())
-        .collect();
+    let keys: Vec<_> = modules.iter().map(|m| disk.key(client(), m, &opts).unwrap()).collect();
 
     let pause = || std::thread::sleep(Duration::from_millis(30));
     pause();
@@ -298,21 +237,14 @@ fn lru_eviction_keeps_the_cache_under_its_limit() {
     assert!(disk.get(client(), &keys[0]).unwrap().is_some());
     pause();
     let outcome = disk.put(&keys[3], &exes[3], &meta).unwrap();
-    assert!(
-        matches!(outcome, PutOutcome::Stored { evicted: 1, .. }),
-        "{outcome:?}"
-    );
+    assert!(matches!(outcome, PutOutcome::Stored { evicted: 1, .. }), "{outcome:?}");
 
     let hit = |i: usize| disk.get(client(), &keys[i]).unwrap().is_some();
     assert!(!hit(1), "the least recently used entry was evicted");
     assert!(hit(0) && hit(2) && hit(3));
     let summary = disk.summary().unwrap();
     assert_eq!(summary.entries, 3);
-    assert!(
-        summary.total_bytes <= limit,
-        "{} > {limit}",
-        summary.total_bytes
-    );
+    assert!(summary.total_bytes <= limit, "{} > {limit}", summary.total_bytes);
 
     // prune: by age (nothing is a day old), then down to one entry's worth.
     let r = disk.prune(None, Some(Duration::from_secs(86400))).unwrap();
@@ -341,11 +273,8 @@ fn worker() {
     let parts: Vec<&str> = spec.split(':').collect();
     match parts[0] {
         "put" => {
-            let (dir, id, rounds): (&str, usize, usize) = (
-                parts[1],
-                parts[2].parse().unwrap(),
-                parts[3].parse().unwrap(),
-            );
+            let (dir, id, rounds): (&str, usize, usize) =
+                (parts[1], parts[2].parse().unwrap(), parts[3].parse().unwrap());
             let disk = DiskCache::new(dir).with_max_size(parts[4].parse().unwrap());
             let opts = CompileOptions::default();
             let shared = neg_square(100);
@@ -354,10 +283,7 @@ fn worker() {
             let own_exe = client().compile(&own, &opts).unwrap();
             let shared_key = disk.key(client(), &shared, &opts).unwrap();
             let own_key = disk.key(client(), &own, &opts).unwrap();
-            let meta = PutMeta {
-                graph_name: Some(format!("worker{id}")),
-                compile_seconds: 0.02,
-            };
+            let meta = PutMeta { graph_name: Some(format!("worker{id}")), compile_seconds: 0.02 };
             for round in 0..rounds {
                 for (key, exe) in [(&shared_key, &shared_exe), (&own_key, &own_exe)] {
                     disk.put(key, exe, &meta).unwrap();
@@ -394,9 +320,8 @@ fn spawn_worker(spec: &str) -> std::process::Child {
 }
 
 fn run_workers(dir: &Path, workers: usize, rounds: usize, max_size: u64) {
-    let children: Vec<_> = (0..workers)
-        .map(|id| spawn_worker(&format!("put:{}:{id}:{rounds}:{max_size}", dir.display())))
-        .collect();
+    let children: Vec<_> =
+        (0..workers).map(|id| spawn_worker(&format!("put:{}:{id}:{rounds}:{max_size}", dir.display()))).collect();
     for (id, mut child) in children.into_iter().enumerate() {
         assert!(child.wait().unwrap().success(), "worker {id} failed");
     }
@@ -407,40 +332,21 @@ fn several_processes_writing_the_same_and_different_keys_lose_and_corrupt_nothin
     let dir = tempfile::tempdir().unwrap();
     let workers = 6;
     let started = Instant::now();
-    run_workers(
-        dir.path(),
-        workers,
-        10,
-        torchtpu_runtime::disk_cache::DEFAULT_MAX_SIZE,
-    );
+    run_workers(dir.path(), workers, 10, torchtpu_runtime::disk_cache::DEFAULT_MAX_SIZE);
     eprintln!("{workers} workers x 10 rounds: {:?}", started.elapsed());
 
     let disk = DiskCache::new(dir.path());
     let report = disk.verify(Some(client())).unwrap();
     assert!(report.bad.is_empty(), "{report:?}");
     // One shared entry plus one per worker: nothing lost.
-    assert_eq!(
-        (report.checked, report.ok),
-        (workers + 1, workers + 1),
-        "{report:?}"
-    );
+    assert_eq!((report.checked, report.ok), (workers + 1, workers + 1), "{report:?}");
     let entries = disk.entries().unwrap();
-    assert!(
-        entries.iter().all(|e| e.meta.is_some()),
-        "every sidecar parses"
-    );
-    let mut names: Vec<_> = entries
-        .iter()
-        .filter_map(|e| e.meta.as_ref()?.graph_name.clone())
-        .collect();
+    assert!(entries.iter().all(|e| e.meta.is_some()), "every sidecar parses");
+    let mut names: Vec<_> = entries.iter().filter_map(|e| e.meta.as_ref()?.graph_name.clone()).collect();
     names.sort();
     names.dedup();
     assert_eq!(names.len(), workers, "{names:?}");
-    assert!(
-        temp_files(dir.path()).is_empty(),
-        "{:?}",
-        temp_files(dir.path())
-    );
+    assert!(temp_files(dir.path()).is_empty(), "{:?}", temp_files(dir.path()));
 }
 
 #[test]
@@ -451,13 +357,7 @@ fn several_processes_evicting_at_once_keep_the_limit_and_corrupt_nothing() {
     let probe = DiskCache::new(dir.path());
     let m = neg_square(100);
     let k = probe.key(client(), &m, &opts).unwrap();
-    probe
-        .put(
-            &k,
-            &client().compile(&m, &opts).unwrap(),
-            &PutMeta::default(),
-        )
-        .unwrap();
+    probe.put(&k, &client().compile(&m, &opts).unwrap(), &PutMeta::default()).unwrap();
     let one = probe.summary().unwrap().total_bytes;
     let limit = one * 3 + one / 2;
     run_workers(dir.path(), 6, 10, limit);
@@ -467,11 +367,7 @@ fn several_processes_evicting_at_once_keep_the_limit_and_corrupt_nothing() {
     assert!(report.bad.is_empty(), "{report:?}");
     assert!(report.checked >= 1, "{report:?}");
     let summary = disk.summary().unwrap();
-    assert!(
-        summary.total_bytes <= limit,
-        "{} > {limit}",
-        summary.total_bytes
-    );
+    assert!(summary.total_bytes <= limit, "{} > {limit}", summary.total_bytes);
     assert!(temp_files(dir.path()).is_empty());
 }
 
@@ -480,17 +376,12 @@ fn the_plugin_hash_memo_is_used_only_for_the_same_file_stamp() {
     let dir = tempfile::tempdir().unwrap();
     // Record a memo (this process hashes the plugin, once).
     let disk = DiskCache::new(dir.path());
-    let real = disk
-        .key(client(), "m", &CompileOptions::default())
-        .unwrap()
-        .plugin_sha256
-        .to_owned();
+    let real = disk.key(client(), "m", &CompileOptions::default()).unwrap().plugin_sha256.to_owned();
     let memo_dir = dir.path().join("plugin-sha256");
     let memos: Vec<_> = std::fs::read_dir(&memo_dir).unwrap().flatten().collect();
     assert_eq!(memos.len(), 1);
     let memo_path = memos[0].path();
-    let memo: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&memo_path).unwrap()).unwrap();
+    let memo: serde_json::Value = serde_json::from_slice(&std::fs::read(&memo_path).unwrap()).unwrap();
     assert_eq!(memo["sha256"], real.as_str());
 
     let in_new_process = |tag: &str| {
@@ -509,8 +400,7 @@ fn the_plugin_hash_memo_is_used_only_for_the_same_file_stamp() {
     planted["stamp"]["size"] = 1.into();
     std::fs::write(&memo_path, serde_json::to_vec(&planted).unwrap()).unwrap();
     assert_eq!(in_new_process("stale"), real);
-    let rewritten: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&memo_path).unwrap()).unwrap();
+    let rewritten: serde_json::Value = serde_json::from_slice(&std::fs::read(&memo_path).unwrap()).unwrap();
     assert_eq!(rewritten["sha256"], real.as_str());
 }
 
@@ -519,10 +409,7 @@ fn the_plugin_hash_memo_is_used_only_for_the_same_file_stamp() {
 fn measure_sizes_and_times() {
     let dir = tempfile::tempdir().unwrap();
     let opts = CompileOptions::default();
-    for (name, module) in [
-        ("neg_square(8)", neg_square(8)),
-        ("dense 128x256x64", dense(128, 256, 64)),
-    ] {
+    for (name, module) in [("neg_square(8)", neg_square(8)), ("dense 128x256x64", dense(128, 256, 64))] {
         let t = Instant::now();
         let exe = client().compile(&module, &opts).unwrap();
         let compile = t.elapsed();
@@ -537,15 +424,8 @@ fn measure_sizes_and_times() {
         let disk = DiskCache::new(dir.path());
         let key = disk.key(client(), &module, &opts).unwrap();
         let t = Instant::now();
-        disk.put(
-            &key,
-            &exe,
-            &PutMeta {
-                graph_name: Some(name.into()),
-                compile_seconds: compile.as_secs_f64(),
-            },
-        )
-        .unwrap();
+        disk.put(&key, &exe, &PutMeta { graph_name: Some(name.into()), compile_seconds: compile.as_secs_f64() })
+            .unwrap();
         let put = t.elapsed();
         let t = Instant::now();
         assert!(disk.get(client(), &key).unwrap().is_some());
@@ -568,17 +448,13 @@ fn a_broken_cache_folder_never_fails_a_compile() {
     let not_a_dir = dir.path().join("file");
     std::fs::write(&not_a_dir, b"x").unwrap();
     let cache = ExecutableCache::with_disk(DiskCache::new(&not_a_dir));
-    let exe = cache
-        .get_or_compile(client(), &neg_square(2), &CompileOptions::default())
-        .unwrap();
+    let exe = cache.get_or_compile(client(), &neg_square(2), &CompileOptions::default()).unwrap();
     assert_eq!(run_neg_square(&exe, 2), [-1.0, -0.25]);
     let s = cache.stats();
     assert_eq!((s.misses, s.disk_writes, s.disk_errors), (1, 0, 2), "{s:?}");
     let warnings = cache.take_warnings();
     assert_eq!(warnings.len(), 2, "{warnings:?}");
-    assert!(warnings
-        .iter()
-        .all(|w| w.to_string().starts_with("torchtpu cache: ")));
+    assert!(warnings.iter().all(|w| w.to_string().starts_with("torchtpu cache: ")));
 }
 
 #[test]
@@ -592,14 +468,7 @@ fn stale_temporaries_and_orphaned_sidecars_are_swept() {
     disk.put(&key, &exe, &PutMeta::default()).unwrap();
     let folder = entry_files(dir.path())[0].parent().unwrap().to_path_buf();
     let old = std::time::SystemTime::now() - Duration::from_secs(7200);
-    let backdate = |p: &Path| {
-        std::fs::File::options()
-            .write(true)
-            .open(p)
-            .unwrap()
-            .set_modified(old)
-            .unwrap()
-    };
+    let backdate = |p: &Path| std::fs::File::options().write(true).open(p).unwrap().set_modified(old).unwrap();
     let stale = folder.join(".tmp-1-2-3-x.bin");
     let fresh = folder.join(".tmp-4-5-6-y.bin");
     let orphan = folder.join(format!("{}.json", "ab".repeat(32)));
@@ -609,17 +478,10 @@ fn stale_temporaries_and_orphaned_sidecars_are_swept() {
     backdate(&stale);
     backdate(&orphan);
     let r = disk.prune(None, Some(Duration::from_secs(86400))).unwrap();
-    assert_eq!(
-        (r.removed_entries, r.removed_leftovers, r.remaining_entries),
-        (0, 2, 1)
-    );
+    assert_eq!((r.removed_entries, r.removed_leftovers, r.remaining_entries), (0, 2, 1));
     assert!(!stale.exists() && !orphan.exists());
     assert!(fresh.exists(), "a write in progress is left alone");
-    assert_eq!(
-        disk.entries().unwrap().len(),
-        1,
-        "temporaries are never listed"
-    );
+    assert_eq!(disk.entries().unwrap().len(), 1, "temporaries are never listed");
 }
 
 #[test]
@@ -629,12 +491,7 @@ fn verify_skips_entries_of_other_toolchains() {
     let module = neg_square(11);
     let opts = CompileOptions::default();
     let key = disk.key(client(), &module, &opts).unwrap();
-    disk.put(
-        &key,
-        &client().compile(&module, &opts).unwrap(),
-        &PutMeta::default(),
-    )
-    .unwrap();
+    disk.put(&key, &client().compile(&module, &opts).unwrap(), &PutMeta::default()).unwrap();
     // The same entry as another plugin build would have filed it.
     let bin = &entry_files(dir.path())[0];
     let other = dir.path().join("0123456789abcdef");
@@ -642,19 +499,8 @@ fn verify_skips_entries_of_other_toolchains() {
     std::fs::copy(bin, other.join(bin.file_name().unwrap())).unwrap();
 
     let report = disk.verify(Some(client())).unwrap();
-    assert_eq!(
-        (
-            report.checked,
-            report.ok,
-            report.bad.len(),
-            report.skipped.len()
-        ),
-        (2, 1, 0, 1)
-    );
-    assert!(
-        report.skipped[0].reason.contains("another toolchain"),
-        "{report:?}"
-    );
+    assert_eq!((report.checked, report.ok, report.bad.len(), report.skipped.len()), (2, 1, 0, 1));
+    assert!(report.skipped[0].reason.contains("another toolchain"), "{report:?}");
     let checksums = disk.verify(None).unwrap();
     assert_eq!((checksums.ok, checksums.loaded), (2, false));
     assert_eq!(disk.summary().unwrap().toolchains, 2);

@@ -31,9 +31,7 @@ fn add_two_matrices() {
     assert_eq!(exe.num_outputs(), 1);
     let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
     let b = [0.5, -1.0, 10.0, 0.0, 2.5, -6.0];
-    let out = exe
-        .execute(&[&upload_f32(&a, &[2, 3]), &upload_f32(&b, &[2, 3])])
-        .unwrap();
+    let out = exe.execute(&[&upload_f32(&a, &[2, 3]), &upload_f32(&b, &[2, 3])]).unwrap();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].element_type(), ElementType::F32);
     assert_eq!(out[0].dims(), [2, 3]);
@@ -43,15 +41,11 @@ fn add_two_matrices() {
 
 #[test]
 fn dot_general_with_two_outputs() {
-    let exe = client()
-        .compile(DOT_AND_SQUARE, &CompileOptions::default())
-        .unwrap();
+    let exe = client().compile(DOT_AND_SQUARE, &CompileOptions::default()).unwrap();
     assert_eq!(exe.num_outputs(), 2);
     let x: Vec<f32> = (0..6).map(|i| i as f32 - 2.0).collect();
     let w: Vec<f32> = (0..12).map(|i| (i as f32) * 0.25).collect();
-    let out = exe
-        .execute(&[&upload_f32(&x, &[2, 3]), &upload_f32(&w, &[3, 4])])
-        .unwrap();
+    let out = exe.execute(&[&upload_f32(&x, &[2, 3]), &upload_f32(&w, &[3, 4])]).unwrap();
     assert_eq!(out.len(), 2);
     assert_eq!(out[0].dims(), [2, 4]);
     assert_eq!(out[1].dims(), [2, 3]);
@@ -64,10 +58,7 @@ fn dot_general_with_two_outputs() {
     }
     let got = f32s(&out[0].to_host().unwrap());
     for (g, e) in got.iter().zip(&expected) {
-        assert!(
-            (g - e).abs() <= 1e-5 * e.abs().max(1.0),
-            "{got:?} vs {expected:?}"
-        );
+        assert!((g - e).abs() <= 1e-5 * e.abs().max(1.0), "{got:?} vs {expected:?}");
     }
     let squares: Vec<f32> = x.iter().map(|v| v * v).collect();
     assert_eq!(f32s(&out[1].to_host().unwrap()), squares);
@@ -75,14 +66,10 @@ fn dot_general_with_two_outputs() {
 
 #[test]
 fn integer_and_predicate_outputs() {
-    let exe = client()
-        .compile(I64_COMPARE, &CompileOptions::default())
-        .unwrap();
+    let exe = client().compile(I64_COMPARE, &CompileOptions::default()).unwrap();
     let a = [5, -3, 7, i64::MAX];
     let b = [2, -3, 9, 0];
-    let out = exe
-        .execute(&[&upload_i64(&a, &[4]), &upload_i64(&b, &[4])])
-        .unwrap();
+    let out = exe.execute(&[&upload_i64(&a, &[4]), &upload_i64(&b, &[4])]).unwrap();
     assert_eq!(out[0].element_type(), ElementType::S64);
     assert_eq!(i64s(&out[0].to_host().unwrap()), [3, 0, -2, i64::MAX]);
     assert_eq!(out[1].element_type(), ElementType::Pred);
@@ -102,12 +89,7 @@ fn outputs_feed_the_next_execution() {
 
 #[test]
 fn malformed_mlir_is_the_plugins_error() {
-    let err = client()
-        .compile(
-            "func.func @main( this is not mlir",
-            &CompileOptions::default(),
-        )
-        .unwrap_err();
+    let err = client().compile("func.func @main( this is not mlir", &CompileOptions::default()).unwrap_err();
     match &err {
         RuntimeError::Pjrt { call, message, .. } => {
             assert_eq!(*call, "PJRT_Client_Compile");
@@ -117,23 +99,13 @@ fn malformed_mlir_is_the_plugins_error() {
     }
     // Unknown op: the plugin's parser names it.
     let bogus = "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  %0 = stablehlo.bogus %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}";
-    let err = client()
-        .compile(bogus, &CompileOptions::default())
-        .unwrap_err();
+    let err = client().compile(bogus, &CompileOptions::default()).unwrap_err();
     assert!(err.to_string().contains("stablehlo.bogus"), "{err}");
 }
 
 #[test]
 fn invalid_options_are_rejected_before_the_plugin() {
-    let err = client()
-        .compile(
-            ADD,
-            &CompileOptions {
-                num_replicas: 0,
-                num_partitions: 1,
-            },
-        )
-        .unwrap_err();
+    let err = client().compile(ADD, &CompileOptions { num_replicas: 0, num_partitions: 1 }).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
 }
 
@@ -147,16 +119,7 @@ fn wrong_arguments_are_errors_not_crashes() {
 
     let wrong_type = upload_i64(&[0; 6], &[2, 3]);
     let err = exe.execute(&[&a, &wrong_type]).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            RuntimeError::Pjrt {
-                call: "PJRT_LoadedExecutable_Execute",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(err, RuntimeError::Pjrt { call: "PJRT_LoadedExecutable_Execute", .. }), "{err:?}");
 }
 
 #[test]
@@ -164,15 +127,11 @@ fn buffers_of_another_client_are_rejected() {
     let exe = client().compile(ADD, &CompileOptions::default()).unwrap();
     let other = Client::new(Plugin::load_default().unwrap()).unwrap();
     let dev = other.first_device().unwrap();
-    let foreign = other
-        .buffer_from_host(&f32_bytes(&[0.0; 6]), ElementType::F32, &[2, 3], &dev)
-        .unwrap();
+    let foreign = other.buffer_from_host(&f32_bytes(&[0.0; 6]), ElementType::F32, &[2, 3], &dev).unwrap();
     let mine = upload_f32(&[0.0; 6], &[2, 3]);
     let err = exe.execute(&[&mine, &foreign]).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
-    let err = client()
-        .buffer_from_host(&f32_bytes(&[0.0]), ElementType::F32, &[], &dev)
-        .unwrap_err();
+    let err = client().buffer_from_host(&f32_bytes(&[0.0]), ElementType::F32, &[], &dev).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
 }
 
@@ -184,10 +143,7 @@ fn an_executable_outlives_its_client_handle_and_runs_from_threads() {
         // Buffers must come from the executable's client; upload before dropping the handle.
         let dev = own.first_device().unwrap();
         let bufs: Vec<_> = (0..2)
-            .map(|i| {
-                own.buffer_from_host(&f32_bytes(&[i as f32; 6]), ElementType::F32, &[2, 3], &dev)
-                    .unwrap()
-            })
+            .map(|i| own.buffer_from_host(&f32_bytes(&[i as f32; 6]), ElementType::F32, &[2, 3], &dev).unwrap())
             .collect();
         (exe, bufs)
     };
@@ -221,35 +177,23 @@ fn timings() {
         let exe = client.compile(text, &CompileOptions::default()).unwrap();
         println!("{name}: compile {:?}", t.elapsed());
         let dev = client.first_device().unwrap();
-        let x = client
-            .buffer_from_host(&f32_bytes(&[1.0; 6]), ElementType::F32, &[2, 3], &dev)
-            .unwrap();
+        let x = client.buffer_from_host(&f32_bytes(&[1.0; 6]), ElementType::F32, &[2, 3], &dev).unwrap();
         let second = if name == "add" { [2, 3] } else { [3, 4] };
         let n = (second[0] * second[1]) as usize;
-        let y = client
-            .buffer_from_host(&f32_bytes(&vec![1.0; n]), ElementType::F32, &second, &dev)
-            .unwrap();
+        let y = client.buffer_from_host(&f32_bytes(&vec![1.0; n]), ElementType::F32, &second, &dev).unwrap();
         exe.execute(&[&x, &y]).unwrap();
         let iters = 2000;
         let t = Instant::now();
         for _ in 0..iters {
             exe.execute(&[&x, &y]).unwrap();
         }
-        println!(
-            "{name}: execute (device-resident args) {:?}/call",
-            t.elapsed() / iters
-        );
+        println!("{name}: execute (device-resident args) {:?}/call", t.elapsed() / iters);
         let t = Instant::now();
         for _ in 0..iters {
-            let a = client
-                .buffer_from_host(&f32_bytes(&[1.0; 6]), ElementType::F32, &[2, 3], &dev)
-                .unwrap();
+            let a = client.buffer_from_host(&f32_bytes(&[1.0; 6]), ElementType::F32, &[2, 3], &dev).unwrap();
             let out = exe.execute(&[&a, &y]).unwrap();
             out[0].to_host().unwrap();
         }
-        println!(
-            "{name}: upload + execute + download {:?}/call",
-            t.elapsed() / iters
-        );
+        println!("{name}: upload + execute + download {:?}/call", t.elapsed() / iters);
     }
 }

@@ -48,17 +48,13 @@ fn two_clients_coexist() {
 fn missing_plugin_names_the_path_and_the_fix() {
     let path = PathBuf::from("/definitely/not/here/pjrt_plugin.so");
     let err = Plugin::load(&path).unwrap_err();
-    assert!(
-        matches!(&err, RuntimeError::PluginNotFound { path: p, .. } if *p == path),
-        "{err:?}"
-    );
+    assert!(matches!(&err, RuntimeError::PluginNotFound { path: p, .. } if *p == path), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("/definitely/not/here/pjrt_plugin.so"), "{msg}");
     assert!(msg.contains(PLUGIN_ENV), "{msg}");
     assert!(msg.contains("make setup"), "{msg}");
     assert!(msg.contains(INSTALL_COMMAND), "{msg}");
-    assert!(INSTALL_COMMAND
-        .contains("pip install --no-deps --target .venv/pjrt lammps-jax-pjrt-cpu==0.11.2"));
+    assert!(INSTALL_COMMAND.contains("pip install --no-deps --target .venv/pjrt lammps-jax-pjrt-cpu==0.11.2"));
 }
 
 #[test]

@@ -26,9 +26,7 @@ fn run(exe: &torchtpu_runtime::Executable) -> Vec<Vec<f32>> {
 #[test]
 fn serialize_deserialize_execute_gives_the_same_results() {
     let t = Instant::now();
-    let exe = client()
-        .compile(DOT_AND_SQUARE, &CompileOptions::default())
-        .unwrap();
+    let exe = client().compile(DOT_AND_SQUARE, &CompileOptions::default()).unwrap();
     let compile = t.elapsed();
     let t = Instant::now();
     let bytes = exe.serialize().unwrap();
@@ -37,10 +35,7 @@ fn serialize_deserialize_execute_gives_the_same_results() {
     let t = Instant::now();
     let loaded = client().deserialize_executable(&bytes).unwrap();
     let deserialize = t.elapsed();
-    eprintln!(
-        "compile {compile:?}, serialize {serialize:?} ({} bytes), deserialize {deserialize:?}",
-        bytes.len()
-    );
+    eprintln!("compile {compile:?}, serialize {serialize:?} ({} bytes), deserialize {deserialize:?}", bytes.len());
     assert_eq!(loaded.num_outputs(), 2);
     assert!(!exe.is_deserialized() && loaded.is_deserialized());
     assert_eq!(run(&loaded), run(&exe));
@@ -53,12 +48,8 @@ fn serialize_deserialize_execute_gives_the_same_results() {
 /// fails at run time ("Function wrapped_multiply not found"), so the runtime refuses it.
 #[test]
 fn a_deserialized_executable_does_not_serialize_again() {
-    let exe = client()
-        .compile(DOT_AND_SQUARE, &CompileOptions::default())
-        .unwrap();
-    let loaded = client()
-        .deserialize_executable(&exe.serialize().unwrap())
-        .unwrap();
+    let exe = client().compile(DOT_AND_SQUARE, &CompileOptions::default()).unwrap();
+    let loaded = client().deserialize_executable(&exe.serialize().unwrap()).unwrap();
     let err = loaded.serialize().unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err}");
     assert!(err.to_string().contains("original bytes"), "{err}");
@@ -68,9 +59,7 @@ fn a_deserialized_executable_does_not_serialize_again() {
 fn garbage_and_empty_bytes_are_errors_not_crashes() {
     let err = client().deserialize_executable(&[]).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err}");
-    let err = client()
-        .deserialize_executable(b"definitely not an executable")
-        .unwrap_err();
+    let err = client().deserialize_executable(b"definitely not an executable").unwrap_err();
     assert!(matches!(err, RuntimeError::Pjrt { .. }), "{err}");
     eprintln!("garbage: {err}");
 }

@@ -17,7 +17,14 @@ use std::collections::HashMap;
 pub fn is_alias_op(base: &str) -> bool {
     matches!(
         base,
-        "aten.view" | "aten.reshape" | "aten._unsafe_view" | "aten.squeeze" | "aten.unsqueeze" | "aten.flatten" | "aten.alias" | "aten.detach"
+        "aten.view"
+            | "aten.reshape"
+            | "aten._unsafe_view"
+            | "aten.squeeze"
+            | "aten.unsqueeze"
+            | "aten.flatten"
+            | "aten.alias"
+            | "aten.detach"
     )
 }
 
@@ -160,7 +167,8 @@ fn estimate_wide(g: &Graph, order: &[NodeId]) -> Wide {
             frees[pos].push(buf);
         }
     }
-    est.input = bufs.bytes.iter().zip(&bufs.is_input).filter(|(_, &i)| i).fold(0u128, |acc, (b, _)| acc.saturating_add(*b));
+    est.input =
+        bufs.bytes.iter().zip(&bufs.is_input).filter(|(_, &i)| i).fold(0u128, |acc, (b, _)| acc.saturating_add(*b));
     let mut live = est.input;
     est.peak = live;
     let mut allocated = vec![false; bufs.bytes.len()];
@@ -278,7 +286,11 @@ pub fn human_bytes(b: u64) -> String {
         x /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{b} B") } else { format!("{x:.2} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{x:.2} {}", UNITS[u])
+    }
 }
 
 /// The report `torchtpu-opt --print-memory` prints.

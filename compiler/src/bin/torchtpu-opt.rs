@@ -72,7 +72,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe on stderr (IR dumps, `2>&1 | head`) ends the tool quietly, like one
         // on stdout (see `emit`).
-        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -118,14 +122,17 @@ fn run(args: &Args) -> Result<()> {
     let stderr = std::io::stderr();
     // The report is rendered now: passes may remove the node it names.
     let memory_before = match args.print_memory {
-        true => Some(memory::report(&graph, &memory::estimate(&graph).map_err(|_| anyhow::anyhow!("graph has a cycle"))?)),
+        true => {
+            Some(memory::report(&graph, &memory::estimate(&graph).map_err(|_| anyhow::anyhow!("graph has a cycle"))?))
+        }
         false => None,
     };
     let runs = pm.run(&mut graph, &mut stderr.lock())?;
     let aliases = if args.donate_inputs { memory::donation_pairs(&graph) } else { Vec::new() };
     if let Some(before) = memory_before {
         let donated: Vec<usize> = aliases.iter().map(|(i, _)| *i).collect();
-        let after = memory::estimate_with_donation(&graph, &donated).map_err(|_| anyhow::anyhow!("graph has a cycle"))?;
+        let after =
+            memory::estimate_with_donation(&graph, &donated).map_err(|_| anyhow::anyhow!("graph has a cycle"))?;
         let mut err = stderr.lock();
         writeln!(err, "{before} (before passes)")?;
         writeln!(err, "{} (after passes)", memory::report(&graph, &after))?;
@@ -134,7 +141,13 @@ fn run(args: &Args) -> Result<()> {
         let mut err = stderr.lock();
         writeln!(err, "// pass timing")?;
         for r in &runs {
-            writeln!(err, "//   {:<16} {:>10.3} ms  {}", r.pass, r.elapsed.as_secs_f64() * 1e3, if r.changed { "changed" } else { "unchanged" })?;
+            writeln!(
+                err,
+                "//   {:<16} {:>10.3} ms  {}",
+                r.pass,
+                r.elapsed.as_secs_f64() * 1e3,
+                if r.changed { "changed" } else { "unchanged" }
+            )?;
         }
     }
     match args.emit {
@@ -151,7 +164,11 @@ fn read_input(path: Option<&PathBuf>) -> Result<(String, String)> {
         Some(p) if p.as_os_str() != "-" => {
             let bytes = std::fs::read(p).with_context(|| format!("cannot read '{}'", p.display()))?;
             let text = String::from_utf8(bytes).map_err(|e| {
-                anyhow::anyhow!("'{}' is not UTF-8 text (invalid byte at offset {})", p.display(), e.utf8_error().valid_up_to())
+                anyhow::anyhow!(
+                    "'{}' is not UTF-8 text (invalid byte at offset {})",
+                    p.display(),
+                    e.utf8_error().valid_up_to()
+                )
             })?;
             Ok((p.display().to_string(), text))
         }
@@ -176,4 +193,3 @@ fn emit(args: &Args, text: &str) -> Result<()> {
         }
     }
 }
-

@@ -70,9 +70,7 @@ impl Literal {
     /// Builds a literal, rounding float elements to the dtype and checking the element kind
     /// and count against the (static) type.
     pub fn new(ty: TensorType, elems: Elements) -> Result<Literal, String> {
-        let numel = ty
-            .numel()
-            .ok_or_else(|| format!("literal type {ty} must have a static shape"))?;
+        let numel = ty.numel().ok_or_else(|| format!("literal type {ty} must have a static shape"))?;
         let kind_ok = match &elems {
             Elements::Float(_) => ty.dtype.is_float(),
             Elements::Int(_) => ty.dtype.is_integer(),

@@ -277,8 +277,7 @@ impl Graph {
 
     /// Whether any node or output reads any result of `id`.
     pub fn has_uses(&self, id: NodeId) -> bool {
-        self.g.edges_directed(id, Direction::Outgoing).next().is_some()
-            || self.outputs.iter().any(|o| o.node == id)
+        self.g.edges_directed(id, Direction::Outgoing).next().is_some() || self.outputs.iter().any(|o| o.node == id)
     }
 
     pub fn is_output(&self, v: Value) -> bool {
@@ -324,11 +323,8 @@ impl Graph {
     /// Points operand `slot` of `user` at `to`.
     pub fn set_operand(&mut self, user: NodeId, slot: u32, to: Value) {
         let old = self.g[user].operands[slot as usize];
-        let edge: Option<EdgeIndex<u32>> = self
-            .g
-            .edges_connecting(old.node, user)
-            .find(|e| e.weight().operand == slot)
-            .map(|e| e.id());
+        let edge: Option<EdgeIndex<u32>> =
+            self.g.edges_connecting(old.node, user).find(|e| e.weight().operand == slot).map(|e| e.id());
         if let Some(e) = edge {
             self.g.remove_edge(e);
         }
@@ -379,7 +375,8 @@ impl Graph {
             order.iter().enumerate().map(|(i, n)| (*n, i)).chain(inputs).collect()
         };
         let (pos_a, pos_b) = (positions(self, &a), positions(other, &b));
-        let inputs_equal = self.inputs.iter().zip(&other.inputs).all(|(x, y)| self.g[*x].results == other.g[*y].results);
+        let inputs_equal =
+            self.inputs.iter().zip(&other.inputs).all(|(x, y)| self.g[*x].results == other.g[*y].results);
         if !inputs_equal {
             return false;
         }

@@ -70,13 +70,56 @@ const fn info(operands: Arity, results: usize, required_attrs: &'static [&'stati
 }
 
 const UNARY: [&str; 32] = [
-    "abs", "neg", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log",
-    "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid",
-    "erf", "reciprocal", "relu", "logical_not", "bitwise_not", "gelu",
+    "abs",
+    "neg",
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "sign",
+    "sqrt",
+    "rsqrt",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "reciprocal",
+    "relu",
+    "logical_not",
+    "bitwise_not",
+    "gelu",
 ];
 const BINARY: [&str; 16] = [
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod", "atan2", "bitwise_and",
-    "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "remainder",
+    "fmod",
+    "atan2",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
 ];
 const COMPARE: [&str; 6] = ["eq", "ne", "lt", "le", "gt", "ge"];
 
@@ -126,8 +169,21 @@ pub fn is_nondeterministic(op: &OpName) -> bool {
     op.namespace == "aten"
         && matches!(
             op.name.as_str(),
-            "native_dropout" | "dropout" | "bernoulli" | "rand" | "randn" | "rand_like" | "randn_like" | "randint"
-                | "randint_like" | "randperm" | "normal" | "uniform" | "multinomial" | "exponential" | "poisson"
+            "native_dropout"
+                | "dropout"
+                | "bernoulli"
+                | "rand"
+                | "randn"
+                | "rand_like"
+                | "randn_like"
+                | "randint"
+                | "randint_like"
+                | "randperm"
+                | "normal"
+                | "uniform"
+                | "multinomial"
+                | "exponential"
+                | "poisson"
         )
 }
 

@@ -126,11 +126,16 @@ impl<'a> Lexer<'a> {
                 self.bump();
                 // Graph names may carry '.' and '-' (module paths); value names may not.
                 let global = c == b'@';
-                let name = self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_' || (global && (c == b'.' || c == b'-')));
+                let name =
+                    self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_' || (global && (c == b'.' || c == b'-')));
                 if name.is_empty() {
                     return Err(self.err(pos, format!("expected a name after '{}'", c as char)));
                 }
-                if c == b'%' { Tok::Value(name) } else { Tok::Global(name) }
+                if c == b'%' {
+                    Tok::Value(name)
+                } else {
+                    Tok::Global(name)
+                }
             }
             b'"' => Tok::Str(self.string(pos)?),
             c if c.is_ascii_digit() => self.number(),
@@ -180,7 +185,11 @@ impl<'a> Lexer<'a> {
                 s.push_str(&digits);
             }
         }
-        if float { Tok::Float(s) } else { Tok::Int(s) }
+        if float {
+            Tok::Float(s)
+        } else {
+            Tok::Int(s)
+        }
     }
 
     fn string(&mut self, pos: Pos) -> Result<String, ParseError> {
@@ -448,11 +457,8 @@ impl<'a> Parser<'a> {
         }
         self.expect_punct(":")?;
         let types_pos = self.pos;
-        let results = if self.eat_punct("(")? {
-            self.list(")", |p| p.tensor_type())?
-        } else {
-            vec![self.tensor_type()?]
-        };
+        let results =
+            if self.eat_punct("(")? { self.list(")", |p| p.tensor_type())? } else { vec![self.tensor_type()?] };
         match def {
             None if !results.is_empty() => {
                 return Err(self.err_at(def_pos, format!("op with {} results needs a name: '%x = ...'", results.len())))
@@ -481,10 +487,8 @@ impl<'a> Parser<'a> {
         let pos = self.pos;
         let Tok::Value(name) = self.tok.clone() else { return Err(self.expected("a value like '%0'")) };
         self.advance()?;
-        let &(v, count) = self
-            .values
-            .get(&name)
-            .ok_or_else(|| self.err_at(pos, format!("use of undefined value '%{name}'")))?;
+        let &(v, count) =
+            self.values.get(&name).ok_or_else(|| self.err_at(pos, format!("use of undefined value '%{name}'")))?;
         if self.eat_punct("#")? {
             let ipos = self.pos;
             let i = self.int()?;
@@ -504,7 +508,8 @@ impl<'a> Parser<'a> {
         let neg = self.eat_punct("-")?;
         let Tok::Int(s) = self.tok.clone() else { return Err(self.expected("an integer")) };
         let text = if neg { format!("-{s}") } else { s };
-        let v = text.parse::<i64>().map_err(|_| self.err_at(pos, format!("integer '{text}' is out of range for i64")))?;
+        let v =
+            text.parse::<i64>().map_err(|_| self.err_at(pos, format!("integer '{text}' is out of range for i64")))?;
         self.advance()?;
         Ok(v)
     }
@@ -512,8 +517,12 @@ impl<'a> Parser<'a> {
     fn tensor_type(&mut self) -> PResult<TensorType> {
         let pos = self.pos;
         let dtype = match &self.tok {
-            Tok::Ident(s) => DType::from_name(s)
-                .ok_or_else(|| self.err_at(pos, format!("unknown dtype '{s}' (expected one of f16 bf16 f32 f64 i8 i16 i32 i64 u8 bool c64 c128)")))?,
+            Tok::Ident(s) => DType::from_name(s).ok_or_else(|| {
+                self.err_at(
+                    pos,
+                    format!("unknown dtype '{s}' (expected one of f16 bf16 f32 f64 i8 i16 i32 i64 u8 bool c64 c128)"),
+                )
+            })?,
             _ => return Err(self.expected("a tensor type like 'f32[2, 3]'")),
         };
         self.advance()?;
@@ -569,7 +578,11 @@ impl<'a> Parser<'a> {
     fn attr(&mut self) -> PResult<Attr> {
         let pos = self.pos;
         if let Some((is_float, text)) = self.number()? {
-            return Ok(if is_float { Attr::Float(self.float_of(pos, &text)?) } else { Attr::Int(self.int_of(pos, &text)?) });
+            return Ok(if is_float {
+                Attr::Float(self.float_of(pos, &text)?)
+            } else {
+                Attr::Int(self.int_of(pos, &text)?)
+            });
         }
         let attr = match self.tok.clone() {
             Tok::Str(s) => Attr::Str(s),
@@ -628,7 +641,12 @@ impl<'a> Parser<'a> {
         let dtype = ty.dtype;
         let bad = |p: &Self, pos: Pos| p.err_at(pos, format!("element does not fit a {dtype} literal"));
         let elems = if dtype == DType::Bool {
-            Elements::Bool(items.iter().map(|(p, n, b)| if n.is_none() { Ok(*b) } else { Err(bad(self, *p)) }).collect::<PResult<_>>()?)
+            Elements::Bool(
+                items
+                    .iter()
+                    .map(|(p, n, b)| if n.is_none() { Ok(*b) } else { Err(bad(self, *p)) })
+                    .collect::<PResult<_>>()?,
+            )
         } else if dtype.is_integer() {
             Elements::Int(
                 items
@@ -663,7 +681,8 @@ impl<'a> Parser<'a> {
 
 fn parse_symbol(s: &str) -> Option<u32> {
     let digits = s.strip_prefix('s')?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0'))
+    {
         return None;
     }
     digits.parse().ok()

@@ -146,7 +146,11 @@ pub fn format_f64(x: f64) -> String {
     if x.is_nan() {
         "nan".into()
     } else if x.is_infinite() {
-        if x > 0.0 { "inf".into() } else { "-inf".into() }
+        if x > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
     } else {
         format!("{x:?}")
     }

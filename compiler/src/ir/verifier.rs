@@ -145,8 +145,9 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
         ShapeRule::Broadcast | ShapeRule::Compare => {
             let mut shape: Vec<Dim> = Vec::new();
             for (i, v) in node.operands.iter().enumerate() {
-                shape = broadcast_shapes(&shape, &g.value_type(*v).shape)
-                    .ok_or_else(|| format!("operand {i} of type {} does not broadcast with the others", g.value_type(*v)))?;
+                shape = broadcast_shapes(&shape, &g.value_type(*v).shape).ok_or_else(|| {
+                    format!("operand {i} of type {} does not broadcast with the others", g.value_type(*v))
+                })?;
             }
             if result.shape != shape {
                 return shape_mismatch(&shape);
@@ -156,7 +157,8 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             }
         }
         ShapeRule::MatMul | ShapeRule::BatchMatMul | ShapeRule::AddMm => {
-            let (a, b) = if info.rule == ShapeRule::AddMm { (operand(1), operand(2)) } else { (operand(0), operand(1)) };
+            let (a, b) =
+                if info.rule == ShapeRule::AddMm { (operand(1), operand(2)) } else { (operand(0), operand(1)) };
             let rank = if info.rule == ShapeRule::BatchMatMul { 3 } else { 2 };
             if a.rank() != rank || b.rank() != rank {
                 return Err(format!("expects rank-{rank} operands, got {a} and {b}"));
@@ -173,7 +175,9 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             if result.shape != expected {
                 return shape_mismatch(&expected);
             }
-            if info.rule == ShapeRule::AddMm && broadcast_shapes(&operand(0).shape, &expected).as_deref() != Some(&expected[..]) {
+            if info.rule == ShapeRule::AddMm
+                && broadcast_shapes(&operand(0).shape, &expected).as_deref() != Some(&expected[..])
+            {
                 return Err(format!("bias {} does not broadcast to {}", operand(0), result));
             }
         }
@@ -193,7 +197,8 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
         ShapeRule::Permute => {
             let Some(Attr::IntList(perm)) = node.attr("dims") else { return Err("'dims' must be an int list".into()) };
             let input = operand(0);
-            let perm = normalize_permutation(perm, input.rank()).ok_or_else(|| format!("dims {perm:?} is not a permutation of rank {}", input.rank()))?;
+            let perm = normalize_permutation(perm, input.rank())
+                .ok_or_else(|| format!("dims {perm:?} is not a permutation of rank {}", input.rank()))?;
             let expected: Vec<Dim> = perm.iter().map(|&p| input.shape[p]).collect();
             if result.shape != expected {
                 return shape_mismatch(&expected);
@@ -201,7 +206,9 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
         }
         ShapeRule::Constant => match node.attr("value") {
             Some(Attr::Tensor(l)) if &l.ty == result => {}
-            Some(Attr::Tensor(l)) => return Err(format!("literal type {} differs from the result type {result}", l.ty)),
+            Some(Attr::Tensor(l)) => {
+                return Err(format!("literal type {} differs from the result type {result}", l.ty))
+            }
             _ => return Err("'value' must be a dense literal".into()),
         },
     }

@@ -173,7 +173,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
             (d, v) if d.is_integer() => self.attr(&format!("dense<{}> : {scalar_ty}", v.as_f64() as i64))?,
             (d, v) if d.is_complex() => {
                 let part = if d == DType::C128 { DType::F64 } else { DType::F32 };
-                self.attr(&format!("dense<({}, {})> : {scalar_ty}", float_literal(part, v.as_f64()), float_literal(part, 0.0)))?
+                self.attr(&format!(
+                    "dense<({}, {})> : {scalar_ty}",
+                    float_literal(part, v.as_f64()),
+                    float_literal(part, 0.0)
+                ))?
             }
             (d, _) => return Err(RuleError::Unsupported(format!("constants of dtype {d}"))),
         };
@@ -341,13 +345,17 @@ impl<'c, 'a> Emitter<'c, 'a> {
     pub fn slice(&self, x: &Tv<'c, 'a>, start: &[i64], limit: &[i64], stride: &[i64]) -> RuleResult<Tv<'c, 'a>> {
         let r = x.rank();
         if start.len() != r || limit.len() != r || stride.len() != r || stride.iter().any(|&st| st < 1) {
-            return Err(RuleError::Bad(format!("bad slice of {:?}: start {start:?}, limit {limit:?}, stride {stride:?}", x.dims)));
+            return Err(RuleError::Bad(format!(
+                "bad slice of {:?}: start {start:?}, limit {limit:?}, stride {stride:?}",
+                x.dims
+            )));
         }
         // In i128: bounds come from attributes, of any magnitude.
         let dims: Vec<i64> = (0..r)
             .map(|i| {
                 let len = ((limit[i] as i128 - start[i] as i128).max(0) + stride[i] as i128 - 1) / stride[i] as i128;
-                i64::try_from(len).map_err(|_| RuleError::Bad(format!("slice [{}, {}) is too long", start[i], limit[i])))
+                i64::try_from(len)
+                    .map_err(|_| RuleError::Bad(format!("slice [{}, {}) is too long", start[i], limit[i])))
             })
             .collect::<RuleResult<_>>()?;
         self.op(
@@ -365,10 +373,20 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     /// `stablehlo.pad`: `low`/`high` edge padding (negative crops) and `interior` padding
     /// between elements, filled with the scalar `value`.
-    pub fn pad(&self, x: &Tv<'c, 'a>, value: &Tv<'c, 'a>, low: &[i64], high: &[i64], interior: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+    pub fn pad(
+        &self,
+        x: &Tv<'c, 'a>,
+        value: &Tv<'c, 'a>,
+        low: &[i64],
+        high: &[i64],
+        interior: &[i64],
+    ) -> RuleResult<Tv<'c, 'a>> {
         let r = x.rank();
         if low.len() != r || high.len() != r || interior.len() != r || interior.iter().any(|&n| n < 0) {
-            return Err(RuleError::Bad(format!("bad pad of {:?}: low {low:?}, high {high:?}, interior {interior:?}", x.dims)));
+            return Err(RuleError::Bad(format!(
+                "bad pad of {:?}: low {low:?}, high {high:?}, interior {interior:?}",
+                x.dims
+            )));
         }
         // In i128: padding amounts come from attributes, of any magnitude.
         let dims: Vec<i64> = (0..r)
@@ -394,7 +412,14 @@ impl<'c, 'a> Emitter<'c, 'a> {
     }
 
     /// A summing `stablehlo.reduce_window` with zero padding given per dim as [low, high].
-    pub fn window_sum(&self, x: &Tv<'c, 'a>, window: &[i64], strides: &[i64], pads: &[[i64; 2]], out_dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+    pub fn window_sum(
+        &self,
+        x: &Tv<'c, 'a>,
+        window: &[i64],
+        strides: &[i64],
+        pads: &[[i64; 2]],
+        out_dims: &[i64],
+    ) -> RuleResult<Tv<'c, 'a>> {
         let d = x.dtype;
         let r = x.rank();
         let region = self.scalar_region(&[d, d], |b, a| Ok(vec![b.ew("stablehlo.add", &[&a[0], &a[1]], d)?]))?;
@@ -443,14 +468,23 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// An inclusive prefix scan along `dim`: a `stablehlo.reduce_window` whose window covers
     /// the whole dim, padded in front with the inits, so position i combines elements 0..=i.
     /// `region` combines (accumulated..., next...) scalars, one per input.
-    pub fn prefix_scan(&self, inputs: &[&Tv<'c, 'a>], inits: &[&Tv<'c, 'a>], dim: usize, region: Region<'c>) -> RuleResult<Vec<Tv<'c, 'a>>> {
+    pub fn prefix_scan(
+        &self,
+        inputs: &[&Tv<'c, 'a>],
+        inits: &[&Tv<'c, 'a>],
+        dim: usize,
+        region: Region<'c>,
+    ) -> RuleResult<Vec<Tv<'c, 'a>>> {
         let dims = inputs[0].dims.clone();
         let r = dims.len();
         let Some(&size) = dims.get(dim) else {
             return Err(RuleError::Bad(format!("scan along dim {dim} of a rank-{r} tensor")));
         };
         let win: Vec<i64> = (0..r).map(|i| if i == dim { size.max(1) } else { 1 }).collect();
-        let pads = (0..r).map(|i| if i == dim { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() }).collect::<Vec<_>>().join(", ");
+        let pads = (0..r)
+            .map(|i| if i == dim { format!("[{}, 0]", (size - 1).max(0)) } else { "[0, 0]".into() })
+            .collect::<Vec<_>>()
+            .join(", ");
         let mut operands: Vec<Value<'c, 'a>> = inputs.iter().map(|t| t.v).collect();
         operands.extend(inits.iter().map(|t| t.v));
         let results: Vec<Type<'c>> = inputs.iter().map(|t| self.ty(t.dtype, &dims)).collect();
@@ -528,7 +562,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
         operands.extend(inits.iter().map(|t| t.v));
         let results: Vec<Type<'c>> = dtypes.iter().map(|d| self.ty(*d, &out_dims)).collect();
         let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        let vals = self.build("stablehlo.reduce", &operands, &results, &[("dimensions", self.i64_array(&dims_i64))], vec![region])?;
+        let vals = self.build(
+            "stablehlo.reduce",
+            &operands,
+            &results,
+            &[("dimensions", self.i64_array(&dims_i64))],
+            vec![region],
+        )?;
         Ok(vals.into_iter().zip(dtypes).map(|(v, dtype)| Tv { v, dtype, dims: out_dims.clone() }).collect())
     }
 }
@@ -561,5 +601,12 @@ pub fn float_literal(d: DType, x: f64) -> String {
         DType::BF16 => ("0x7FC0", "0x7F80", "0xFF80"),
         _ => ("0x7FC00000", "0x7F800000", "0xFF800000"),
     };
-    (if x.is_nan() { nan } else if x > 0.0 { inf } else { ninf }).to_string()
+    (if x.is_nan() {
+        nan
+    } else if x > 0.0 {
+        inf
+    } else {
+        ninf
+    })
+    .to_string()
 }

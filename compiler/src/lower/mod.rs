@@ -21,8 +21,8 @@ use emitter::{Emitter, Tv};
 use error::RuleError;
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
-use melior::ir::r#type::FunctionType;
 use melior::ir::operation::OperationLike;
+use melior::ir::r#type::FunctionType;
 use melior::ir::{Block, BlockLike, Location, Module, Region, RegionLike, Type};
 use melior::Context;
 use std::collections::HashMap;
@@ -110,15 +110,25 @@ impl Lowering {
     /// As `lower_as`, with input/output aliasing for buffer donation: each `(input, output)`
     /// pair becomes `tf.aliasing_output = output` on `@main`'s argument `input`, which PJRT
     /// turns into donation of that argument's buffer (`analysis::memory::donation_pairs`).
-    pub fn lower_aliased(&self, g: &Graph, format: Format, aliases: &[(usize, usize)]) -> Result<StableHlo, LowerError> {
+    pub fn lower_aliased(
+        &self,
+        g: &Graph,
+        format: Format,
+        aliases: &[(usize, usize)],
+    ) -> Result<StableHlo, LowerError> {
         verify(g)?;
         let names = ValueNames::for_graph(g);
         let ctx = &self.context;
         let loc = Location::unknown(ctx);
-        let order = g.topo_order().map_err(|_| LowerError::Mlir { context: "graph".into(), message: "cycle".into() })?;
+        let order =
+            g.topo_order().map_err(|_| LowerError::Mlir { context: "graph".into(), message: "cycle".into() })?;
 
         let static_dims = |t: &TensorType, node: &str, op: &str| {
-            t.static_dims().ok_or_else(|| LowerError::DynamicShape { op: op.into(), node: node.into(), ty: t.to_string() })
+            t.static_dims().ok_or_else(|| LowerError::DynamicShape {
+                op: op.into(),
+                node: node.into(),
+                ty: t.to_string(),
+            })
         };
         let limit = self.max_tensor_bytes;
         let too_large = |bytes: u128, node: &str, op: &str| {
@@ -163,8 +173,11 @@ impl Lowering {
                         return Err(e);
                     }
                 }
-                let rule = table::rule_for(op)
-                    .ok_or_else(|| LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: None })?;
+                let rule = table::rule_for(op).ok_or_else(|| LowerError::Unsupported {
+                    op: op.base(),
+                    node: node_name.clone(),
+                    reason: None,
+                })?;
                 // Every lowered op computes something; rules read `results[0]`.
                 if node.results.is_empty() {
                     let message = "the node declares no results".to_string();
@@ -182,8 +195,12 @@ impl Lowering {
                     RuleError::Unsupported(reason) => {
                         LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: Some(reason) }
                     }
-                    RuleError::Bad(message) => LowerError::BadNode { op: op_name.clone(), node: node_name.clone(), message },
-                    RuleError::Mlir(message) => LowerError::Mlir { context: format!("node {node_name} ({op_name})"), message },
+                    RuleError::Bad(message) => {
+                        LowerError::BadNode { op: op_name.clone(), node: node_name.clone(), message }
+                    }
+                    RuleError::Mlir(message) => {
+                        LowerError::Mlir { context: format!("node {node_name} ({op_name})"), message }
+                    }
                 })?;
                 // What the rule built: checked before anything reaches MLIR's verifier or XLA.
                 let (largest, negative) = sizes.take();
@@ -234,8 +251,10 @@ impl Lowering {
                 })
                 .collect();
             let text = format!("[{}]", per_arg.join(", "));
-            let attr = melior::ir::Attribute::parse(ctx, &text)
-                .ok_or_else(|| LowerError::Mlir { context: "arg_attrs".into(), message: format!("cannot parse {text}") })?;
+            let attr = melior::ir::Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Mlir {
+                context: "arg_attrs".into(),
+                message: format!("cannot parse {text}"),
+            })?;
             fn_attrs.push((melior::ir::Identifier::new(ctx, "arg_attrs"), attr));
         }
         module.body().append_operation(func::func(
@@ -247,7 +266,10 @@ impl Lowering {
             loc,
         ));
         if !module.as_operation().verify() {
-            return Err(LowerError::Mlir { context: "module".into(), message: "the emitted module does not verify".into() });
+            return Err(LowerError::Mlir {
+                context: "module".into(),
+                message: "the emitted module does not verify".into(),
+            });
         }
         let code = match format {
             Format::Text => module.as_operation().to_string().into_bytes(),
@@ -259,7 +281,10 @@ impl Lowering {
 
 /// Bytes of a static type, without overflow (the verifier bounds them by i64::MAX).
 fn type_bytes(t: &TensorType) -> u128 {
-    t.static_dims().unwrap_or_default().iter().fold(t.dtype.size_bytes() as u128, |acc, &d| acc.saturating_mul(d.max(0) as u128))
+    t.static_dims()
+        .unwrap_or_default()
+        .iter()
+        .fold(t.dtype.size_bytes() as u128, |acc, &d| acc.saturating_mul(d.max(0) as u128))
 }
 
 fn mlir(context: &str, e: melior::Error) -> LowerError {
@@ -284,7 +309,12 @@ fn erase_unused_transposes(block: &Block) {
         // SAFETY: `o` is a live operation of `block` with one result; the C API only reads
         // its use list, and erases it (its own operands' use lists drop it) when it has none.
         unsafe {
-            if is_transpose && mlir_sys::mlirOpOperandIsNull(mlir_sys::mlirValueGetFirstUse(mlir_sys::mlirOperationGetResult(o.to_raw(), 0))) {
+            if is_transpose
+                && mlir_sys::mlirOpOperandIsNull(mlir_sys::mlirValueGetFirstUse(mlir_sys::mlirOperationGetResult(
+                    o.to_raw(),
+                    0,
+                )))
+            {
                 mlir_sys::mlirOperationDestroy(o.to_raw());
             }
         }

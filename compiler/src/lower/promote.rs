@@ -46,7 +46,13 @@ pub fn promote_types(a: DType, b: DType) -> DType {
             match (a, b) {
                 (U8, I8) | (I8, U8) => I16,
                 (U8, x) | (x, U8) => x,
-                _ => if rank(a) > rank(b) { a } else { b },
+                _ => {
+                    if rank(a) > rank(b) {
+                        a
+                    } else {
+                        b
+                    }
+                }
             }
         }
         (1, _) => b,
@@ -59,10 +65,20 @@ pub fn promote_types(a: DType, b: DType) -> DType {
                     F32 => 2,
                     _ => 3,
                 };
-                if rank(a) >= rank(b) { a } else { b }
+                if rank(a) >= rank(b) {
+                    a
+                } else {
+                    b
+                }
             }
         },
-        (3, 3) => if a == C128 || b == C128 { C128 } else { C64 },
+        (3, 3) => {
+            if a == C128 || b == C128 {
+                C128
+            } else {
+                C64
+            }
+        }
         (3, 2) => complex_of(a, b),
         (2, 3) => complex_of(b, a),
         _ => a,
@@ -70,7 +86,11 @@ pub fn promote_types(a: DType, b: DType) -> DType {
 }
 
 fn complex_of(c: DType, f: DType) -> DType {
-    if c == DType::C128 || f == DType::F64 { DType::C128 } else { DType::C64 }
+    if c == DType::C128 || f == DType::F64 {
+        DType::C128
+    } else {
+        DType::C64
+    }
 }
 
 fn combine(higher: Option<DType>, lower: Option<DType>) -> Option<DType> {
@@ -78,7 +98,11 @@ fn combine(higher: Option<DType>, lower: Option<DType>) -> Option<DType> {
     Some(if category(h) == 3 {
         h
     } else if category(l) == 3 {
-        if category(h) == 2 { complex_of(l, h) } else { l }
+        if category(h) == 2 {
+            complex_of(l, h)
+        } else {
+            l
+        }
     } else if category(h) == 2 {
         h
     } else if h == DType::Bool || category(l) == 2 {
@@ -96,7 +120,9 @@ pub fn result_type(operands: &[Operand], default_float: DType) -> Option<DType> 
     let zero = fold(&mut operands.iter().filter_map(|o| if let Operand::ZeroDim(d) = o { Some(*d) } else { None }));
     let wrapped = fold(&mut operands.iter().filter_map(|o| match o {
         Operand::Scalar(d) if category(*d) == 2 => Some(default_float),
-        Operand::Scalar(d) if category(*d) == 3 => Some(if default_float == DType::F64 { DType::C128 } else { DType::C64 }),
+        Operand::Scalar(d) if category(*d) == 3 => {
+            Some(if default_float == DType::F64 { DType::C128 } else { DType::C64 })
+        }
         Operand::Scalar(d) => Some(*d),
         _ => None,
     }));

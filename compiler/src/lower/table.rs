@@ -1,7 +1,9 @@
 //! The lowering table: one entry per ATen op (namespace.name; overloads are handled inside
 //! the rule, which reads the attributes). Adding an op = one line here plus its rule.
 
-use super::ops::{elementwise as ew, factory, fft, indexing, linalg, nn, polynomial, prims, reduce, shape, sort, RuleFn};
+use super::ops::{
+    elementwise as ew, factory, fft, indexing, linalg, nn, polynomial, prims, reduce, shape, sort, RuleFn,
+};
 use crate::ir::OpName;
 
 static TABLE: &[(&str, RuleFn)] = &[

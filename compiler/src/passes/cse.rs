@@ -14,7 +14,8 @@ pub struct Cse;
 
 impl Cse {
     pub const NAME: &'static str = "cse";
-    pub const DESCRIPTION: &'static str = "merge nodes that compute the same op on the same operands with the same attributes";
+    pub const DESCRIPTION: &'static str =
+        "merge nodes that compute the same op on the same operands with the same attributes";
 }
 
 /// Hash of what makes two nodes interchangeable; equal hashes are confirmed with `same`.

@@ -24,7 +24,8 @@ impl Default for FoldConstants {
 
 impl FoldConstants {
     pub const NAME: &'static str = "fold-constants";
-    pub const DESCRIPTION: &'static str = "evaluate small constant subgraphs at compile time into tpu.constant literals";
+    pub const DESCRIPTION: &'static str =
+        "evaluate small constant subgraphs at compile time into tpu.constant literals";
     pub const OPTIONS: &'static [(&'static str, &'static str)] =
         &[("max-elements", "largest result (in elements) that is folded; default 256, at most 16777216")];
     /// Folding builds every element in memory: a bigger bound would let one option value
@@ -118,7 +119,10 @@ impl FoldConstants {
                     let (a, b) = if name == "t" {
                         (0, 1)
                     } else {
-                        (normalize_dim(node.attr("dim0")?.as_int()?, rank)?, normalize_dim(node.attr("dim1")?.as_int()?, rank)?)
+                        (
+                            normalize_dim(node.attr("dim0")?.as_int()?, rank)?,
+                            normalize_dim(node.attr("dim1")?.as_int()?, rank)?,
+                        )
                     };
                     perm.swap(a, b);
                 }
@@ -176,10 +180,14 @@ impl FoldConstants {
                 let c = broadcast_to(&args[0], &dims)?;
                 let a = broadcast_to(&args[1], &dims)?;
                 let b = broadcast_to(&args[2], &dims)?;
-                out(c.iter().zip(a.iter().zip(&b)).map(|(c, (x, y))| {
-                    let pick = c.cast(DType::Bool)? == Scalar::B(true);
-                    (if pick { x } else { y }).cast(dt)
-                }).collect::<Option<_>>()?)
+                out(c
+                    .iter()
+                    .zip(a.iter().zip(&b))
+                    .map(|(c, (x, y))| {
+                        let pick = c.cast(DType::Bool)? == Scalar::B(true);
+                        (if pick { x } else { y }).cast(dt)
+                    })
+                    .collect::<Option<_>>()?)
             }
             _ => None,
         }
@@ -187,7 +195,11 @@ impl FoldConstants {
 }
 
 /// The two operands of a binary op: two tensors, or a tensor and the `other` attribute.
-fn binary_operands(node: &crate::ir::Node, args: &[ConstTensor], ty: &crate::ir::TensorType) -> Option<(ConstTensor, ConstTensor)> {
+fn binary_operands(
+    node: &crate::ir::Node,
+    args: &[ConstTensor],
+    ty: &crate::ir::TensorType,
+) -> Option<(ConstTensor, ConstTensor)> {
     match args.len() {
         2 => Some((args[0].clone(), args[1].clone())),
         1 => {
@@ -196,7 +208,10 @@ fn binary_operands(node: &crate::ir::Node, args: &[ConstTensor], ty: &crate::ir:
             // tensor's for comparisons).
             let dtype = if ty.dtype == DType::Bool { args[0].ty.dtype } else { ty.dtype };
             let s = s.cast(dtype)?;
-            Some((args[0].clone(), ConstTensor { ty: crate::ir::TensorType::scalar(dtype), dims: vec![], vals: vec![s] }))
+            Some((
+                args[0].clone(),
+                ConstTensor { ty: crate::ir::TensorType::scalar(dtype), dims: vec![], vals: vec![s] },
+            ))
         }
         _ => None,
     }
@@ -363,12 +378,15 @@ fn permute(t: &ConstTensor, perm: &[usize]) -> Option<Vec<Scalar>> {
     if numel as usize != t.vals.len() {
         return None;
     }
-    Some((0..numel)
-        .map(|flat| {
-            let src: i64 = (0..perm.len()).map(|k| (flat / out_strides[k]) % out_dims[k] * in_strides[perm[k]]).sum();
-            t.vals[src as usize]
-        })
-        .collect())
+    Some(
+        (0..numel)
+            .map(|flat| {
+                let src: i64 =
+                    (0..perm.len()).map(|k| (flat / out_strides[k]) % out_dims[k] * in_strides[perm[k]]).sum();
+                t.vals[src as usize]
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -427,7 +445,9 @@ mod tests {
 
     #[test]
     fn the_folded_graph_keeps_an_unfoldable_division() {
-        let text = |mode: &str| format!("graph @g() -> (i64[1]) {{\n  %0 = tpu.constant() {{value = dense<[-9223372036854775808] : i64[1]>}} : i64[1]\n  %1 = aten.div.Tensor_mode(%0) {{other = -1, rounding_mode = \"{mode}\"}} : i64[1]\n  return %1\n}}\n");
+        let text = |mode: &str| {
+            format!("graph @g() -> (i64[1]) {{\n  %0 = tpu.constant() {{value = dense<[-9223372036854775808] : i64[1]>}} : i64[1]\n  %1 = aten.div.Tensor_mode(%0) {{other = -1, rounding_mode = \"{mode}\"}} : i64[1]\n  return %1\n}}\n")
+        };
         let mut g = crate::ir::parse_graph(&text("floor")).unwrap();
         assert!(FoldConstants::default().run(&mut g).unwrap());
         assert!(crate::ir::print_graph(&g).contains("dense<[-9223372036854775808] : i64[1]>"));
@@ -440,10 +460,18 @@ mod tests {
     #[test]
     fn empty_constants_with_huge_dims_do_not_overflow_strides() {
         // Unverified IR: the product of the non-zero dims overflows; folding must not panic.
-        let t = ConstTensor { ty: crate::ir::TensorType::fixed(DType::I64, &[0, 1 << 62, 1 << 62]), dims: vec![0, 1 << 62, 1 << 62], vals: vec![] };
+        let t = ConstTensor {
+            ty: crate::ir::TensorType::fixed(DType::I64, &[0, 1 << 62, 1 << 62]),
+            dims: vec![0, 1 << 62, 1 << 62],
+            vals: vec![],
+        };
         assert_eq!(broadcast_to(&t, &[0, 1 << 62, 1 << 62]), Some(vec![]));
         assert_eq!(permute(&t, &[2, 1, 0]), Some(vec![]));
-        let t = ConstTensor { ty: crate::ir::TensorType::fixed(DType::I64, &[1 << 62, 1 << 62, 0]), dims: vec![1 << 62, 1 << 62, 0], vals: vec![] };
+        let t = ConstTensor {
+            ty: crate::ir::TensorType::fixed(DType::I64, &[1 << 62, 1 << 62, 0]),
+            dims: vec![1 << 62, 1 << 62, 0],
+            vals: vec![],
+        };
         assert_eq!(permute(&t, &[2, 0, 1]), Some(vec![]));
     }
 

@@ -15,17 +15,84 @@ pub struct FormRegions;
 
 impl FormRegions {
     pub const NAME: &'static str = "form-regions";
-    pub const DESCRIPTION: &'static str = "mark connected single-use elementwise chains (and the reduction ending them) as regions";
+    pub const DESCRIPTION: &'static str =
+        "mark connected single-use elementwise chains (and the reduction ending them) as regions";
 }
 
 /// Ops computed element by element (after broadcasting).
 const ELEMENTWISE: &[&str] = &[
-    "abs", "neg", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
-    "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
-    "erfc", "erfinv", "reciprocal", "relu", "gelu", "silu", "logical_not", "bitwise_not", "add", "sub", "rsub", "mul", "div",
-    "pow", "maximum", "minimum", "atan2", "fmod", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt",
-    "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "clamp_min", "clamp_max", "hardtanh",
-    "isnan", "isinf", "isfinite", "_to_copy", "lgamma", "digamma",
+    "abs",
+    "neg",
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "sign",
+    "sqrt",
+    "rsqrt",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "sigmoid",
+    "erf",
+    "erfc",
+    "erfinv",
+    "reciprocal",
+    "relu",
+    "gelu",
+    "silu",
+    "logical_not",
+    "bitwise_not",
+    "add",
+    "sub",
+    "rsub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "atan2",
+    "fmod",
+    "remainder",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "where",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "hardtanh",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "_to_copy",
+    "lgamma",
+    "digamma",
 ];
 const REDUCTIONS: &[&str] = &["sum", "mean", "amax", "amin", "prod", "var"];
 
@@ -68,7 +135,8 @@ impl Pass for FormRegions {
         for &id in &order {
             let Some(is_reduction) = kind(g, id) else { continue };
             let node = g.node(id);
-            let shape = if is_reduction { g.value_type(node.operands[0]).shape.clone() } else { node.results[0].shape.clone() };
+            let shape =
+                if is_reduction { g.value_type(node.operands[0]).shape.clone() } else { node.results[0].shape.clone() };
             for v in node.operands.clone() {
                 let p = v.node;
                 // The producer must be elementwise, of this loop's shape, and read only here.

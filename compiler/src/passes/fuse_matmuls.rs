@@ -14,7 +14,8 @@ pub struct FuseMatmuls;
 
 impl FuseMatmuls {
     pub const NAME: &'static str = "fuse-matmuls";
-    pub const DESCRIPTION: &'static str = "merge independent matmuls that share their left operand into one matmul plus slices";
+    pub const DESCRIPTION: &'static str =
+        "merge independent matmuls that share their left operand into one matmul plus slices";
 }
 
 /// One fusible member: the node, its weight operand, its bias (addmm) and output width.
@@ -124,11 +125,26 @@ fn fuse(g: &mut Graph, key: &(Value, bool, String), members: &[Member]) -> bool 
     }
     let dim_attr = |d: i64| -> BTreeMap<String, Attr> { [("dim".to_string(), Attr::Int(d))].into_iter().collect() };
     let cat = OpName::new("aten", "cat", Some("default"));
-    let wcat = g.add_op(cat.clone(), members.iter().map(|m| m.weight).collect(), dim_attr(1), vec![TensorType::fixed(wt.dtype, &[k, total])]);
+    let wcat = g.add_op(
+        cat.clone(),
+        members.iter().map(|m| m.weight).collect(),
+        dim_attr(1),
+        vec![TensorType::fixed(wt.dtype, &[k, total])],
+    );
     let fused = if *is_addmm {
         let bt = g.value_type(members[0].bias.expect("addmm has a bias")).clone();
-        let bcat = g.add_op(cat, members.iter().map(|m| m.bias.expect("addmm has a bias")).collect(), dim_attr(0), vec![TensorType::fixed(bt.dtype, &[total])]);
-        g.add_op(first.op().expect("an op").clone(), vec![Value::new(bcat, 0), *lhs, Value::new(wcat, 0)], first.attrs.clone(), vec![out_ty])
+        let bcat = g.add_op(
+            cat,
+            members.iter().map(|m| m.bias.expect("addmm has a bias")).collect(),
+            dim_attr(0),
+            vec![TensorType::fixed(bt.dtype, &[total])],
+        );
+        g.add_op(
+            first.op().expect("an op").clone(),
+            vec![Value::new(bcat, 0), *lhs, Value::new(wcat, 0)],
+            first.attrs.clone(),
+            vec![out_ty],
+        )
     } else {
         g.add_op(first.op().expect("an op").clone(), vec![*lhs, Value::new(wcat, 0)], first.attrs.clone(), vec![out_ty])
     };

@@ -20,7 +20,8 @@ pub struct FuseSoftmax;
 
 impl FuseSoftmax {
     pub const NAME: &'static str = "fuse-softmax";
-    pub const DESCRIPTION: &'static str = "rewrite hand-written softmax / log-softmax into the fused, max-subtracted ops";
+    pub const DESCRIPTION: &'static str =
+        "rewrite hand-written softmax / log-softmax into the fused, max-subtracted ops";
 }
 
 fn is_op(g: &Graph, v: Value, base: &str) -> Option<NodeId> {
@@ -67,7 +68,8 @@ fn minus_row_max(g: &Graph, v: Value, d: i64) -> Option<Value> {
 
 fn fused(g: &mut Graph, name: &str, x: Value, d: i64, replace: NodeId) {
     let ty = g.node(replace).results[0].clone();
-    let attrs: BTreeMap<String, Attr> = [("dim".to_string(), Attr::Int(d)), ("half_to_float".to_string(), Attr::Bool(false))].into_iter().collect();
+    let attrs: BTreeMap<String, Attr> =
+        [("dim".to_string(), Attr::Int(d)), ("half_to_float".to_string(), Attr::Bool(false))].into_iter().collect();
     let id = g.add_op(OpName::new("aten", name, Some("default")), vec![x], attrs, vec![ty]);
     g.replace_all_uses(Value::new(replace, 0), Value::new(id, 0));
     g.remove_node(replace);

@@ -112,7 +112,9 @@ impl PassManager {
                 let info = lookup(name)
                     .ok_or_else(|| PipelineError::UnknownPass { name: name.into(), available: available() })?;
                 let opts = opts.map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?;
-                passes.push((info.create)(&opts).map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?);
+                passes.push(
+                    (info.create)(&opts).map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?,
+                );
             }
         }
         for name in options.print_before.iter().chain(&options.print_after) {
@@ -180,13 +182,21 @@ mod tests {
 
     #[test]
     fn pipelines_parse_with_options() {
-        let pm = PassManager::from_pipeline(" canonicalize , fold-constants{max-elements=8} ,cse,dce ", PipelineOptions::default()).unwrap();
+        let pm = PassManager::from_pipeline(
+            " canonicalize , fold-constants{max-elements=8} ,cse,dce ",
+            PipelineOptions::default(),
+        )
+        .unwrap();
         assert_eq!(pm.pass_names(), vec!["canonicalize", "fold-constants", "cse", "dce"]);
         assert!(PassManager::from_pipeline("", PipelineOptions::default()).unwrap().pass_names().is_empty());
         let e = PassManager::from_pipeline("cse,,dce", PipelineOptions::default()).err().unwrap();
         assert_eq!(e.to_string(), "malformed pass pipeline 'cse,,dce': empty pass name");
-        let e = PassManager::from_pipeline("fold-constants{max-elements=-3}", PipelineOptions::default()).err().unwrap();
-        assert_eq!(e.to_string(), "pass 'fold-constants': max-elements must be an integer from 0 to 16777216, got '-3'");
+        let e =
+            PassManager::from_pipeline("fold-constants{max-elements=-3}", PipelineOptions::default()).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "pass 'fold-constants': max-elements must be an integer from 0 to 16777216, got '-3'"
+        );
         let e = PassManager::from_pipeline("dce{x=1}", PipelineOptions::default()).err().unwrap();
         assert_eq!(e.to_string(), "pass 'dce': unknown option 'x'");
     }
@@ -228,7 +238,10 @@ mod tests {
             "IR is invalid after pass 'breaker': node %0 (aten.permute.default): dims [0, 0] is not a permutation of rank 2"
         );
         let mut g = parse_graph(text).unwrap();
-        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions { verify_each: false, ..Default::default() });
+        let pm = PassManager::with_passes(
+            vec![Box::new(Breaker)],
+            PipelineOptions { verify_each: false, ..Default::default() },
+        );
         assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
     }
 

@@ -33,8 +33,8 @@ pub use fold_constants::FoldConstants;
 pub use form_regions::FormRegions;
 pub use fuse_matmuls::FuseMatmuls;
 pub use fuse_softmax::FuseSoftmax;
-pub use schedule::ScheduleMemory;
 pub use manager::{PassManager, PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
+pub use schedule::ScheduleMemory;
 
 use crate::ir::Graph;
 use std::collections::BTreeMap;

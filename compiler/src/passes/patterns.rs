@@ -83,7 +83,9 @@ impl ConstTensor {
         let elems = if self.ty.dtype == DType::Bool {
             Elements::Bool(self.vals.iter().map(|v| matches!(v, Scalar::B(true))).collect())
         } else if self.ty.dtype.is_integer() {
-            Elements::Int(self.vals.iter().map(|v| if let Scalar::I(i) = v { Some(*i) } else { None }).collect::<Option<_>>()?)
+            Elements::Int(
+                self.vals.iter().map(|v| if let Scalar::I(i) = v { Some(*i) } else { None }).collect::<Option<_>>()?,
+            )
         } else {
             Elements::Float(self.vals.iter().map(|v| v.as_f64()).collect())
         };

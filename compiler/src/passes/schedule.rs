@@ -54,7 +54,8 @@ fn greedy(g: &Graph, current: &[NodeId]) -> Vec<NodeId> {
     for v in g.outputs() {
         pinned[bufs.of_value[v]] = true;
     }
-    let mut indegree: HashMap<NodeId, usize> = current.iter().map(|&id| (id, pg.edges_directed(id, Direction::Incoming).count())).collect();
+    let mut indegree: HashMap<NodeId, usize> =
+        current.iter().map(|&id| (id, pg.edges_directed(id, Direction::Incoming).count())).collect();
     let mut ready: Vec<NodeId> = current.iter().copied().filter(|id| indegree[id] == 0).collect();
     let mut allocated = vec![false; bufs.bytes.len()];
     let mut order = Vec::with_capacity(current.len());

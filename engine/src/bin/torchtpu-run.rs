@@ -14,11 +14,7 @@ use torchtpu_engine::{default_engine, HostTensor, Options, DEFAULT_MAX_TENSOR_BY
 use torchtpu_runtime::cli::{eprint_line, Stdout};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "torchtpu-run",
-    version,
-    about = "Compile an IR file with torchtpu and run it on PJRT"
-)]
+#[command(name = "torchtpu-run", version, about = "Compile an IR file with torchtpu and run it on PJRT")]
 struct Args {
     /// The IR file.
     input: PathBuf,
@@ -45,10 +41,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprint_line(&format!(
                 "torchtpu-run: error: {}",
-                e.chain()
-                    .map(|c| c.to_string())
-                    .collect::<Vec<_>>()
-                    .join(": ")
+                e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
             ));
             ExitCode::FAILURE
         }
@@ -60,28 +53,17 @@ fn main() -> ExitCode {
 /// The bytes every input and output of `g` needs on the host, checked against `limit`
 /// before anything is compiled or allocated.
 fn io_bytes(g: &Graph, limit: u64) -> Result<u64> {
-    let types = g
-        .inputs()
-        .iter()
-        .map(|&i| &g.node(i).results[0])
-        .chain(g.outputs().iter().map(|&v| g.value_type(v)));
+    let types = g.inputs().iter().map(|&i| &g.node(i).results[0]).chain(g.outputs().iter().map(|&v| g.value_type(v)));
     let mut total: u64 = 0;
     for t in types {
-        anyhow::ensure!(
-            t.static_dims().is_some(),
-            "torchtpu-run needs static shapes, got {t}"
-        );
+        anyhow::ensure!(t.static_dims().is_some(), "torchtpu-run needs static shapes, got {t}");
         let bytes = t.byte_size().and_then(|b| u64::try_from(b).ok());
         total = bytes.and_then(|b| total.checked_add(b)).unwrap_or(u64::MAX);
     }
     anyhow::ensure!(
         total <= limit,
         "the graph's inputs and outputs need {} bytes, over the limit of {limit} (--max-io-bytes)",
-        if total == u64::MAX {
-            "more than 2^64".to_string()
-        } else {
-            total.to_string()
-        }
+        if total == u64::MAX { "more than 2^64".to_string() } else { total.to_string() }
     );
     Ok(total)
 }
@@ -90,14 +72,8 @@ fn io_bytes(g: &Graph, limit: u64) -> Result<u64> {
 /// are allocated fallibly: a failed allocation is an error, not an abort.
 fn input_for(t: &TensorType) -> Result<HostTensor> {
     let dims = t.static_dims().context("inputs need static shapes")?;
-    let n = t
-        .numel()
-        .and_then(|n| usize::try_from(n).ok())
-        .context("input size overflows")?;
-    let bytes = t
-        .byte_size()
-        .and_then(|b| usize::try_from(b).ok())
-        .context("input size overflows")?;
+    let n = t.numel().and_then(|n| usize::try_from(n).ok()).context("input size overflows")?;
+    let bytes = t.byte_size().and_then(|b| usize::try_from(b).ok()).context("input size overflows")?;
     let mut data: Vec<u8> = Vec::new();
     data.try_reserve_exact(bytes)
         .map_err(|_| anyhow::anyhow!("cannot allocate {bytes} bytes for an input of type {t}"))?;
@@ -111,64 +87,27 @@ fn input_for(t: &TensorType) -> Result<HostTensor> {
             d => anyhow::bail!("torchtpu-run cannot make inputs of dtype {d} yet"),
         }
     }
-    Ok(HostTensor {
-        dtype: t.dtype,
-        dims,
-        data,
-    })
+    Ok(HostTensor { dtype: t.dtype, dims, data })
 }
 
 fn preview(t: &HostTensor) -> String {
     let show = |v: Vec<String>| {
         let more = if v.len() > 6 { ", ..." } else { "" };
-        format!(
-            "[{}{more}]",
-            v.into_iter().take(6).collect::<Vec<_>>().join(", ")
-        )
+        format!("[{}{more}]", v.into_iter().take(6).collect::<Vec<_>>().join(", "))
     };
     match t.dtype {
-        DType::F32 => show(
-            t.to_f32()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| format!("{x:.5}"))
-                .collect(),
-        ),
-        DType::F64 => show(
-            t.to_f64()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| format!("{x:.5}"))
-                .collect(),
-        ),
-        DType::I64 => show(
-            t.to_i64()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| x.to_string())
-                .collect(),
-        ),
-        DType::I32 => show(
-            t.to_i32()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| x.to_string())
-                .collect(),
-        ),
-        DType::Bool => show(
-            t.to_bool()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| x.to_string())
-                .collect(),
-        ),
+        DType::F32 => show(t.to_f32().unwrap_or_default().iter().map(|x| format!("{x:.5}")).collect()),
+        DType::F64 => show(t.to_f64().unwrap_or_default().iter().map(|x| format!("{x:.5}")).collect()),
+        DType::I64 => show(t.to_i64().unwrap_or_default().iter().map(|x| x.to_string()).collect()),
+        DType::I32 => show(t.to_i32().unwrap_or_default().iter().map(|x| x.to_string()).collect()),
+        DType::Bool => show(t.to_bool().unwrap_or_default().iter().map(|x| x.to_string()).collect()),
         _ => format!("<{} bytes>", t.data.len()),
     }
 }
 
 fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
-    let text = std::fs::read_to_string(&args.input)
-        .with_context(|| format!("cannot read '{}'", args.input.display()))?;
+    let text =
+        std::fs::read_to_string(&args.input).with_context(|| format!("cannot read '{}'", args.input.display()))?;
     let source = args.input.display();
     let graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{source}:{e}"))?;
     verify(&graph).map_err(|e| match e.loc {
@@ -180,24 +119,15 @@ fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let engine = default_engine()?;
     let start_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let options = Options {
-        max_tensor_bytes: args.max_tensor_bytes,
-        ..Options::with_pipeline(&args.pass_pipeline)
-    };
+    let options = Options { max_tensor_bytes: args.max_tensor_bytes, ..Options::with_pipeline(&args.pass_pipeline) };
     let compiled = engine.compile(&graph, &options)?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
-    let inputs: Vec<HostTensor> = compiled
-        .input_types()
-        .iter()
-        .map(input_for)
-        .collect::<Result<_>>()?;
+    let inputs: Vec<HostTensor> = compiled.input_types().iter().map(input_for).collect::<Result<_>>()?;
     let outputs = compiled.run(&inputs)?;
     let mut times: Vec<f64> = (0..args.repeat)
         .map(|_| {
             let t = Instant::now();
-            compiled
-                .run(&inputs)
-                .map(|_| t.elapsed().as_secs_f64() * 1e6)
+            compiled.run(&inputs).map(|_| t.elapsed().as_secs_f64() * 1e6)
         })
         .collect::<Result<_, _>>()?;
     times.sort_by(f64::total_cmp);
@@ -209,11 +139,7 @@ fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(out, "compile (passes + lowering + XLA) {compile_ms:.1} ms")?;
     if let Some(m) = times.get(times.len() / 2) {
-        writeln!(
-            out,
-            "run (host -> device -> host), median of {}: {m:.1} us",
-            times.len()
-        )?;
+        writeln!(out, "run (host -> device -> host), median of {}: {m:.1} us", times.len())?;
     }
     for (i, o) in outputs.iter().enumerate() {
         writeln!(out, "output {i}: {} {}", o.type_string(), preview(o))?;

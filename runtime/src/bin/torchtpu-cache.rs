@@ -18,11 +18,7 @@ use torchtpu_runtime::disk_cache::{EntryInfo, PruneReport, CACHE_DIR_ENV, CACHE_
 use torchtpu_runtime::{Client, DiskCache, Plugin};
 
 #[derive(Parser)]
-#[command(
-    name = "torchtpu-cache",
-    version,
-    about = "Inspect and maintain torchtpu's persistent compilation cache"
-)]
+#[command(name = "torchtpu-cache", version, about = "Inspect and maintain torchtpu's persistent compilation cache")]
 struct Cli {
     /// Cache folder [default: $TORCHTPU_CACHE_DIR, else $XDG_CACHE_HOME/torchtpu, else
     /// ~/.cache/torchtpu]
@@ -90,10 +86,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind::*;
-            if matches!(
-                e.kind(),
-                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
+            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
                 e.exit();
             }
             let text = e.render().to_string();
@@ -108,10 +101,7 @@ fn main() -> ExitCode {
     let code = match run(&cli, &mut out) {
         Ok(code) => code,
         Err(e) => {
-            eprint_line(&format!(
-                "torchtpu-cache: {}",
-                format!("{e:#}").replace('\n', " ")
-            ));
+            eprint_line(&format!("torchtpu-cache: {}", format!("{e:#}").replace('\n', " ")));
             ExitCode::from(1)
         }
     };
@@ -158,26 +148,13 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Show { key } => show(out, &cache, key, cli.json)?,
         Command::Stats => stats(out, &cache, cli.json)?,
         Command::Explain { key1, key2 } => explain(out, &cache, key1, key2, cli.json)?,
-        Command::Verify { checksums_only } => {
-            return verify(out, &cache, *checksums_only, cli.json)
-        }
-        Command::Prune {
-            max_size,
-            older_than,
-        } => {
-            let report = if cache.exists() {
-                cache.prune(*max_size, *older_than)?
-            } else {
-                PruneReport::default()
-            };
+        Command::Verify { checksums_only } => return verify(out, &cache, *checksums_only, cli.json),
+        Command::Prune { max_size, older_than } => {
+            let report = if cache.exists() { cache.prune(*max_size, *older_than)? } else { PruneReport::default() };
             removal(out, &cache, &report, "pruned", cli.json)?
         }
         Command::Clear => {
-            let report = if cache.exists() {
-                cache.clear()?
-            } else {
-                PruneReport::default()
-            };
+            let report = if cache.exists() { cache.clear()? } else { PruneReport::default() };
             removal(out, &cache, &report, "cleared", cli.json)?
         }
     }
@@ -190,10 +167,7 @@ fn short(key: &str) -> &str {
 
 fn last_hit(e: &EntryInfo) -> String {
     match e.meta.as_ref().and_then(|m| m.last_hit_unix_ms) {
-        Some(ms) => format!(
-            "{} ago",
-            format_age(Duration::from_millis(now_unix_ms().saturating_sub(ms)))
-        ),
+        Some(ms) => format!("{} ago", format_age(Duration::from_millis(now_unix_ms().saturating_sub(ms)))),
         None => "never".into(),
     }
 }
@@ -210,14 +184,8 @@ fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     )?;
     for e in &entries {
         let graph = e.meta.as_ref().and_then(|m| m.graph_name.clone());
-        let compile = e
-            .meta
-            .as_ref()
-            .map_or("?".into(), |m| format!("{:.3}s", m.compile_seconds));
-        let hits = e
-            .meta
-            .as_ref()
-            .map_or("?".into(), |m| m.hit_count.to_string());
+        let compile = e.meta.as_ref().map_or("?".into(), |m| format!("{:.3}s", m.compile_seconds));
+        let hits = e.meta.as_ref().map_or("?".into(), |m| m.hit_count.to_string());
         writeln!(
             out,
             "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
@@ -229,10 +197,7 @@ fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
             last_hit(e)
         )?;
     }
-    let total: u64 = entries
-        .iter()
-        .map(|e| e.entry_bytes + e.sidecar_bytes)
-        .sum();
+    let total: u64 = entries.iter().map(|e| e.entry_bytes + e.sidecar_bytes).sum();
     writeln!(out, "{} entries, {}", entries.len(), format_size(total))?;
     Ok(())
 }
@@ -246,30 +211,18 @@ fn show(out: &mut dyn Write, cache: &DiskCache, key: &str, json: bool) -> Result
     row("key", &e.key)?;
     row("toolchain folder", &e.toolchain)?;
     row("path", &e.path.display())?;
-    row(
-        "entry size",
-        &format!("{} ({} bytes)", format_size(e.entry_bytes), e.entry_bytes),
-    )?;
+    row("entry size", &format!("{} ({} bytes)", format_size(e.entry_bytes), e.entry_bytes))?;
     row("sidecar size", &format!("{} bytes", e.sidecar_bytes))?;
     row("last used", &format_unix_ms(e.last_used_unix_ms))?;
     let Some(m) = &e.meta else {
-        row(
-            "metadata",
-            &format!(
-                "unavailable ({})",
-                e.sidecar_error.as_deref().unwrap_or("?")
-            ),
-        )?;
+        row("metadata", &format!("unavailable ({})", e.sidecar_error.as_deref().unwrap_or("?")))?;
         return Ok(());
     };
     row("graph", &m.graph_name.as_deref().unwrap_or("-"))?;
     row("payload size", &format!("{} bytes", m.payload_bytes))?;
     row("compile time", &format!("{:.3} s", m.compile_seconds))?;
     row("created", &format_unix_ms(m.created_unix_ms))?;
-    row(
-        "last hit",
-        &m.last_hit_unix_ms.map_or("never".into(), format_unix_ms),
-    )?;
+    row("last hit", &m.last_hit_unix_ms.map_or("never".into(), format_unix_ms))?;
     row("hits", &m.hit_count)?;
     writeln!(out, "key components:")?;
     for (name, value) in m.components.fields() {
@@ -291,19 +244,10 @@ fn stats(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
         s.toolchains,
         if s.toolchains == 1 { "" } else { "s" }
     )?;
-    writeln!(
-        out,
-        "total size           {} of {} limit",
-        format_size(s.total_bytes),
-        format_size(s.max_size)
-    )?;
+    writeln!(out, "total size           {} of {} limit", format_size(s.total_bytes), format_size(s.max_size))?;
     writeln!(out, "hits                 {}", s.hits)?;
     writeln!(out, "compile time saved   {:.3} s", s.compile_seconds_saved)?;
-    writeln!(
-        out,
-        "compile time stored  {:.3} s",
-        s.compile_seconds_stored
-    )?;
+    writeln!(out, "compile time stored  {:.3} s", s.compile_seconds_stored)?;
     Ok(())
 }
 
@@ -322,48 +266,23 @@ struct Explanation {
     same: Vec<&'static str>,
 }
 
-fn explain(
-    out: &mut dyn Write,
-    cache: &DiskCache,
-    key1: &str,
-    key2: &str,
-    json: bool,
-) -> Result<()> {
+fn explain(out: &mut dyn Write, cache: &DiskCache, key1: &str, key2: &str, json: bool) -> Result<()> {
     let (a, b) = (cache.find(key1)?, cache.find(key2)?);
     let components = |e: &EntryInfo| {
-        e.meta
-            .as_ref()
-            .map(|m| m.components.clone())
-            .with_context(|| {
-                format!(
-                    "entry {} has no readable sidecar ({})",
-                    short(&e.key),
-                    e.sidecar_error.as_deref().unwrap_or("?")
-                )
-            })
+        e.meta.as_ref().map(|m| m.components.clone()).with_context(|| {
+            format!("entry {} has no readable sidecar ({})", short(&e.key), e.sidecar_error.as_deref().unwrap_or("?"))
+        })
     };
     let (ca, cb) = (components(&a)?, components(&b)?);
-    let differences: Vec<Difference> = ca
-        .differences(&cb)
-        .into_iter()
-        .map(|(component, key1, key2)| Difference {
-            component,
-            key1,
-            key2,
-        })
-        .collect();
+    let differences: Vec<Difference> =
+        ca.differences(&cb).into_iter().map(|(component, key1, key2)| Difference { component, key1, key2 }).collect();
     let same = ca
         .fields()
         .into_iter()
         .map(|(name, _)| name)
         .filter(|name| differences.iter().all(|d| d.component != *name))
         .collect();
-    let explanation = Explanation {
-        key1: a.key.clone(),
-        key2: b.key.clone(),
-        differences,
-        same,
-    };
+    let explanation = Explanation { key1: a.key.clone(), key2: b.key.clone(), differences, same };
     if json {
         return print_json(out, &explanation);
     }
@@ -382,28 +301,19 @@ fn explain(
     } else {
         writeln!(out, "{} vs {}:", short(&a.key), short(&b.key))?;
         for d in &explanation.differences {
-            writeln!(
-                out,
-                "  {} differs:\n    {}\n    {}",
-                d.component, d.key1, d.key2
-            )?;
+            writeln!(out, "  {} differs:\n    {}\n    {}", d.component, d.key1, d.key2)?;
         }
     }
     writeln!(out, "same: {}", explanation.same.join(", "))?;
     Ok(())
 }
 
-fn verify(
-    out: &mut dyn Write,
-    cache: &DiskCache,
-    checksums_only: bool,
-    json: bool,
-) -> Result<ExitCode> {
+fn verify(out: &mut dyn Write, cache: &DiskCache, checksums_only: bool, json: bool) -> Result<ExitCode> {
     let client = if checksums_only {
         None
     } else {
-        let plugin = Plugin::load_default()
-            .context("cannot load the PJRT plugin to verify entries (try --checksums-only)")?;
+        let plugin =
+            Plugin::load_default().context("cannot load the PJRT plugin to verify entries (try --checksums-only)")?;
         Some(Client::new(plugin).context("cannot create a PJRT client to verify entries")?)
     };
     let report = cache.verify(client.as_ref())?;
@@ -411,13 +321,7 @@ fn verify(
         print_json(out, &report)?;
     } else {
         for b in &report.bad {
-            writeln!(
-                out,
-                "BAD  {}  {}  {}",
-                short(&b.key),
-                b.path.display(),
-                b.reason
-            )?;
+            writeln!(out, "BAD  {}  {}  {}", short(&b.key), b.path.display(), b.reason)?;
         }
         writeln!(
             out,
@@ -426,27 +330,13 @@ fn verify(
             report.ok,
             report.bad.len(),
             report.skipped.len(),
-            if report.loaded {
-                ""
-            } else {
-                "; checksums only, nothing loaded"
-            }
+            if report.loaded { "" } else { "; checksums only, nothing loaded" }
         )?;
     }
-    Ok(if report.bad.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if report.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn removal(
-    out: &mut dyn Write,
-    cache: &DiskCache,
-    r: &PruneReport,
-    verb: &str,
-    json: bool,
-) -> Result<()> {
+fn removal(out: &mut dyn Write, cache: &DiskCache, r: &PruneReport, verb: &str, json: bool) -> Result<()> {
     if json {
         return print_json(out, r);
     }

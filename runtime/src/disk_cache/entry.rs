@@ -34,10 +34,7 @@ pub fn encode(key: &CacheDigest, payload: &[u8]) -> Vec<u8> {
 /// given) and its checksum; otherwise why the file is unusable.
 pub fn decode<'a>(file: &'a [u8], expected_key: Option<&CacheDigest>) -> Result<&'a [u8], String> {
     if file.len() < HEADER_LEN {
-        return Err(format!(
-            "truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
-            file.len()
-        ));
+        return Err(format!("truncated: {} bytes, shorter than the {HEADER_LEN}-byte header", file.len()));
     }
     if file[..8] != MAGIC {
         return Err("not a torchtpu cache entry (bad magic)".into());
@@ -45,9 +42,7 @@ pub fn decode<'a>(file: &'a [u8], expected_key: Option<&CacheDigest>) -> Result<
     let u32_at = |i: usize| u32::from_le_bytes(file[i..i + 4].try_into().unwrap());
     let version = u32_at(8);
     if version != FORMAT_VERSION {
-        return Err(format!(
-            "entry format version {version}, this torchtpu reads {FORMAT_VERSION}"
-        ));
+        return Err(format!("entry format version {version}, this torchtpu reads {FORMAT_VERSION}"));
     }
     let header_len = u32_at(12) as usize;
     if header_len != HEADER_LEN {
@@ -56,9 +51,7 @@ pub fn decode<'a>(file: &'a [u8], expected_key: Option<&CacheDigest>) -> Result<
     let payload_len = u64::from_le_bytes(file[16..24].try_into().unwrap());
     let actual = (file.len() - HEADER_LEN) as u64;
     if payload_len != actual {
-        return Err(format!(
-            "truncated or padded: header says {payload_len} payload bytes, file has {actual}"
-        ));
+        return Err(format!("truncated or padded: header says {payload_len} payload bytes, file has {actual}"));
     }
     if let Some(key) = expected_key {
         if file[56..88] != key.0 {
@@ -92,13 +85,9 @@ mod tests {
         assert_eq!(decode(&file, Some(&key(7))), Ok(&payload[..]));
         assert_eq!(decode(&file, None), Ok(&payload[..]));
 
-        assert!(decode(&file, Some(&key(8)))
-            .unwrap_err()
-            .contains("stored under key"));
+        assert!(decode(&file, Some(&key(8))).unwrap_err().contains("stored under key"));
         assert!(decode(&file[..40], None).unwrap_err().contains("truncated"));
-        assert!(decode(&file[..file.len() - 1], None)
-            .unwrap_err()
-            .contains("truncated"));
+        assert!(decode(&file[..file.len() - 1], None).unwrap_err().contains("truncated"));
         assert!(decode(&[], None).unwrap_err().contains("truncated"));
         for i in [0, 9, 13, 17, 30, 60, HEADER_LEN, file.len() - 1] {
             let mut bad = file.clone();

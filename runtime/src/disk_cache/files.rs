@@ -13,27 +13,16 @@ pub const TMP_PREFIX: &str = ".tmp-";
 
 pub fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError {
     let path = path.to_path_buf();
-    move |source| RuntimeError::CacheIo {
-        action,
-        path,
-        source,
-    }
+    move |source| RuntimeError::CacheIo { action, path, source }
 }
 
 /// A temporary name next to `dest`, unique across processes and threads.
 fn temp_path(dest: &Path) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let name = dest
-        .file_name()
-        .map_or_else(Default::default, |n| n.to_string_lossy());
-    dest.with_file_name(format!(
-        "{TMP_PREFIX}{}-{n}-{nanos}-{name}",
-        std::process::id()
-    ))
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let name = dest.file_name().map_or_else(Default::default, |n| n.to_string_lossy());
+    dest.with_file_name(format!("{TMP_PREFIX}{}-{n}-{nanos}-{name}", std::process::id()))
 }
 
 /// Writes `bytes` to `dest` atomically (temporary file + rename), creating the folder.
@@ -96,10 +85,8 @@ mod tests {
         write_atomic(&dest, b"one").unwrap();
         write_atomic(&dest, b"two").unwrap();
         assert_eq!(read_if_exists(&dest).unwrap().unwrap(), b"two");
-        let names: Vec<_> = std::fs::read_dir(dest.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names: Vec<_> =
+            std::fs::read_dir(dest.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["a.bin"]);
         assert!(remove_if_exists(&dest).unwrap());
         assert!(!remove_if_exists(&dest).unwrap());

@@ -37,10 +37,7 @@ pub fn resolve_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
 /// Whether `TORCHTPU_CACHE`'s value turns the cache off.
 pub fn disabled_by(value: Option<&OsString>) -> bool {
     value.is_some_and(|v| {
-        matches!(
-            v.to_string_lossy().trim().to_ascii_lowercase().as_str(),
-            "0" | "false" | "off" | "no"
-        )
+        matches!(v.to_string_lossy().trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no")
     })
 }
 
@@ -58,9 +55,7 @@ pub fn toolchain_fingerprint(key: &CacheKey<'_>) -> String {
 }
 
 fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Paths of one entry.
@@ -72,10 +67,7 @@ pub struct EntryPaths {
 
 pub fn entry_paths(root: &Path, toolchain: &str, key_hex: &str) -> EntryPaths {
     let dir = root.join(toolchain);
-    EntryPaths {
-        bin: dir.join(format!("{key_hex}.bin")),
-        json: dir.join(format!("{key_hex}.json")),
-    }
+    EntryPaths { bin: dir.join(format!("{key_hex}.bin")), json: dir.join(format!("{key_hex}.json")) }
 }
 
 /// One entry found on disk (its `.bin` exists; the sidecar may not).
@@ -155,8 +147,7 @@ pub fn scan(root: &Path) -> Result<Scan> {
             let Some((bin_bytes, bin_time)) = size_and_mtime(&paths.bin) else {
                 continue;
             };
-            let (json_bytes, json_time) =
-                size_and_mtime(&paths.json).unwrap_or((0, SystemTime::UNIX_EPOCH));
+            let (json_bytes, json_time) = size_and_mtime(&paths.json).unwrap_or((0, SystemTime::UNIX_EPOCH));
             out.entries.push(ScannedEntry {
                 toolchain: toolchain.clone(),
                 key: key.clone(),
@@ -181,33 +172,19 @@ mod tests {
     use super::*;
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
-        move |name| {
-            vars.iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| OsString::from(v))
-        }
+        move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
     }
 
     #[test]
     fn directory_resolution_order() {
-        let all = [
-            (CACHE_DIR_ENV, "/explicit"),
-            ("XDG_CACHE_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ];
+        let all = [(CACHE_DIR_ENV, "/explicit"), ("XDG_CACHE_HOME", "/xdg"), ("HOME", "/home/u")];
         assert_eq!(resolve_dir(env(&all)), Some(PathBuf::from("/explicit")));
-        assert_eq!(
-            resolve_dir(env(&all[1..])),
-            Some(PathBuf::from("/xdg/torchtpu"))
-        );
+        assert_eq!(resolve_dir(env(&all[1..])), Some(PathBuf::from("/xdg/torchtpu")));
         assert_eq!(
             resolve_dir(env(&[("XDG_CACHE_HOME", "relative"), ("HOME", "/home/u")])),
             Some(PathBuf::from("/home/u/.cache/torchtpu"))
         );
-        assert_eq!(
-            resolve_dir(env(&[(CACHE_DIR_ENV, ""), ("HOME", "/h")])),
-            Some(PathBuf::from("/h/.cache/torchtpu"))
-        );
+        assert_eq!(resolve_dir(env(&[(CACHE_DIR_ENV, ""), ("HOME", "/h")])), Some(PathBuf::from("/h/.cache/torchtpu")));
         assert_eq!(resolve_dir(env(&[])), None);
     }
 

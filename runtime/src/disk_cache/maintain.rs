@@ -101,8 +101,7 @@ pub struct PruneReport {
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn parse_digest(key_hex: &str) -> Option<CacheDigest> {
@@ -117,9 +116,7 @@ fn parse_digest(key_hex: &str) -> Option<CacheDigest> {
 }
 
 fn older_than(t: SystemTime, age: Duration) -> bool {
-    SystemTime::now()
-        .duration_since(t)
-        .is_ok_and(|elapsed| elapsed > age)
+    SystemTime::now().duration_since(t).is_ok_and(|elapsed| elapsed > age)
 }
 
 impl DiskCache {
@@ -161,20 +158,13 @@ impl DiskCache {
     pub fn find(&self, prefix: &str) -> Result<EntryInfo> {
         let p = prefix.trim().to_ascii_lowercase();
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "{prefix:?} is not a key prefix (expected hex digits)"
-            )));
+            return Err(RuntimeError::InvalidArgument(format!("{prefix:?} is not a key prefix (expected hex digits)")));
         }
-        let matches: Vec<ScannedEntry> = scan(self.root())?
-            .entries
-            .into_iter()
-            .filter(|e| e.key.starts_with(&p))
-            .collect();
+        let matches: Vec<ScannedEntry> =
+            scan(self.root())?.entries.into_iter().filter(|e| e.key.starts_with(&p)).collect();
         match matches.as_slice() {
             [one] => Ok(Self::info(one)),
-            [] => Err(RuntimeError::InvalidArgument(format!(
-                "no cache entry has a key starting with {p}"
-            ))),
+            [] => Err(RuntimeError::InvalidArgument(format!("no cache entry has a key starting with {p}"))),
             many => Err(RuntimeError::InvalidArgument(format!(
                 "{} entries have keys starting with {p}; give more characters",
                 many.len()
@@ -192,16 +182,11 @@ impl DiskCache {
         Ok(CacheSummary {
             root: self.root().to_path_buf(),
             entries: entries.len(),
-            total_bytes: entries
-                .iter()
-                .map(|e| e.entry_bytes + e.sidecar_bytes)
-                .sum(),
+            total_bytes: entries.iter().map(|e| e.entry_bytes + e.sidecar_bytes).sum(),
             max_size: self.max_size(),
             toolchains: toolchains.len(),
             hits: metas().map(|m| m.hit_count).sum(),
-            compile_seconds_saved: metas()
-                .map(|m| m.hit_count as f64 * m.compile_seconds)
-                .sum(),
+            compile_seconds_saved: metas().map(|m| m.hit_count as f64 * m.compile_seconds).sum(),
             compile_seconds_stored: metas().map(|m| m.compile_seconds).sum(),
         })
     }
@@ -225,20 +210,13 @@ impl DiskCache {
         let current = client.map(|c| self.toolchain_of(c)).transpose()?;
         let mut scanned = scan(self.root())?.entries;
         scanned.sort_by(|a, b| a.key.cmp(&b.key));
-        let mut report = VerifyReport {
-            loaded: client.is_some(),
-            ..VerifyReport::default()
-        };
+        let mut report = VerifyReport { loaded: client.is_some(), ..VerifyReport::default() };
         for e in scanned {
             let Some(bytes) = read_if_exists(&e.paths.bin)? else {
                 continue; // evicted meanwhile
             };
             report.checked += 1;
-            let bad = |reason: String| BadEntry {
-                key: e.key.clone(),
-                path: e.paths.bin.clone(),
-                reason,
-            };
+            let bad = |reason: String| BadEntry { key: e.key.clone(), path: e.paths.bin.clone(), reason };
             let digest = parse_digest(&e.key);
             let payload = match entry::decode(&bytes, digest.as_ref()) {
                 Ok(p) => p,
@@ -248,14 +226,10 @@ impl DiskCache {
                 }
             };
             match (client, &current) {
-                (Some(client), Some(tc)) if *tc == e.toolchain => {
-                    match client.deserialize_executable(payload) {
-                        Ok(_) => report.ok += 1,
-                        Err(err) => report
-                            .bad
-                            .push(bad(format!("the plugin could not load it: {err}"))),
-                    }
-                }
+                (Some(client), Some(tc)) if *tc == e.toolchain => match client.deserialize_executable(payload) {
+                    Ok(_) => report.ok += 1,
+                    Err(err) => report.bad.push(bad(format!("the plugin could not load it: {err}"))),
+                },
                 (Some(_), _) => report.skipped.push(SkippedEntry {
                     key: e.key.clone(),
                     path: e.paths.bin.clone(),
@@ -298,11 +272,7 @@ impl DiskCache {
 
     /// Removes entries not used for longer than `older_than`, then evicts least-recently-used
     /// entries until everything fits in `max_size`.
-    pub fn prune(
-        &self,
-        max_size: Option<u64>,
-        older_than: Option<Duration>,
-    ) -> Result<PruneReport> {
+    pub fn prune(&self, max_size: Option<u64>, older_than: Option<Duration>) -> Result<PruneReport> {
         self.prune_inner(max_size, older_than, None)
     }
 
@@ -368,13 +338,7 @@ impl DiskCache {
             .entries
             .iter()
             .map(|e| self.root().join(&e.toolchain))
-            .chain(
-                scanned
-                    .orphans
-                    .iter()
-                    .chain(&scanned.temps)
-                    .filter_map(|l| l.path.parent().map(Path::to_path_buf)),
-            )
+            .chain(scanned.orphans.iter().chain(&scanned.temps).filter_map(|l| l.path.parent().map(Path::to_path_buf)))
             .chain([memo_dir])
             .collect();
         folders.sort();

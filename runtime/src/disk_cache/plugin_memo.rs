@@ -26,9 +26,7 @@ struct Memo {
 }
 
 fn memo_path(root: &Path, plugin: &Plugin) -> PathBuf {
-    let id = hex(&Sha256::digest(
-        plugin.path().as_os_str().as_encoded_bytes(),
-    ));
+    let id = hex(&Sha256::digest(plugin.path().as_os_str().as_encoded_bytes()));
     root.join(MEMO_DIR).join(format!("{}.json", &id[..16]))
 }
 
@@ -37,26 +35,21 @@ fn memo_path(root: &Path, plugin: &Plugin) -> PathBuf {
 /// once per plugin.
 pub fn plugin_sha256(root: &Path, plugin: &Plugin) -> Result<String> {
     let path = memo_path(root, plugin);
-    let recorded = read_if_exists(&path)
-        .ok()
-        .flatten()
-        .and_then(|bytes| serde_json::from_slice::<Memo>(&bytes).ok())
-        .filter(|memo| {
-            memo.sha256.len() == 64
-                && memo.sha256.bytes().all(|b| b.is_ascii_hexdigit())
-                && memo.path == plugin.path()
-                && memo.stamp == *plugin.file_stamp()
-        });
+    let recorded =
+        read_if_exists(&path).ok().flatten().and_then(|bytes| serde_json::from_slice::<Memo>(&bytes).ok()).filter(
+            |memo| {
+                memo.sha256.len() == 64
+                    && memo.sha256.bytes().all(|b| b.is_ascii_hexdigit())
+                    && memo.path == plugin.path()
+                    && memo.stamp == *plugin.file_stamp()
+            },
+        );
     if let Some(memo) = &recorded {
         plugin.seed_binary_sha256(memo.sha256.clone());
     }
     let sha256 = plugin.binary_sha256()?.to_owned();
     if recorded.is_none_or(|memo| memo.sha256 != sha256) {
-        let memo = Memo {
-            path: plugin.path().to_path_buf(),
-            stamp: *plugin.file_stamp(),
-            sha256: sha256.clone(),
-        };
+        let memo = Memo { path: plugin.path().to_path_buf(), stamp: *plugin.file_stamp(), sha256: sha256.clone() };
         if let Ok(json) = serde_json::to_vec_pretty(&memo) {
             let _ = write_atomic(&path, &json);
         }

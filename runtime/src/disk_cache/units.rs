@@ -14,8 +14,8 @@ fn split_number(text: &str) -> Option<(f64, String)> {
 /// are powers of 1024; `KB`..`TB` powers of 1000; `B` or no unit means bytes. Case and a
 /// space before the unit do not matter; fractions are allowed ("1.5G").
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let (value, unit) = split_number(text)
-        .ok_or_else(|| format!("invalid size {text:?}: expected e.g. 500M, 2GiB or 1000000"))?;
+    let (value, unit) =
+        split_number(text).ok_or_else(|| format!("invalid size {text:?}: expected e.g. 500M, 2GiB or 1000000"))?;
     let multiplier: f64 = match unit.as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -26,11 +26,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "invalid size {text:?}: unknown unit {other:?} (use B, K, M, G, T, KiB.., KB..)"
-            ))
-        }
+        other => return Err(format!("invalid size {text:?}: unknown unit {other:?} (use B, K, M, G, T, KiB.., KB..)")),
     };
     let bytes = value * multiplier;
     if !bytes.is_finite() || bytes > u64::MAX as f64 {
@@ -42,22 +38,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Parses a duration: a number with a unit `s`, `m`, `h`, `d` or `w` ("30d", "1.5h");
 /// a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (value, unit) = split_number(text)
-        .ok_or_else(|| format!("invalid duration {text:?}: expected e.g. 30d, 12h, 90m or 45s"))?;
+    let (value, unit) =
+        split_number(text).ok_or_else(|| format!("invalid duration {text:?}: expected e.g. 30d, 12h, 90m or 45s"))?;
     let seconds = match unit.as_str() {
         "" | "s" | "sec" | "secs" => 1.0,
         "m" | "min" | "mins" => 60.0,
         "h" | "hour" | "hours" => 3600.0,
         "d" | "day" | "days" => 86400.0,
         "w" | "week" | "weeks" => 7.0 * 86400.0,
-        other => {
-            return Err(format!(
-                "invalid duration {text:?}: unknown unit {other:?} (use s, m, h, d or w)"
-            ))
-        }
+        other => return Err(format!("invalid duration {text:?}: unknown unit {other:?} (use s, m, h, d or w)")),
     };
-    Duration::try_from_secs_f64(value * seconds)
-        .map_err(|_| format!("invalid duration {text:?}: out of range"))
+    Duration::try_from_secs_f64(value * seconds).map_err(|_| format!("invalid duration {text:?}: out of range"))
 }
 
 /// `1536` -> `"1.5 KiB"`; bytes below 1 KiB stay exact.
@@ -101,19 +92,12 @@ pub fn format_unix_ms(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -130,9 +114,7 @@ mod tests {
         assert_eq!(parse_size("0"), Ok(0));
         assert!(parse_size("").is_err());
         assert!(parse_size("-1G").is_err());
-        assert!(parse_size("12 parsecs")
-            .unwrap_err()
-            .contains("unknown unit"));
+        assert!(parse_size("12 parsecs").unwrap_err().contains("unknown unit"));
         assert_eq!(format_size(1023), "1023 B");
         assert_eq!(format_size(1536), "1.5 KiB");
         assert_eq!(format_size(2 << 30), "2.0 GiB");

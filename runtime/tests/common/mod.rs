@@ -26,9 +26,7 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 pub fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 pub fn f64_bytes(v: &[f64]) -> Vec<u8> {
@@ -40,19 +38,13 @@ pub fn i64_bytes(v: &[i64]) -> Vec<u8> {
 }
 
 pub fn i64s(b: &[u8]) -> Vec<i64> {
-    b.chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 pub fn upload_f32(v: &[f32], dims: &[i64]) -> Buffer {
-    client()
-        .buffer_from_host(&f32_bytes(v), ElementType::F32, dims, &device())
-        .unwrap()
+    client().buffer_from_host(&f32_bytes(v), ElementType::F32, dims, &device()).unwrap()
 }
 
 pub fn upload_i64(v: &[i64], dims: &[i64]) -> Buffer {
-    client()
-        .buffer_from_host(&i64_bytes(v), ElementType::S64, dims, &device())
-        .unwrap()
+    client().buffer_from_host(&i64_bytes(v), ElementType::S64, dims, &device()).unwrap()
 }

@@ -41,7 +41,8 @@ pub fn arange<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let get = |k: &str, d: f64| -> RuleResult<Scalar> {
         Ok(match n.attr(k) {
             None | Some(Attr::None) => Scalar::F(d),
-            Some(a) => Scalar::from_attr(a).ok_or_else(|| crate::lower::error::RuleError::Bad(format!("{k} must be a number")))?,
+            Some(a) => Scalar::from_attr(a)
+                .ok_or_else(|| crate::lower::error::RuleError::Bad(format!("{k} must be a number")))?,
         })
     };
     let (start, step) = (get("start", 0.0)?, get("step", 1.0)?);
@@ -63,13 +64,25 @@ pub fn constant<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     let ty = e.ty(storage, &dims);
     let attr: DenseElementsAttribute = match (&lit.elems, storage) {
         (Elements::Float(v), DType::F64) => DenseElementsAttribute::f64_values(ty, v),
-        (Elements::Float(v), _) => DenseElementsAttribute::f32_values(ty, &v.iter().map(|x| *x as f32).collect::<Vec<_>>()),
+        (Elements::Float(v), _) => {
+            DenseElementsAttribute::f32_values(ty, &v.iter().map(|x| *x as f32).collect::<Vec<_>>())
+        }
         (Elements::Int(v), DType::I64) => DenseElementsAttribute::i64_values(ty, v),
-        (Elements::Int(v), DType::I32) => DenseElementsAttribute::i32_values(ty, &v.iter().map(|x| *x as i32).collect::<Vec<_>>()),
-        (Elements::Int(v), DType::I16) => DenseElementsAttribute::i16_values(ty, &v.iter().map(|x| *x as i16).collect::<Vec<_>>()),
-        (Elements::Int(v), DType::I8) => DenseElementsAttribute::i8_values(ty, &v.iter().map(|x| *x as i8).collect::<Vec<_>>()),
-        (Elements::Int(v), DType::U8) => DenseElementsAttribute::u8_values(ty, &v.iter().map(|x| *x as u8).collect::<Vec<_>>()),
-        (Elements::Bool(v), DType::Bool) => DenseElementsAttribute::bool_values(ty, &v.iter().map(|x| *x as i32).collect::<Vec<_>>()),
+        (Elements::Int(v), DType::I32) => {
+            DenseElementsAttribute::i32_values(ty, &v.iter().map(|x| *x as i32).collect::<Vec<_>>())
+        }
+        (Elements::Int(v), DType::I16) => {
+            DenseElementsAttribute::i16_values(ty, &v.iter().map(|x| *x as i16).collect::<Vec<_>>())
+        }
+        (Elements::Int(v), DType::I8) => {
+            DenseElementsAttribute::i8_values(ty, &v.iter().map(|x| *x as i8).collect::<Vec<_>>())
+        }
+        (Elements::Int(v), DType::U8) => {
+            DenseElementsAttribute::u8_values(ty, &v.iter().map(|x| *x as u8).collect::<Vec<_>>())
+        }
+        (Elements::Bool(v), DType::Bool) => {
+            DenseElementsAttribute::bool_values(ty, &v.iter().map(|x| *x as i32).collect::<Vec<_>>())
+        }
         _ => return unsupported!("literals of dtype {d}"),
     };
     let c = e.literal(storage, &dims, attr.into())?;

@@ -15,11 +15,19 @@ use crate::passes::patterns::Scalar;
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
 fn complex_of(d: DType) -> DType {
-    if d == DType::F64 || d == DType::C128 { DType::C128 } else { DType::C64 }
+    if d == DType::F64 || d == DType::C128 {
+        DType::C128
+    } else {
+        DType::C64
+    }
 }
 
 fn real_of(d: DType) -> DType {
-    if d == DType::C128 || d == DType::F64 { DType::F64 } else { DType::F32 }
+    if d == DType::C128 || d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
 }
 
 /// One 1-D transform of `kind` (FFT, IFFT, RFFT, IRFFT) along `axis` with length `len`.

@@ -19,7 +19,12 @@ fn list(v: impl Iterator<Item = usize>) -> String {
 
 /// Coordinates `shape + [rank]` whose component `d` is `index` and every other component
 /// `j` is the element's own position along `j`.
-pub(crate) fn coordinates<'c, 'a>(e: &Emitter<'c, 'a>, index: &Tv<'c, 'a>, d: usize, rank: usize) -> RuleResult<Tv<'c, 'a>> {
+pub(crate) fn coordinates<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    index: &Tv<'c, 'a>,
+    d: usize,
+    rank: usize,
+) -> RuleResult<Tv<'c, 'a>> {
     let shape = index.dims.clone();
     let mut one = shape.clone();
     one.push(1);
@@ -59,7 +64,13 @@ pub(crate) fn gather_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv
 
 /// Scatters `updates` (shape S) into `x` at `coords` (S + [rank]); `add` accumulates,
 /// otherwise later updates overwrite.
-fn scatter_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, add: bool) -> RuleResult<Tv<'c, 'a>> {
+fn scatter_at<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    coords: &Tv<'c, 'a>,
+    updates: &Tv<'c, 'a>,
+    add: bool,
+) -> RuleResult<Tv<'c, 'a>> {
     scatter_combine(e, x, coords, updates, if add { Combine::Add } else { Combine::Replace })
 }
 
@@ -73,7 +84,13 @@ enum Combine {
     Min,
 }
 
-fn scatter_combine<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, how: Combine) -> RuleResult<Tv<'c, 'a>> {
+fn scatter_combine<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    coords: &Tv<'c, 'a>,
+    updates: &Tv<'c, 'a>,
+    how: Combine,
+) -> RuleResult<Tv<'c, 'a>> {
     let rank = x.rank();
     let dn = format!(
         "#stablehlo.scatter<update_window_dims = [], inserted_window_dims = [{0}], scatter_dims_to_operand_dims = [{0}], index_vector_dim = {1}>",
@@ -109,7 +126,14 @@ fn scatter_combine<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 
 /// `x` combined with `updates` at `coords`. Without include_self the positions that receive
 /// an update start from the reduction's identity; mean divides by the number of values
 /// reduced (floor division for integers, as PyTorch).
-fn reduce_into<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, reduce: &str, include_self: bool) -> RuleResult<Tv<'c, 'a>> {
+fn reduce_into<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    coords: &Tv<'c, 'a>,
+    updates: &Tv<'c, 'a>,
+    reduce: &str,
+    include_self: bool,
+) -> RuleResult<Tv<'c, 'a>> {
     let d = x.dtype;
     let how = match reduce {
         "sum" | "mean" => Combine::Add,
@@ -144,7 +168,8 @@ fn reduce_into<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>,
     let none = e.compare(&counts, &zero, Cmp::Eq)?;
     let safe = e.select(&none, &one, &counts)?;
     let safe = e.convert(&safe, d)?;
-    let mean = if d.is_float() { e.ew("stablehlo.divide", &[&combined, &safe], d)? } else { floor_div(e, &combined, &safe)? };
+    let mean =
+        if d.is_float() { e.ew("stablehlo.divide", &[&combined, &safe], d)? } else { floor_div(e, &combined, &safe)? };
     e.select(&none, &combined, &mean)
 }
 
@@ -163,7 +188,12 @@ fn floor_div<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>) -> Rul
 }
 
 /// Which positions of `x` a scatter at `coords` writes.
-fn touched_mask<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>, updates: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+fn touched_mask<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    coords: &Tv<'c, 'a>,
+    updates: &Tv<'c, 'a>,
+) -> RuleResult<Tv<'c, 'a>> {
     let none = e.constant(DType::Bool, &x.dims, Scalar::B(false))?;
     let all = e.constant(DType::Bool, &updates.dims, Scalar::B(true))?;
     scatter_combine(e, &none, coords, &all, Combine::Replace)
@@ -298,7 +328,12 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
 /// together to B; the result shape is x's dims with the indexed block replaced by B when the
 /// indexed dims are adjacent, else B first and the remaining dims after it (NumPy rules).
 /// Returns that shape and per-element coordinates into `x` (shape + [rank]).
-fn advanced_index<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], idx: &[&Tv<'c, 'a>]) -> RuleResult<(Vec<i64>, Tv<'c, 'a>)> {
+fn advanced_index<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    dims: &[usize],
+    idx: &[&Tv<'c, 'a>],
+) -> RuleResult<(Vec<i64>, Tv<'c, 'a>)> {
     if idx.iter().any(|t| t.dtype == DType::Bool || t.dtype == DType::U8) {
         return unsupported!("indexing with boolean mask indices (data-dependent shape)");
     }
@@ -490,7 +525,8 @@ pub fn as_strided<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         return bad!("as_strided: negative size {size:?}");
     }
     // The last element read, in i128: sizes and strides are attributes, of any magnitude.
-    let last = offset as i128 + size.iter().zip(&stride).map(|(&s, &st)| (s - 1).max(0) as i128 * st as i128).sum::<i128>();
+    let last =
+        offset as i128 + size.iter().zip(&stride).map(|(&s, &st)| (s - 1).max(0) as i128 * st as i128).sum::<i128>();
     if product(size.iter().copied())? > 0 && (offset < 0 || last >= numel as i128 || stride.iter().any(|&st| st < 0)) {
         return bad!("as_strided reads element {last} of a {numel}-element tensor");
     }
@@ -510,7 +546,13 @@ fn prefix_sum<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 
 }
 
 /// Flat (1-D) scatter of `updates` into `flat` at `positions` (both 1-D, same length).
-fn scatter_flat<'c, 'a>(e: &Emitter<'c, 'a>, flat: &Tv<'c, 'a>, positions: &Tv<'c, 'a>, updates: &Tv<'c, 'a>, how: Combine) -> RuleResult<Tv<'c, 'a>> {
+fn scatter_flat<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    flat: &Tv<'c, 'a>,
+    positions: &Tv<'c, 'a>,
+    updates: &Tv<'c, 'a>,
+    how: Combine,
+) -> RuleResult<Tv<'c, 'a>> {
     let coords = e.reshape(positions, &[positions.dims[0], 1])?;
     scatter_combine(e, flat, &coords, updates, how)
 }
@@ -562,7 +604,8 @@ fn strided_positions<'c, 'a>(e: &Emitter<'c, 'a>, size: &[i64], stride: &[i64], 
     let mut pos = e.constant(DType::I64, size, Scalar::I(offset))?;
     for (i, &st) in stride.iter().enumerate() {
         let along = e.iota(DType::I64, size, i)?;
-        let scaled = e.ew("stablehlo.multiply", &[&along, &e.constant(DType::I64, size, Scalar::I(st))?], DType::I64)?;
+        let scaled =
+            e.ew("stablehlo.multiply", &[&along, &e.constant(DType::I64, size, Scalar::I(st))?], DType::I64)?;
         pos = e.ew("stablehlo.add", &[&pos, &scaled], DType::I64)?;
     }
     Ok(pos)
@@ -612,8 +655,16 @@ pub fn nonzero_static<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let mut stride = numel;
     for j in 0..r {
         stride /= x.dims[j].max(1);
-        let q = e.ew("stablehlo.divide", &[&flat_index, &e.constant(DType::I64, &[numel], Scalar::I(stride.max(1)))?], DType::I64)?;
-        let coord = e.ew("stablehlo.remainder", &[&q, &e.constant(DType::I64, &[numel], Scalar::I(x.dims[j].max(1)))?], DType::I64)?;
+        let q = e.ew(
+            "stablehlo.divide",
+            &[&flat_index, &e.constant(DType::I64, &[numel], Scalar::I(stride.max(1)))?],
+            DType::I64,
+        )?;
+        let coord = e.ew(
+            "stablehlo.remainder",
+            &[&q, &e.constant(DType::I64, &[numel], Scalar::I(x.dims[j].max(1)))?],
+            DType::I64,
+        )?;
         let column = e.constant(DType::I64, &[size], Scalar::I(fill))?;
         let column = scatter_flat(e, &column, &slot, &coord, Combine::Replace)?;
         columns.push(e.reshape(&column, &[size, 1])?);
@@ -634,10 +685,15 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
         let hi = b.minmax(&a[0], &a[1], true)?;
         let lo = b.minmax(&a[0], &a[1], false)?;
         let diff = b.ew("stablehlo.subtract", &[&lo, &hi], out)?;
-        let sum = b.ew("stablehlo.add", &[&hi, &b.ew("stablehlo.log_plus_one", &[&b.ew("stablehlo.exponential", &[&diff], out)?], out)?], out)?;
+        let sum = b.ew(
+            "stablehlo.add",
+            &[&hi, &b.ew("stablehlo.log_plus_one", &[&b.ew("stablehlo.exponential", &[&diff], out)?], out)?],
+            out,
+        )?;
         // Both -inf (or the same infinity): the sum is that value, not NaN.
         let same = b.compare(&a[0], &a[1], Cmp::Eq)?;
-        let inf = b.compare(&b.ew("stablehlo.abs", &[&hi], out)?, &b.constant(out, &[], Scalar::F(f64::INFINITY))?, Cmp::Eq)?;
+        let inf =
+            b.compare(&b.ew("stablehlo.abs", &[&hi], out)?, &b.constant(out, &[], Scalar::F(f64::INFINITY))?, Cmp::Eq)?;
         let keep = b.ew("stablehlo.and", &[&same, &inf], DType::Bool)?;
         Ok(vec![b.select(&keep, &hi, &sum)?])
     })?;
@@ -675,11 +731,15 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let hi_b = e.broadcast_in_dim(&hi_t, &[numel], &[])?;
     let width = e.ew("stablehlo.subtract", &[&hi_b, &lo_b], out)?;
     let frac = e.ew("stablehlo.divide", &[&e.ew("stablehlo.subtract", &[&flat, &lo_b], out)?, &width], out)?;
-    let pos = e.convert(&e.ew("stablehlo.multiply", &[&frac, &e.constant(out, &[numel], Scalar::I(bins))?], out)?, DType::I64)?;
+    let pos = e.convert(
+        &e.ew("stablehlo.multiply", &[&frac, &e.constant(out, &[numel], Scalar::I(bins))?], out)?,
+        DType::I64,
+    )?;
     let last = e.constant(DType::I64, &[numel], Scalar::I(bins - 1))?;
     let at_top = e.compare(&pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?, Cmp::Eq)?;
     let pos = e.select(&at_top, &last, &pos)?;
-    let inside = e.ew("stablehlo.and", &[&e.compare(&flat, &lo_b, Cmp::Ge)?, &e.compare(&flat, &hi_b, Cmp::Le)?], DType::Bool)?;
+    let inside =
+        e.ew("stablehlo.and", &[&e.compare(&flat, &lo_b, Cmp::Ge)?, &e.compare(&flat, &hi_b, Cmp::Le)?], DType::Bool)?;
     // Outside values (and NaNs, which compare false) aim past the end and are dropped.
     let pos = e.select(&inside, &pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?)?;
     let ones = e.constant(out, &[numel], Scalar::I(1))?;

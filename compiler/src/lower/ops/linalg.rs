@@ -12,7 +12,12 @@ type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 /// two dims (`x @ w.t()`, as every nn.Linear is exported) is read untransposed, with the dot
 /// contracting its other dim: XLA CPU would otherwise copy the transposed weight on every call
 /// before its matmul (measured on the MLP: a `transpose_copy_fusion` per weight).
-pub fn dot<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, out: crate::ir::DType) -> RuleResult<Tv<'c, 'a>> {
+pub fn dot<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    a: &Tv<'c, 'a>,
+    b: &Tv<'c, 'a>,
+    out: crate::ir::DType,
+) -> RuleResult<Tv<'c, 'a>> {
     let a = e.convert(a, out)?;
     let b = e.convert(b, out)?;
     let (rank_a, rank_b) = (a.rank(), b.rank());
@@ -36,7 +41,9 @@ pub fn dot<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, out: cra
         None => (b, rank_b - 2),
     };
     let batch = if batched { "lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], " } else { "" };
-    let text = format!("#stablehlo.dot<{batch}lhs_contracting_dimensions = [{lhs_k}], rhs_contracting_dimensions = [{rhs_k}]>");
+    let text = format!(
+        "#stablehlo.dot<{batch}lhs_contracting_dimensions = [{lhs_k}], rhs_contracting_dimensions = [{rhs_k}]>"
+    );
     e.op("stablehlo.dot_general", &[&lhs, &rhs], out, &dims, &[("dot_dimension_numbers", e.attr(&text)?)])
 }
 

@@ -12,7 +12,11 @@ use crate::passes::patterns::Scalar;
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
 fn acc_type(d: DType) -> DType {
-    if matches!(d, DType::F16 | DType::BF16) { DType::F32 } else { d }
+    if matches!(d, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        d
+    }
 }
 
 /// Reduces `x` over `axes` and broadcasts the result back to `x`'s shape.
@@ -139,7 +143,9 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         let var = e.ew("stablehlo.divide", &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
         (mean, var, true)
     } else {
-        let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else { return bad!("inference batch norm needs running stats") };
+        let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else {
+            return bad!("inference batch norm needs running stats");
+        };
         (per_channel(rm)?, per_channel(rv)?, false)
     };
     let rstd = e.ew("stablehlo.rsqrt", &[&e.ew("stablehlo.add", &[&var_b, &c(eps, &x.dims)?], compute)?], compute)?;
@@ -170,7 +176,9 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         }
     }
     if n.results.len() == 5 {
-        let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else { return bad!("functional batch norm needs running stats") };
+        let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else {
+            return bad!("functional batch norm needs running stats");
+        };
         let (rm, rv) = (e.convert(rm, compute)?, e.convert(rv, compute)?);
         if training {
             let m = c(momentum, &[channels])?;
@@ -433,7 +441,13 @@ fn conv_as_matmul<'c, 'a>(
     prod_dims.extend(out_sp);
     prod_dims.push(o);
     let text = format!("#stablehlo.dot<lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [{w_c}, 2]>");
-    let prod = e.op("stablehlo.dot_general", &[&cols, &wk], x.dtype, &prod_dims, &[("dot_dimension_numbers", e.attr(&text)?)])?;
+    let prod = e.op(
+        "stablehlo.dot_general",
+        &[&cols, &wk],
+        x.dtype,
+        &prod_dims,
+        &[("dot_dimension_numbers", e.attr(&text)?)],
+    )?;
     let mut perm = vec![0, r - 1];
     perm.extend(1..r - 1);
     e.transpose(&prod, &perm)
@@ -488,7 +502,8 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         // Nothing reads the indices (inference): a plain max window, NaN winning as in
         // PyTorch; the variadic (value, index) window costs XLA CPU about twice as much.
         let region = e.scalar_region(&[d, d], |b, a| Ok(vec![b.minmax(&a[0], &a[1], true)?]))?;
-        let vals = e.build("stablehlo.reduce_window", &[x.v, neg_inf.v], &[e.ty(d, &out_dims)], &attrs, vec![region])?;
+        let vals =
+            e.build("stablehlo.reduce_window", &[x.v, neg_inf.v], &[e.ty(d, &out_dims)], &attrs, vec![region])?;
         let values = Tv { v: vals[0], dtype: d, dims: out_dims.clone() };
         let unread = e.constant(DType::I64, &n.results[1].1, Scalar::I(0))?;
         return Ok(vec![values, unread]);
@@ -554,7 +569,13 @@ impl Pool2d {
             None | Some(crate::ir::Attr::None) => None,
             Some(_) => Some(n.int("divisor_override")?),
         };
-        Ok(Pool2d { kernel, stride, padding, count_include_pad: n.bool_or("count_include_pad", true)?, divisor_override })
+        Ok(Pool2d {
+            kernel,
+            stride,
+            padding,
+            count_include_pad: n.bool_or("count_include_pad", true)?,
+            divisor_override,
+        })
     }
 
     /// Per-dim [low, high] padding of a rank-`r` input of spatial size `hw` so that every
@@ -582,7 +603,13 @@ impl Pool2d {
     /// What each output window divides by, shaped like the output: the override, or the
     /// number of window elements inside the input (count_include_pad=False) or inside the
     /// input plus its explicit padding (True), as PyTorch counts them.
-    fn divisor<'c, 'a>(&self, e: &Emitter<'c, 'a>, d: DType, in_dims: &[i64], out_dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+    fn divisor<'c, 'a>(
+        &self,
+        e: &Emitter<'c, 'a>,
+        d: DType,
+        in_dims: &[i64],
+        out_dims: &[i64],
+    ) -> RuleResult<Tv<'c, 'a>> {
         if let Some(v) = self.divisor_override {
             return e.constant(d, out_dims, Scalar::I(v));
         }
@@ -660,7 +687,8 @@ pub fn avg_pool2d_backward<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>)
     let (mut lo, mut hi, mut interior) = (vec![0; r], vec![0; r], vec![0; r]);
     let mut win = vec![1i64; r];
     for k in 0..2 {
-        let (size, kern, s, pad) = (x.dims[r - 2 + k] as i128, p.kernel[k] as i128, p.stride[k] as i128, p.padding[k] as i128);
+        let (size, kern, s, pad) =
+            (x.dims[r - 2 + k] as i128, p.kernel[k] as i128, p.stride[k] as i128, p.padding[k] as i128);
         let dilated = (g.dims[r - 2 + k] as i128 - 1) * s + 1;
         interior[r - 2 + k] = fit(s - 1)?;
         lo[r - 2 + k] = fit(kern - 1 - pad)?;

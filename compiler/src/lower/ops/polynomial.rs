@@ -67,7 +67,14 @@ fn first<'c, 'b>(e: &Emitter<'c, 'b>, f: Family, x: &Tv<'c, 'b>) -> RuleResult<T
 }
 
 /// P_k from p = P_{k-2}, q = P_{k-1}; `k` is a float tensor of x's shape.
-fn next<'c, 'b>(e: &Emitter<'c, 'b>, f: Family, x: &Tv<'c, 'b>, k: &Tv<'c, 'b>, p: &Tv<'c, 'b>, q: &Tv<'c, 'b>) -> RuleResult<Tv<'c, 'b>> {
+fn next<'c, 'b>(
+    e: &Emitter<'c, 'b>,
+    f: Family,
+    x: &Tv<'c, 'b>,
+    k: &Tv<'c, 'b>,
+    p: &Tv<'c, 'b>,
+    q: &Tv<'c, 'b>,
+) -> RuleResult<Tv<'c, 'b>> {
     let d = x.dtype;
     let c = |v: f64| e.constant(d, &x.dims, Scalar::F(v));
     let mul = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew("stablehlo.multiply", &[a, b], d);
@@ -76,7 +83,9 @@ fn next<'c, 'b>(e: &Emitter<'c, 'b>, f: Family, x: &Tv<'c, 'b>, k: &Tv<'c, 'b>, 
     let km1 = sub(k, &c(1.0)?)?;
     Ok(match f {
         // 2x q - p
-        Family::ChebyshevT | Family::ChebyshevU | Family::ChebyshevV | Family::ChebyshevW => sub(&mul(&add(x, x)?, q)?, p)?,
+        Family::ChebyshevT | Family::ChebyshevU | Family::ChebyshevV | Family::ChebyshevW => {
+            sub(&mul(&add(x, x)?, q)?, p)?
+        }
         // 2x q - 2(k-1) p
         Family::HermiteH => sub(&mul(&add(x, x)?, q)?, &mul(&add(&km1, &km1)?, p)?)?,
         // x q - (k-1) p
@@ -117,7 +126,8 @@ pub fn polynomial<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let p0 = e.constant(d, &dims, Scalar::F(1.0))?;
     let p1 = first(e, f, &x)?;
     let zero = e.constant(d, &dims, Scalar::F(0.0))?;
-    let is = |k: i64| -> RuleResult<Tv<'c, 'a>> { e.compare(&deg, &e.constant(DType::I64, &dims, Scalar::I(k))?, Cmp::Eq) };
+    let is =
+        |k: i64| -> RuleResult<Tv<'c, 'a>> { e.compare(&deg, &e.constant(DType::I64, &dims, Scalar::I(k))?, Cmp::Eq) };
     let start = e.select(&is(0)?, &p0, &e.select(&is(1)?, &p1, &zero)?)?;
     let all: Vec<usize> = (0..dims.len()).collect();
     let max_deg = reduce_with(e, &deg, &all, "max")?;

@@ -16,7 +16,13 @@ fn op_name<'n>(n: &'n NodeCtx) -> &'n str {
 }
 
 /// The i-th operand converted to the result dtype (a number attribute becomes a constant).
-fn operand<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>, names: &[&str], i: usize, d: DType) -> RuleResult<Tv<'c, 'a>> {
+fn operand<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    n: &NodeCtx<'c, 'a, '_>,
+    names: &[&str],
+    i: usize,
+    d: DType,
+) -> RuleResult<Tv<'c, 'a>> {
     let ps = n.params(names);
     let dims = n.out_dims().to_vec();
     match &ps[i] {
@@ -170,7 +176,8 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
             let p = b.ew("stablehlo.power", &[xs, &b.constant(out, &dims, Scalar::F(order as f64 + 1.0))?], out)?;
             let term = b.ew("stablehlo.divide", &[&b.constant(out, &dims, Scalar::F(coef))?, &p], out)?;
             let acc2 = b.select(&neg, &b.ew("stablehlo.add", &[acc, &term], out)?, acc)?;
-            let x2 = b.select(&neg, &b.ew("stablehlo.add", &[xs, &b.constant(out, &dims, Scalar::F(1.0))?], out)?, xs)?;
+            let x2 =
+                b.select(&neg, &b.ew("stablehlo.add", &[xs, &b.constant(out, &dims, Scalar::F(1.0))?], out)?, xs)?;
             Ok(vec![x2, acc2])
         },
     )?;
@@ -253,7 +260,11 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
         // sin(x)/x, with its series near 0
         "spherical_bessel_j0" => {
             let x2 = mul(&x, &x)?;
-            let series = e.ew("stablehlo.add", &[&c(1.0)?, &mul(&x2, &e.ew("stablehlo.add", &[&c(-1.0 / 6.0)?, &mul(&x2, &c(1.0 / 120.0)?)?], d)?)?], d)?;
+            let series = e.ew(
+                "stablehlo.add",
+                &[&c(1.0)?, &mul(&x2, &e.ew("stablehlo.add", &[&c(-1.0 / 6.0)?, &mul(&x2, &c(1.0 / 120.0)?)?], d)?)?],
+                d,
+            )?;
             let direct = e.ew("stablehlo.divide", &[&e.ew("stablehlo.sine", &[&x], d)?, &x], d)?;
             let small = e.compare(&e.ew("stablehlo.abs", &[&x], d)?, &c(1e-2)?, Cmp::Lt)?;
             let inf = e.compare(&e.ew("stablehlo.abs", &[&x], d)?, &c(f64::INFINITY)?, Cmp::Eq)?;

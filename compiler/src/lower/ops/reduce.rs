@@ -125,7 +125,12 @@ pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 
 /// (value, index) reduction picking the max (or min) with the first index on ties and NaN
 /// counted as the extreme, as PyTorch's argmax/max.dim do.
-fn arg_reduce<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, d: usize, want_max: bool) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+fn arg_reduce<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    d: usize,
+    want_max: bool,
+) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
     let idx = e.iota(DType::I64, &x.dims, d)?;
     let dtype = x.dtype;
     let init_v = e.constant(dtype, &[], init(dtype, if want_max { "max" } else { "min" }))?;
@@ -196,7 +201,13 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let dims = reduced_dims(n, x.rank(), true)?;
     let correction = match n.attr("correction") {
         Some(a) if !a.is_none() => n.float_or("correction", 1.0)?,
-        _ => if n.bool_or("unbiased", true)? { 1.0 } else { 0.0 },
+        _ => {
+            if n.bool_or("unbiased", true)? {
+                1.0
+            } else {
+                0.0
+            }
+        }
     };
     let v = if x.dtype.is_complex() {
         complex_variance(e, x, &dims, correction, out)?
@@ -207,7 +218,13 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 }
 
 /// Variance of a complex `x`, a real `out`: E|z - E z|^2 = var(re z) + var(im z).
-pub fn complex_variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], correction: f64, out: DType) -> RuleResult<Tv<'c, 'a>> {
+pub fn complex_variance<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    dims: &[usize],
+    correction: f64,
+    out: DType,
+) -> RuleResult<Tv<'c, 'a>> {
     let (re, im) = e.complex_parts(x)?;
     let vr = variance(e, &e.convert(&re, out)?, dims, correction)?;
     let vi = variance(e, &e.convert(&im, out)?, dims, correction)?;
@@ -217,7 +234,12 @@ pub fn complex_variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usi
 /// Variance of `x` (already in its float result dtype) over `dims` with Bessel's `correction`:
 /// two passes (mean, then the mean of squared deviations) for accuracy. Result: `x` without
 /// the reduced dims.
-pub fn variance<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], correction: f64) -> RuleResult<Tv<'c, 'a>> {
+pub fn variance<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    dims: &[usize],
+    correction: f64,
+) -> RuleResult<Tv<'c, 'a>> {
     if accumulator(x.dtype) != x.dtype {
         let wide = variance(e, &e.convert(x, accumulator(x.dtype))?, dims, correction)?;
         return e.convert(&wide, x.dtype);

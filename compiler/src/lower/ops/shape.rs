@@ -159,7 +159,8 @@ pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 /// flip(self, dims).
 pub fn flip<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let dims: Vec<i64> = n.ints("dims")?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
+    let dims: Vec<i64> =
+        n.ints("dims")?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
     Ok(vec![e.op("stablehlo.reverse", &[x], x.dtype, &x.dims.clone(), &[("dimensions", e.i64_array(&dims))])?])
 }
 

@@ -14,7 +14,12 @@ use crate::passes::patterns::Scalar;
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
 /// Sorts `x` along `d`; returns (values, int64 indices).
-fn sort_along<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, d: usize, descending: bool) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+fn sort_along<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    d: usize,
+    descending: bool,
+) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
     let dt = x.dtype;
     let iota = e.iota(DType::I64, &x.dims, d)?;
     let region = e.scalar_region(&[dt, dt, DType::I64, DType::I64], |b, a| {
@@ -77,7 +82,13 @@ pub fn topk<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 }
 
 /// Values and indices at position `pos` (shape of `vals` without `d`) along `d`.
-fn pick<'c, 'a>(e: &Emitter<'c, 'a>, vals: &Tv<'c, 'a>, idx: &Tv<'c, 'a>, d: usize, pos: &Tv<'c, 'a>) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+fn pick<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    vals: &Tv<'c, 'a>,
+    idx: &Tv<'c, 'a>,
+    d: usize,
+    pos: &Tv<'c, 'a>,
+) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
     let mut kept = vals.dims.clone();
     kept[d] = 1;
     let pos = e.reshape(pos, &kept)?;
@@ -131,7 +142,8 @@ pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
         let one = e.constant(DType::I64, &kept, Scalar::I(1))?;
         let two = e.constant(DType::I64, &kept, Scalar::I(2))?;
         let zero = e.constant(DType::I64, &kept, Scalar::I(0))?;
-        let lower_mid = e.ew("stablehlo.divide", &[&e.ew("stablehlo.subtract", &[&finite, &one], DType::I64)?, &two], DType::I64)?;
+        let lower_mid =
+            e.ew("stablehlo.divide", &[&e.ew("stablehlo.subtract", &[&finite, &one], DType::I64)?, &two], DType::I64)?;
         let any_nan = e.compare(&nans, &zero, Cmp::Gt)?;
         if skip_nan {
             let all_nan = e.compare(&finite, &zero, Cmp::Eq)?;
@@ -172,7 +184,8 @@ pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     let mut pair = vals.dims.clone();
     pair.push(m);
     let vb = e.broadcast_in_dim(&vals, &pair, &(0..vr as i64).collect::<Vec<_>>())?;
-    let seq_map: Vec<i64> = if seq.rank() == 1 { vec![vr as i64] } else { (0..vr as i64 - 1).chain([vr as i64]).collect() };
+    let seq_map: Vec<i64> =
+        if seq.rank() == 1 { vec![vr as i64] } else { (0..vr as i64 - 1).chain([vr as i64]).collect() };
     let sb = e.broadcast_in_dim(&seq, &pair, &seq_map)?;
     let mut below = e.compare(&sb, &vb, if right { Cmp::Le } else { Cmp::Lt })?;
     if common.is_float() {
@@ -215,7 +228,11 @@ pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
             let b_nan = b.compare(bv, bv, Cmp::Ne)?;
             let not_a_nan = b.ew("stablehlo.not", &[&a_nan], DType::Bool)?;
             // b NaN: wins over a number, and over a NaN when later.
-            let b_nan_wins = b.ew("stablehlo.and", &[&b_nan, &b.ew("stablehlo.or", &[&not_a_nan, &later], DType::Bool)?], DType::Bool)?;
+            let b_nan_wins = b.ew(
+                "stablehlo.and",
+                &[&b_nan, &b.ew("stablehlo.or", &[&not_a_nan, &later], DType::Bool)?],
+                DType::Bool,
+            )?;
             let b_num_wins = b.ew("stablehlo.and", &[&b_wins, &not_a_nan], DType::Bool)?;
             b_wins = b.ew("stablehlo.or", &[&b_nan_wins, &b_num_wins], DType::Bool)?;
         }
