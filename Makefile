@@ -5,7 +5,7 @@ VENV := .venv
 CARGO ?= cargo
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: setup build demo test test-rust test-lit test-python zoo
+.PHONY: setup build demo test lint test-rust test-lit test-python zoo
 
 setup:
 	@bash scripts/setup.sh
@@ -19,7 +19,12 @@ demo: build
 	./target/debug/torchtpu-run examples/transformer_block.ir
 
 test: setup
-	$(MAKE) --no-print-directory test-rust test-lit test-python
+	$(MAKE) --no-print-directory lint test-rust test-lit test-python
+
+# Formatting (rustfmt.toml) and clippy with every warning an error, over all targets.
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test-rust:
 	$(CARGO) test --workspace --exclude torchtpu-python

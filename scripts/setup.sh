@@ -28,6 +28,14 @@ APT_PACKAGES=(libmlir-22-dev llvm-22-dev libpolly-22-dev libzstd-dev libclang1-2
 
 log() { printf '[setup] %s\n' "$*"; }
 
+# --- Rust lint tools (make lint) --------------------------------------------
+for tool in rustfmt clippy; do
+  if ! cargo "${tool/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    log "installing the Rust component $tool"
+    rustup component add "$tool"
+  fi
+done
+
 # --- Debian packages -------------------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -45,16 +45,13 @@ fn lower_ir(text: &str, pipeline: &str, donate: bool) -> PyResult<String> {
 
 /// A host tensor crossing the boundary: (dtype name as in the IR, dims, row-major bytes).
 type WireTensor = (String, Vec<i64>, Vec<u8>);
+/// An output crossing back: (dtype name, dims, bytes).
+type WireOutput = (String, Vec<i64>, Py<PyBytes>);
 
 /// Compiles IR text on the default engine (cached) and runs it on host tensors.
 #[pyfunction]
 #[pyo3(signature = (text, inputs, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
-fn run_ir(
-    py: Python<'_>,
-    text: &str,
-    inputs: Vec<WireTensor>,
-    pipeline: &str,
-) -> PyResult<Vec<(String, Vec<i64>, Py<PyBytes>)>> {
+fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -> PyResult<Vec<WireOutput>> {
     use torchtpu_compiler::ir::DType;
     let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
     let host: Vec<torchtpu_engine::HostTensor> = inputs

@@ -84,7 +84,7 @@ pub fn print_graph(g: &Graph) -> String {
     for (s, r) in &g.symbols {
         write!(out, "  sym s{s} in [{}, ", r.min).unwrap();
         match r.max {
-            Some(m) => write!(out, "{m}]\n").unwrap(),
+            Some(m) => writeln!(out, "{m}]").unwrap(),
             None => out.push_str("inf]\n"),
         }
     }

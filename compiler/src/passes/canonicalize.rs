@@ -180,11 +180,11 @@ fn identity_operand(g: &Graph, id: NodeId) -> Option<Rewrite> {
     let node = g.node(id);
     let name = node.op()?.name.as_str();
     let result = &node.results[0];
-    let alpha_is_one = node.attr("alpha").map_or(true, |a| a.as_number() == Some(1.0));
+    let alpha_is_one = node.attr("alpha").is_none_or(|a| a.as_number() == Some(1.0));
     if !alpha_is_one {
         return None;
     }
-    if name == "div" && !node.attr("rounding_mode").map_or(true, Attr::is_none) {
+    if name == "div" && !node.attr("rounding_mode").is_none_or(Attr::is_none) {
         return None;
     }
     // The constant side: the second operand, or the `other` attribute of the scalar form.

@@ -38,7 +38,7 @@ impl Scalar {
             (Scalar::F(x), t) => {
                 let x = x.trunc();
                 // i64 covers every narrower int; the wrap below is what a C cast does for those.
-                if !x.is_finite() || x < -9.223372036854776e18 || x >= 9.223372036854776e18 {
+                if !x.is_finite() || !(-9.223372036854776e18..9.223372036854776e18).contains(&x) {
                     return None;
                 }
                 Scalar::I(wrap_int(t, x as i64))

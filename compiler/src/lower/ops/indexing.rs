@@ -364,7 +364,7 @@ fn advanced_index<'c, 'a>(
     let mut one = shape.clone();
     one.push(1);
     let mut comps = Vec::with_capacity(x.rank());
-    for j in 0..x.rank() {
+    for (j, &pos) in rest_pos.iter().enumerate().take(x.rank()) {
         let c = match dims.iter().position(|&d| d == j) {
             Some(i) => {
                 let t = wrap_negative(e, idx[i], x.dims[j])?;
@@ -372,7 +372,7 @@ fn advanced_index<'c, 'a>(
                 let mapping: Vec<i64> = (0..t.rank()).map(|r| (lead + r) as i64).collect();
                 e.broadcast_in_dim(&t, &shape, &mapping)?
             }
-            None => e.iota(DType::I64, &shape, rest_pos[j])?,
+            None => e.iota(DType::I64, &shape, pos)?,
         };
         comps.push(e.reshape(&c, &one)?);
     }
