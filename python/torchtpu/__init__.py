@@ -17,11 +17,30 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from torchtpu import _C  # noqa: E402
 from torchtpu._stats import reset_stats, stats
-from torchtpu.errors import FallbackError, OptionsError, TorchTPUError
+from torchtpu.errors import (
+    CompileError,
+    ExecutionError,
+    FallbackError,
+    InternalError,
+    OptionsError,
+    PluginError,
+    TorchTPUError,
+    UnsupportedError,
+)
 
 __version__ = _C.__version__
 
-__all__ = ["__version__", "FallbackError", "OptionsError", "TorchTPUError", "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
+__all__ = [
+    "__version__",
+    "CompileError",
+    "ExecutionError",
+    "FallbackError",
+    "InternalError",
+    "OptionsError",
+    "PluginError",
+    "TorchTPUError",
+    "UnsupportedError",
+    "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
 
 
 def canonical_ir(text: str) -> str:

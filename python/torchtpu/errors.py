@@ -1,7 +1,21 @@
 """torchtpu's exception types. Each reaches the caller of a compiled function as itself:
 Dynamo wraps what a backend raises in `BackendCompilerFailed`, except the `ShortenTraceback`
 family, which it passes through unchanged (it only trims its own frames), so these derive
-from it. All are RuntimeErrors; `OptionsError` is also a ValueError."""
+from it. All are RuntimeErrors; `OptionsError` is also a ValueError.
+
+    TorchTPUError
+    ├── FallbackError          what falls back to eager in normal use (raised under strict)
+    │   ├── UnsupportedError   an op or a form of it without a lowering: op, node, reason
+    │   ├── CompileError       the PJRT plugin refused to compile the program
+    │   ├── PluginError        the PJRT plugin cannot be loaded or started
+    │   └── ExecutionError     the PJRT plugin failed running the program
+    ├── InternalError          a bug in torchtpu (or an injected fault): never silent
+    └── OptionsError           a bad `options={...}` (also a ValueError)
+
+The Rust extension raises these (`from_rust` maps its error enums onto them), so callers tell
+cases apart by type, not by parsing messages. `kind` names the case in
+`torchtpu.stats()["fallback_reasons"]`.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +26,8 @@ except ImportError:  # pragma: no cover - other torch versions
 
 
 class TorchTPUError(_PassedThrough):
+    kind = "error"
+
     def __init__(self, message: str):
         if _PassedThrough is RuntimeError:
             super().__init__(message)
@@ -20,13 +36,75 @@ class TorchTPUError(_PassedThrough):
 
 
 class FallbackError(TorchTPUError):
-    """Raised instead of falling back when options={"strict": True}: an op without a
-    lowering (`ops` names it), a failed compile or a failed execution."""
+    """What makes a graph (or a node of it) run eagerly in normal use; raised instead under
+    options={"strict": True}. `ops` names the ops concerned, where known."""
+
+    kind = "fallback"
 
     def __init__(self, message: str, ops: list[str] | None = None):
         super().__init__(message)
         self.ops = list(ops or [])
 
 
+class UnsupportedError(FallbackError):
+    """An op, or a form of it ("round with decimals != 0"), that torchtpu does not lower:
+    `op` (namespace.name), `node` (the IR value or FX node) and `reason` (None: no lowering
+    at all)."""
+
+    kind = "unsupported"
+
+    def __init__(self, message: str, ops: list[str] | None = None, op: str | None = None, node: str | None = None, reason: str | None = None):
+        super().__init__(message, ops if ops is not None else ([op] if op else []))
+        self.op, self.node, self.reason = op, node, reason
+
+
+class CompileError(FallbackError):
+    """The PJRT plugin refused to compile a program torchtpu built (the plugin's message)."""
+
+    kind = "compile"
+
+
+class PluginError(FallbackError):
+    """The PJRT plugin could not be loaded or started: names the path tried and how to fix it."""
+
+    kind = "plugin"
+
+
+class ExecutionError(FallbackError):
+    """The PJRT plugin failed running a compiled program."""
+
+    kind = "execution"
+
+
+class InternalError(TorchTPUError):
+    """A bug inside torchtpu: a pass, the lowering or the runtime broke an invariant, or a
+    Rust panic. In normal use the graph runs eagerly with a warning that names a reproduction
+    (`repro.py`); under strict, and in torchtpu's own tests, it is raised. `stage` says where
+    (export, verify, passes, lower, compile, execute)."""
+
+    kind = "internal"
+
+    def __init__(self, message: str, stage: str | None = None):
+        super().__init__(message)
+        self.stage = stage
+
+
 class OptionsError(TorchTPUError, ValueError):
     """An unknown option or a value of the wrong type in `options={...}`."""
+
+    kind = "options"
+
+
+_BY_KIND = {cls.kind: cls for cls in (UnsupportedError, CompileError, PluginError, ExecutionError, InternalError)}
+
+
+def from_rust(kind: str, message: str, fields: dict | None = None) -> TorchTPUError:
+    """The exception for a Rust error: `kind` is one of unsupported, compile, plugin,
+    execution, internal; `fields` its structured parts (op, node, reason; stage)."""
+    cls = _BY_KIND.get(kind, InternalError)
+    fields = dict(fields or {})
+    if cls is UnsupportedError:
+        return cls(message, op=fields.get("op"), node=fields.get("node"), reason=fields.get("reason"))
+    if cls is InternalError:
+        return cls(message, stage=fields.get("stage"))
+    return cls(message)

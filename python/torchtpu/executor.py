@@ -10,6 +10,7 @@ import time
 import torch
 
 from torchtpu import _C, _stats
+from torchtpu._log import warn_once
 from torchtpu.exporter import TORCH_DTYPES, Exported
 from torchtpu.options import Options
 
@@ -53,6 +54,24 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     # The peak-memory estimate of the graph as lowered (after the passes), per graph.
     _stats.record_graph(name, _C.memory_estimate(exported.text, opts.passes, opts.donate))
     return CompiledGraph(program, exported, name, None if opts.strict else eager)
+
+
+class IRProgram:
+    """A program compiled straight from IR text (no FX graph): `input_types` is
+    `[(torch dtype, shape)]`; calling it with a list of tensors returns its outputs.
+    Used to replay reproductions (`repro.replay`)."""
+
+    def __init__(self, text: str, passes: str, donate: bool):
+        self.program, _, _ = _C.compile(text, passes, donate)
+        self.input_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in self.program.input_types]
+
+    def __call__(self, inputs: list) -> list:
+        tensors = [t.contiguous() for t in inputs]
+        return [_from_dlpack(c) for c in self.program.run([t.data_ptr() for t in tensors])]
+
+
+def compile_ir(text: str, passes: str, donate: bool = True) -> IRProgram:
+    return IRProgram(text, passes, donate)
 
 
 class CompiledGraph:
@@ -114,8 +133,6 @@ class CompiledGraph:
             self._checked(args)  # a wrong input type or shape: say so, rather than fall back
             if self.eager is None:
                 raise
-            from torchtpu.fallback import warn_once
-
             warn_once(self.name + ":run", f"torchtpu: PJRT failed running {self.name}, running it eagerly: {e}")
             _stats.bump("graphs_fallback")
             _stats.record_fallback(f"graph {self.name}: execution failed: {e}", ["<execution failure>"])

@@ -5,27 +5,17 @@ third, in backend.py.)"""
 
 from __future__ import annotations
 
-import logging
 import operator
-import warnings
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from torchtpu import _stats
+from torchtpu._log import log, warn_once  # noqa: F401 - warn_once re-exported for callers
 from torchtpu.errors import FallbackError  # noqa: F401 - re-exported: torchtpu.fallback.FallbackError
+from torchtpu.executor import compile_exported
 from torchtpu.exporter import Unsupported, export
-
-log = logging.getLogger("torchtpu")
-_warned: set[str] = set()
-
-
-def warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-    log.warning("%s", message)
 
 
 class _Support(OperatorSupportBase):
@@ -51,8 +41,6 @@ class _CompiledPartition(torch.nn.Module):
 
 def partition_and_compile(gm: torch.fx.GraphModule, unsupported: set, opts, name: str):
     """Returns a callable running `gm` with supported regions compiled, the rest eager."""
-    from torchtpu.executor import compile_exported
-
     partitioner = CapabilityBasedPartitioner(gm, _Support(unsupported), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)

@@ -1,0 +1,96 @@
+"""Self-contained reproductions of torchtpu's internal errors.
+
+When a graph fails inside torchtpu for a reason that is not "unsupported" (a pass, the
+lowering or the runtime broke an invariant), the backend runs it eagerly, warns that this is a
+torchtpu bug, and writes here:
+
+- `NAME.ir`: the graph as exported (the compiler's input, `// passes:` and `// donate:` in its
+  header), which `torchtpu-opt NAME.ir --pass-pipeline=... --emit=stablehlo` also replays;
+- `NAME.repro.py`: `python NAME.repro.py` compiles and runs that IR through `torchtpu._C` on
+  zero inputs of its declared types and exits 1 when the failure reproduces.
+
+The folder is `TORCHTPU_REPRO_DIR`, else `torchtpu-repro` under the system's temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import traceback
+
+_FAULT_ENV = "TORCHTPU_INJECT_FAULT"
+
+
+def repro_dir() -> str:
+    return os.environ.get("TORCHTPU_REPRO_DIR") or os.path.join(tempfile.gettempdir(), "torchtpu-repro")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "graph"
+
+
+_SCRIPT = '''"""torchtpu internal error, reproduced: {summary}
+
+Stage: {stage}. Replay with `python {script}` (exit status 1: the failure reproduced), or
+`torchtpu-opt {ir} --pass-pipeline={passes} --emit=stablehlo` for the compiler stages.
+"""
+import os
+import sys
+{fault}
+from torchtpu.repro import replay
+
+sys.exit(replay(os.path.join(os.path.dirname(os.path.abspath(__file__)), {ir!r})))
+'''
+
+
+def write(name: str, ir_text: str | None, passes: str, donate: bool, error: BaseException, stage: str | None, fx_code: str | None = None) -> str:
+    """Writes the reproduction of `error` (raised compiling or running graph `name`) and
+    returns the path of its script (or of the FX code, when the failure came before any IR)."""
+    folder = repro_dir()
+    os.makedirs(folder, exist_ok=True)
+    base = os.path.join(folder, _safe(name))
+    summary = " ".join(str(error).split())[:300].replace('"', "'")
+    if ir_text is None:
+        path = base + ".fx.py"
+        with open(path, "w") as f:
+            f.write(f"# torchtpu internal error at {stage}: {summary}\n# The FX graph handed to the exporter:\n")
+            f.write(fx_code or "")
+            f.write("\n# " + "\n# ".join("".join(traceback.format_exception(error)).splitlines()) + "\n")
+        return path
+    with open(base + ".ir", "w") as f:
+        f.write(f"// passes: {passes}\n// donate: {str(bool(donate)).lower()}\n" + ir_text)
+    fault = os.environ.get(_FAULT_ENV)
+    fault_line = f"os.environ.setdefault({_FAULT_ENV!r}, {fault!r})  # the fault injected when it failed\n" if fault else ""
+    script = base + ".repro.py"
+    with open(script, "w") as f:
+        f.write(_SCRIPT.format(summary=summary, stage=stage, script=os.path.basename(script), ir=os.path.basename(base + ".ir"), passes=passes, fault=fault_line))
+    return script
+
+
+def _header(text: str, key: str, default: str) -> str:
+    m = re.search(rf"^// {key}: (.*)$", text, re.M)
+    return m.group(1).strip() if m else default
+
+
+def replay(ir_path: str) -> int:
+    """Compiles and runs the IR at `ir_path` as the backend did; returns 1 when it fails with
+    a torchtpu error (the failure reproduced), 0 when it runs."""
+    import torch
+
+    from torchtpu.errors import TorchTPUError
+    from torchtpu.executor import compile_ir
+
+    with open(ir_path) as f:
+        text = f.read()
+    passes = _header(text, "passes", "")
+    donate = _header(text, "donate", "true") == "true"
+    try:
+        run = compile_ir(text, passes, donate)
+        run([torch.zeros(shape, dtype=dtype) for dtype, shape in run.input_types])
+    except TorchTPUError as e:
+        print(f"reproduced: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print("did not reproduce: the graph compiled and ran", file=sys.stderr)
+    return 0
