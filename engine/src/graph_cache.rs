@@ -1,17 +1,29 @@
 //! The graph-level cache: (canonical input IR, pass pipeline, torchtpu version, compiler
 //! build id) -> the lowered StableHLO bytecode, so a graph seen before skips the passes and the lowering. In memory,
 //! and on disk under `<cache root>/graphs/v1-<version>/` next to the executable entries.
-//! Disk entries are `<sha256>.hlo`: a magic, the payload's sha256, then the payload; written to
-//! a temporary file and renamed into place; a damaged entry is a miss that is removed and
-//! reported, never trusted.
+//! Disk entries are `<sha256>.hlo`: a magic, the sha256 of what follows, the sidecar's length,
+//! the sidecar (`meta`, a string the engine fills) and the payload; written to a temporary file
+//! and renamed into place; a damaged entry is a miss that is removed and reported, never
+//! trusted. Entries of the first format (`TTPUGRF1`: no sidecar) read with an empty `meta`.
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const MAGIC: &[u8; 8] = b"TTPUGRF1";
+/// The first format: `MAGIC_V1 | sha256(payload) | payload`.
+const MAGIC_V1: &[u8; 8] = b"TTPUGRF1";
+/// With a sidecar: `MAGIC | sha256(rest) | meta length (u64 LE) | meta | payload`.
+const MAGIC: &[u8; 8] = b"TTPUGRF2";
 const HEADER: usize = 8 + 32;
+
+/// One graph-cache entry: the lowered bytecode and its sidecar (`meta`, e.g. the compiler's
+/// memory estimate, so a hit carries it; "" when the entry has none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphEntry {
+    pub code: Arc<Vec<u8>>,
+    pub meta: String,
+}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphCacheStats {
@@ -24,7 +36,7 @@ pub struct GraphCacheStats {
 
 #[derive(Default)]
 struct State {
-    memory: HashMap<[u8; 32], Arc<Vec<u8>>>,
+    memory: HashMap<[u8; 32], GraphEntry>,
     stats: GraphCacheStats,
     warnings: Vec<String>,
 }
@@ -85,21 +97,25 @@ impl GraphCache {
     }
 
     pub fn get(&self, key: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
+        self.get_entry(key).map(|e| e.code)
+    }
+
+    /// The entry with its sidecar: memory, then disk (a disk hit goes into memory).
+    pub fn get_entry(&self, key: &[u8; 32]) -> Option<GraphEntry> {
         {
             let mut state = self.lock();
-            if let Some(code) = state.memory.get(key).cloned() {
+            if let Some(entry) = state.memory.get(key).cloned() {
                 state.stats.memory_hits += 1;
-                return Some(code);
+                return Some(entry);
             }
         }
         let found = self.dir.as_ref().and_then(|dir| self.read(&dir.join(format!("{}.hlo", hex(key)))));
         let mut state = self.lock();
         match found {
-            Some(code) => {
+            Some(entry) => {
                 state.stats.disk_hits += 1;
-                let code = Arc::new(code);
-                state.memory.insert(*key, Arc::clone(&code));
-                Some(code)
+                state.memory.insert(*key, entry.clone());
+                Some(entry)
             }
             None => {
                 state.stats.misses += 1;
@@ -109,13 +125,10 @@ impl GraphCache {
     }
 
     /// Reads and checks a disk entry; a damaged one is removed and reported.
-    fn read(&self, path: &Path) -> Option<Vec<u8>> {
+    fn read(&self, path: &Path) -> Option<GraphEntry> {
         let bytes = std::fs::read(path).ok()?;
-        let ok = bytes.len() >= HEADER
-            && &bytes[..8] == MAGIC
-            && Sha256::digest(&bytes[HEADER..]).as_slice() == &bytes[8..HEADER];
-        if ok {
-            return Some(bytes[HEADER..].to_vec());
+        if let Some(entry) = decode(&bytes) {
+            return Some(entry);
         }
         let _ = std::fs::remove_file(path);
         let mut state = self.lock();
@@ -127,28 +140,62 @@ impl GraphCache {
     }
 
     pub fn put(&self, key: &[u8; 32], code: Vec<u8>) -> Arc<Vec<u8>> {
-        let code = Arc::new(code);
+        self.put_entry(key, code, "").code
+    }
+
+    /// Stores `code` with its sidecar `meta`, in memory and on disk.
+    pub fn put_entry(&self, key: &[u8; 32], code: Vec<u8>, meta: &str) -> GraphEntry {
+        let entry = GraphEntry { code: Arc::new(code), meta: meta.to_string() };
         if let Some(dir) = &self.dir {
-            if let Err(e) = write_atomically(dir, &format!("{}.hlo", hex(key)), &code) {
+            if let Err(e) = write_atomically(dir, &format!("{}.hlo", hex(key)), &encode(&entry)) {
                 self.lock().warnings.push(format!("{}: cannot write graph-cache entry: {e}", dir.display()));
             }
         }
-        self.lock().memory.insert(*key, Arc::clone(&code));
-        code
+        self.lock().memory.insert(*key, entry.clone());
+        entry
     }
 }
 
-/// Writes `MAGIC | sha256 | payload` to a temporary file in `dir`, then renames it into place:
-/// readers see the old entry, no entry, or the whole new one.
-fn write_atomically(dir: &Path, name: &str, payload: &[u8]) -> std::io::Result<()> {
+fn encode(entry: &GraphEntry) -> Vec<u8> {
+    let mut body = Vec::with_capacity(8 + entry.meta.len() + entry.code.len());
+    body.extend_from_slice(&(entry.meta.len() as u64).to_le_bytes());
+    body.extend_from_slice(entry.meta.as_bytes());
+    body.extend_from_slice(&entry.code);
+    let mut bytes = Vec::with_capacity(HEADER + body.len());
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&Sha256::digest(&body));
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// A checked entry of either format, or None.
+fn decode(bytes: &[u8]) -> Option<GraphEntry> {
+    if bytes.len() < HEADER || Sha256::digest(&bytes[HEADER..]).as_slice() != &bytes[8..HEADER] {
+        return None;
+    }
+    let body = &bytes[HEADER..];
+    if &bytes[..8] == MAGIC_V1 {
+        return Some(GraphEntry { code: Arc::new(body.to_vec()), meta: String::new() });
+    }
+    if &bytes[..8] != MAGIC || body.len() < 8 {
+        return None;
+    }
+    let meta_len = usize::try_from(u64::from_le_bytes(body[..8].try_into().ok()?)).ok()?;
+    let rest = &body[8..];
+    if meta_len > rest.len() {
+        return None;
+    }
+    let meta = std::str::from_utf8(&rest[..meta_len]).ok()?.to_string();
+    Some(GraphEntry { code: Arc::new(rest[meta_len..].to_vec()), meta })
+}
+
+/// Writes `bytes` to a temporary file in `dir`, then renames it into place: readers see the old
+/// entry, no entry, or the whole new one.
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let tmp = dir.join(format!(".tmp-{}-{nanos}-{name}", std::process::id()));
-    let mut bytes = Vec::with_capacity(HEADER + payload.len());
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&Sha256::digest(payload));
-    bytes.extend_from_slice(payload);
-    std::fs::write(&tmp, &bytes)?;
+    std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, dir.join(name)).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
@@ -202,6 +249,39 @@ mod tests {
         assert_eq!(third.stats().discarded, 1);
         assert!(!path.exists());
         assert_eq!(third.take_warnings().len(), 1);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn sidecar_round_trips_and_old_entries_read_as_empty() {
+        let root = temp_root("meta");
+        let key = graph_key("ir-meta", "p");
+        let first = GraphCache::new(Some(&root));
+        first.put_entry(&key, b"code".to_vec(), "peak=123");
+        assert_eq!(first.get_entry(&key).unwrap().meta, "peak=123");
+        let second = GraphCache::new(Some(&root));
+        let e = second.get_entry(&key).unwrap();
+        assert_eq!((e.code.as_slice(), e.meta.as_str()), (&b"code"[..], "peak=123"));
+        assert_eq!(second.stats().disk_hits, 1);
+
+        // An entry of the first format (no sidecar) reads with meta "".
+        let old_key = graph_key("ir-old", "p");
+        let dir = root.join("graphs").join(format!("v1-{}", env!("CARGO_PKG_VERSION")));
+        let mut old = MAGIC_V1.to_vec();
+        old.extend_from_slice(&Sha256::digest(b"old-code"));
+        old.extend_from_slice(b"old-code");
+        std::fs::write(dir.join(format!("{}.hlo", hex(&old_key))), &old).unwrap();
+        let e = GraphCache::new(Some(&root)).get_entry(&old_key).unwrap();
+        assert_eq!((e.code.as_slice(), e.meta.as_str()), (&b"old-code"[..], ""));
+
+        // A flipped byte in the sidecar is caught by the checksum.
+        let path = dir.join(format!("{}.hlo", hex(&key)));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[HEADER + 8] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let third = GraphCache::new(Some(&root));
+        assert!(third.get_entry(&key).is_none());
+        assert_eq!(third.stats().discarded, 1);
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -7,7 +7,7 @@ mod graph_cache;
 mod host;
 mod resident;
 
-pub use graph_cache::{graph_key, GraphCache, GraphCacheStats};
+pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
 pub use host::HostTensor;
 
 use std::cell::RefCell;
