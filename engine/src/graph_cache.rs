@@ -1,29 +1,25 @@
-//! The graph-level cache: (canonical input IR, pass pipeline, torchtpu version, compiler
-//! build id) -> the lowered StableHLO bytecode, so a graph seen before skips the passes and the lowering. In memory,
-//! and on disk under `<cache root>/graphs/v1-<version>/` next to the executable entries.
-//! Disk entries are `<sha256>.hlo`: a magic, the sha256 of what follows, the sidecar's length,
-//! the sidecar (`meta`, a string the engine fills) and the payload; written to a temporary file
-//! and renamed into place; a damaged entry is a miss that is removed and reported, never
-//! trusted. Entries of the first format (`TTPUGRF1`: no sidecar) read with an empty `meta`.
+//! The graph-level cache: (canonical input IR, pass pipeline and lowering options, torchtpu
+//! version, compiler build id) -> the lowered StableHLO bytecode, so a graph seen before skips
+//! the passes and the lowering. In memory, and on disk as the graph level of the runtime's one
+//! store (`torchtpu_runtime::store`: keys, checked entry files, atomic writes, sidecars and
+//! LRU eviction shared with the executable level; `docs/cache.md`). This file only says what
+//! the key is made of and what the payload holds.
+//!
+//! Payload: the length of `meta` (u64, little-endian), `meta` (UTF-8; the engine stores the
+//! compiler's memory estimate there, so a hit carries it), then the bytecode. The store
+//! checksums all of it; a damaged entry is a miss that is removed and reported, never trusted.
 
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// The first format: `MAGIC_V1 | sha256(payload) | payload`.
-const MAGIC_V1: &[u8; 8] = b"TTPUGRF1";
-/// With a sidecar: `MAGIC | sha256(rest) | meta length (u64 LE) | meta | payload`.
-const MAGIC: &[u8; 8] = b"TTPUGRF2";
-const HEADER: usize = 8 + 32;
+use torchtpu_runtime::store::{fingerprint, named_digest, sha256_hex, Components, NewEntry, Read, Slot};
+use torchtpu_runtime::{CacheDigest, DiskCache, Level, Store};
 
-/// One graph-cache entry: the lowered bytecode and its sidecar (`meta`, e.g. the compiler's
-/// memory estimate, so a hit carries it; "" when the entry has none).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GraphEntry {
-    pub code: Arc<Vec<u8>>,
-    pub meta: String,
-}
+/// Encoding version of [`graph_key`].
+const KEY_VERSION: &str = "v1";
+/// What the payload is.
+const FORMAT: &str = "mlir-bytecode";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphCacheStats {
@@ -34,53 +30,104 @@ pub struct GraphCacheStats {
     pub discarded: u64,
 }
 
+/// One graph-cache entry: the lowered bytecode and its sidecar (`meta`, e.g. the compiler's
+/// memory estimate, so a hit carries it; "" when the entry has none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphEntry {
+    pub code: Arc<Vec<u8>>,
+    pub meta: String,
+}
+
+/// A graph-cache key: its digest, the store partition (one per torchtpu version and compiler
+/// build, so a rebuilt compiler's entries age out together) and its readable components.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphKey {
+    pub digest: CacheDigest,
+    partition: String,
+    components: Components,
+}
+
+impl GraphKey {
+    fn slot(&self) -> Slot {
+        Slot { level: Level::Graph, partition: self.partition.clone(), key: self.digest }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    memory: HashMap<[u8; 32], GraphEntry>,
+    memory: HashMap<CacheDigest, GraphEntry>,
     stats: GraphCacheStats,
     warnings: Vec<String>,
 }
 
 #[derive(Default)]
 pub struct GraphCache {
-    dir: Option<PathBuf>,
+    store: Option<Store>,
     state: Mutex<State>,
 }
 
-/// The key: sha256 over named, length-prefixed components.
+/// The key: the store's named, length-prefixed digest over the graph's components.
 /// `options` is everything the lowered module depends on besides the IR (the pipeline and
 /// lowering options, `Options::cache_component`).
-pub fn graph_key(canonical_ir: &str, options: &str) -> [u8; 32] {
+pub fn graph_key(canonical_ir: &str, options: &str) -> GraphKey {
     key_for_build(canonical_ir, options, torchtpu_compiler::BUILD_ID)
 }
 
-fn key_for_build(canonical_ir: &str, options: &str, compiler_build: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for (name, value) in [
-        ("torchtpu-graph-cache-key", "v1"),
-        ("torchtpu_version", env!("CARGO_PKG_VERSION")),
-        ("compiler_build", compiler_build),
-        ("options", options),
-        ("format", "mlir-bytecode"),
-        ("canonical_ir", canonical_ir),
-    ] {
-        h.update((name.len() as u64).to_le_bytes());
-        h.update(name.as_bytes());
-        h.update((value.len() as u64).to_le_bytes());
-        h.update(value.as_bytes());
-    }
-    h.finalize().into()
+fn key_for_build(canonical_ir: &str, options: &str, compiler_build: &str) -> GraphKey {
+    let version = torchtpu_runtime::TORCHTPU_VERSION;
+    let digest = named_digest(&[
+        ("torchtpu-graph-cache-key", KEY_VERSION.as_bytes()),
+        ("torchtpu_version", version.as_bytes()),
+        ("compiler_build", compiler_build.as_bytes()),
+        ("options", options.as_bytes()),
+        ("format", FORMAT.as_bytes()),
+        ("canonical_ir", canonical_ir.as_bytes()),
+    ]);
+    let partition = fingerprint(&[
+        ("torchtpu-graph-build", KEY_VERSION.as_bytes()),
+        ("torchtpu_version", version.as_bytes()),
+        ("compiler_build", compiler_build.as_bytes()),
+    ]);
+    let components = Components::new()
+        .with("torchtpu_version", version)
+        .with("compiler_build", compiler_build)
+        .with("options", options)
+        .with("format", FORMAT)
+        .with("canonical_ir_sha256", sha256_hex(canonical_ir.as_bytes()))
+        .with("canonical_ir_bytes", canonical_ir.len());
+    GraphKey { digest, partition, components }
 }
 
-fn hex(key: &[u8; 32]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
+fn encode(code: &[u8], meta: &str) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(8 + meta.len() + code.len());
+    payload.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    payload.extend_from_slice(meta.as_bytes());
+    payload.extend_from_slice(code);
+    payload
+}
+
+fn decode(mut payload: Vec<u8>) -> Result<GraphEntry, String> {
+    let len = payload.get(..8).ok_or("shorter than its sidecar's length")?;
+    let meta_len = usize::try_from(u64::from_le_bytes(len.try_into().unwrap())).map_err(|e| e.to_string())?;
+    if meta_len > payload.len() - 8 {
+        return Err(format!("sidecar length {meta_len} runs past the entry"));
+    }
+    let meta = std::str::from_utf8(&payload[8..8 + meta_len]).map_err(|e| format!("sidecar: {e}"))?.to_owned();
+    payload.drain(..8 + meta_len);
+    Ok(GraphEntry { code: Arc::new(payload), meta })
 }
 
 impl GraphCache {
-    /// A cache whose disk level lives under `cache_root` (None: memory only).
+    /// A cache whose disk level is the store under `cache_root`, with the default size
+    /// limit (None: memory only).
     pub fn new(cache_root: Option<&Path>) -> GraphCache {
-        let dir = cache_root.map(|r| r.join("graphs").join(format!("v1-{}", env!("CARGO_PKG_VERSION"))));
-        GraphCache { dir, state: Mutex::default() }
+        GraphCache { store: cache_root.map(Store::new), state: Mutex::default() }
+    }
+
+    /// A cache on the same store (folder and size limit) as the executable cache's `disk`
+    /// level (None: memory only).
+    pub fn for_disk(disk: Option<&DiskCache>) -> GraphCache {
+        GraphCache { store: disk.map(|d| d.store().clone()), state: Mutex::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -93,28 +140,32 @@ impl GraphCache {
 
     /// Warnings about discarded or unwritable entries since the last call.
     pub fn take_warnings(&self) -> Vec<String> {
-        std::mem::take(&mut self.lock().warnings)
+        let mut out = std::mem::take(&mut self.lock().warnings);
+        if let Some(store) = &self.store {
+            out.extend(store.take_warnings().into_iter().map(|w| w.to_string()));
+        }
+        out
     }
 
-    pub fn get(&self, key: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
+    pub fn get(&self, key: &GraphKey) -> Option<Arc<Vec<u8>>> {
         self.get_entry(key).map(|e| e.code)
     }
 
     /// The entry with its sidecar: memory, then disk (a disk hit goes into memory).
-    pub fn get_entry(&self, key: &[u8; 32]) -> Option<GraphEntry> {
+    pub fn get_entry(&self, key: &GraphKey) -> Option<GraphEntry> {
         {
             let mut state = self.lock();
-            if let Some(entry) = state.memory.get(key).cloned() {
+            if let Some(entry) = state.memory.get(&key.digest).cloned() {
                 state.stats.memory_hits += 1;
                 return Some(entry);
             }
         }
-        let found = self.dir.as_ref().and_then(|dir| self.read(&dir.join(format!("{}.hlo", hex(key)))));
+        let found = self.store.as_ref().and_then(|store| self.read(store, key));
         let mut state = self.lock();
         match found {
             Some(entry) => {
                 state.stats.disk_hits += 1;
-                state.memory.insert(*key, entry.clone());
+                state.memory.insert(key.digest, entry.clone());
                 Some(entry)
             }
             None => {
@@ -124,102 +175,94 @@ impl GraphCache {
         }
     }
 
-    /// Reads and checks a disk entry; a damaged one is removed and reported.
-    fn read(&self, path: &Path) -> Option<GraphEntry> {
-        let bytes = std::fs::read(path).ok()?;
-        if let Some(entry) = decode(&bytes) {
-            return Some(entry);
+    /// Reads a disk entry through the store; a damaged one is removed and reported.
+    fn read(&self, store: &Store, key: &GraphKey) -> Option<GraphEntry> {
+        let slot = key.slot();
+        let read = match store.read(&slot) {
+            Ok(Read::Found { payload, id }) => match decode(payload) {
+                Ok(entry) => {
+                    store.record_hit(&slot);
+                    return Some(entry);
+                }
+                Err(reason) => store.discard(&slot, id, reason),
+            },
+            Ok(read) => read,
+            Err(e) => {
+                self.lock().warnings.push(format!("torchtpu cache: graph level: {e}"));
+                return None;
+            }
+        };
+        if let Read::Discarded { .. } = read {
+            self.lock().stats.discarded += 1;
         }
-        let _ = std::fs::remove_file(path);
-        let mut state = self.lock();
-        state.stats.discarded += 1;
-        state
-            .warnings
-            .push(format!("{}: damaged graph-cache entry discarded (bad header or checksum)", path.display()));
         None
     }
 
-    pub fn put(&self, key: &[u8; 32], code: Vec<u8>) -> Arc<Vec<u8>> {
+    pub fn put(&self, key: &GraphKey, code: Vec<u8>) -> Arc<Vec<u8>> {
         self.put_entry(key, code, "").code
     }
 
     /// Stores `code` with its sidecar `meta`, in memory and on disk.
-    pub fn put_entry(&self, key: &[u8; 32], code: Vec<u8>, meta: &str) -> GraphEntry {
-        let entry = GraphEntry { code: Arc::new(code), meta: meta.to_string() };
-        if let Some(dir) = &self.dir {
-            if let Err(e) = write_atomically(dir, &format!("{}.hlo", hex(key)), &encode(&entry)) {
-                self.lock().warnings.push(format!("{}: cannot write graph-cache entry: {e}", dir.display()));
+    pub fn put_entry(&self, key: &GraphKey, code: Vec<u8>, meta: &str) -> GraphEntry {
+        self.put_entry_named(key, code, meta, None, 0.0)
+    }
+
+    /// [`GraphCache::put_entry`], recording the graph's name and how long the passes and the
+    /// lowering took (shown by `torchtpu-cache list`; each hit saves that time).
+    pub fn put_entry_named(
+        &self,
+        key: &GraphKey,
+        code: Vec<u8>,
+        meta: &str,
+        graph_name: Option<&str>,
+        seconds: f64,
+    ) -> GraphEntry {
+        if let Some(store) = &self.store {
+            let new = NewEntry {
+                components: key.components.clone(),
+                graph_name: graph_name.map(str::to_owned),
+                compile_seconds: seconds,
+            };
+            if let Err(e) = store.put(&key.slot(), &encode(&code, meta), &new) {
+                self.lock().warnings.push(format!("torchtpu cache: cannot write graph-cache entry: {e}"));
             }
         }
-        self.lock().memory.insert(*key, entry.clone());
+        let entry = GraphEntry { code: Arc::new(code), meta: meta.to_string() };
+        self.lock().memory.insert(key.digest, entry.clone());
         entry
     }
-}
-
-fn encode(entry: &GraphEntry) -> Vec<u8> {
-    let mut body = Vec::with_capacity(8 + entry.meta.len() + entry.code.len());
-    body.extend_from_slice(&(entry.meta.len() as u64).to_le_bytes());
-    body.extend_from_slice(entry.meta.as_bytes());
-    body.extend_from_slice(&entry.code);
-    let mut bytes = Vec::with_capacity(HEADER + body.len());
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&Sha256::digest(&body));
-    bytes.extend_from_slice(&body);
-    bytes
-}
-
-/// A checked entry of either format, or None.
-fn decode(bytes: &[u8]) -> Option<GraphEntry> {
-    if bytes.len() < HEADER || Sha256::digest(&bytes[HEADER..]).as_slice() != &bytes[8..HEADER] {
-        return None;
-    }
-    let body = &bytes[HEADER..];
-    if &bytes[..8] == MAGIC_V1 {
-        return Some(GraphEntry { code: Arc::new(body.to_vec()), meta: String::new() });
-    }
-    if &bytes[..8] != MAGIC || body.len() < 8 {
-        return None;
-    }
-    let meta_len = usize::try_from(u64::from_le_bytes(body[..8].try_into().ok()?)).ok()?;
-    let rest = &body[8..];
-    if meta_len > rest.len() {
-        return None;
-    }
-    let meta = std::str::from_utf8(&rest[..meta_len]).ok()?.to_string();
-    Some(GraphEntry { code: Arc::new(rest[meta_len..].to_vec()), meta })
-}
-
-/// Writes `bytes` to a temporary file in `dir`, then renames it into place: readers see the old
-/// entry, no entry, or the whole new one.
-fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let tmp = dir.join(format!(".tmp-{}-{nanos}-{name}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, dir.join(name)).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn temp_root(tag: &str) -> PathBuf {
+    fn temp_root(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("torchtpu-graph-cache-test-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
     }
 
+    fn only_entry(root: &Path) -> std::path::PathBuf {
+        let entries = Store::new(root).entries().unwrap();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0].level, Level::Graph);
+        entries[0].path.clone()
+    }
+
     #[test]
     fn keys_change_with_every_component() {
         let k = graph_key("graph @g() -> () {\n  return\n}\n", "cse");
-        assert_ne!(k, graph_key("graph @h() -> () {\n  return\n}\n", "cse"));
-        assert_ne!(k, graph_key("graph @g() -> () {\n  return\n}\n", "dce"));
+        assert_ne!(k.digest, graph_key("graph @h() -> () {\n  return\n}\n", "cse").digest);
+        assert_ne!(k.digest, graph_key("graph @g() -> () {\n  return\n}\n", "dce").digest);
         assert_eq!(k, graph_key("graph @g() -> () {\n  return\n}\n", "cse"));
-        // A rebuilt compiler (same version, other sources) never reads the old build's entries.
+        // A rebuilt compiler (same version, other sources) never reads the old build's entries,
+        // and files them in another partition.
         assert_eq!(k, key_for_build("graph @g() -> () {\n  return\n}\n", "cse", torchtpu_compiler::BUILD_ID));
-        assert_ne!(k, key_for_build("graph @g() -> () {\n  return\n}\n", "cse", "another-build"));
+        let other = key_for_build("graph @g() -> () {\n  return\n}\n", "cse", "another-build");
+        assert_ne!(k.digest, other.digest);
+        assert_ne!(k.partition, other.partition);
+        assert_eq!(k.components.get("options"), Some("cse"));
     }
 
     #[test]
@@ -232,14 +275,16 @@ mod tests {
         assert_eq!(first.get(&key).as_deref().map(|v| v.as_slice()), Some(&b"bytecode"[..]));
         assert_eq!(first.stats(), GraphCacheStats { memory_hits: 1, disk_hits: 0, misses: 1, discarded: 0 });
 
-        // A fresh process (fresh memory) finds it on disk.
+        // A fresh process (fresh memory) finds it on disk; the hit is counted in the sidecar.
         let second = GraphCache::new(Some(&root));
         assert_eq!(second.get(&key).as_deref().map(|v| v.as_slice()), Some(&b"bytecode"[..]));
         assert_eq!(second.stats().disk_hits, 1);
+        let listed = Store::new(&root).entries().unwrap();
+        assert_eq!(listed[0].meta.as_ref().unwrap().hit_count, 1);
+        assert_eq!(listed[0].meta.as_ref().unwrap().components.get("format"), Some(FORMAT));
 
         // A flipped byte is detected: a miss, the file removed, a warning.
-        let path =
-            root.join("graphs").join(format!("v1-{}", env!("CARGO_PKG_VERSION"))).join(format!("{}.hlo", hex(&key)));
+        let path = only_entry(&root);
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xFF;
@@ -248,40 +293,60 @@ mod tests {
         assert!(third.get(&key).is_none());
         assert_eq!(third.stats().discarded, 1);
         assert!(!path.exists());
-        assert_eq!(third.take_warnings().len(), 1);
+        let w = third.take_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("checksum"), "{w:?}");
         let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
-    fn sidecar_round_trips_and_old_entries_read_as_empty() {
+    fn sidecar_round_trips_and_is_checksummed() {
         let root = temp_root("meta");
         let key = graph_key("ir-meta", "p");
         let first = GraphCache::new(Some(&root));
-        first.put_entry(&key, b"code".to_vec(), "peak=123");
+        first.put_entry_named(&key, b"code".to_vec(), "peak=123", Some("forward"), 0.25);
         assert_eq!(first.get_entry(&key).unwrap().meta, "peak=123");
         let second = GraphCache::new(Some(&root));
         let e = second.get_entry(&key).unwrap();
         assert_eq!((e.code.as_slice(), e.meta.as_str()), (&b"code"[..], "peak=123"));
         assert_eq!(second.stats().disk_hits, 1);
+        let info = &Store::new(&root).entries().unwrap()[0];
+        let m = info.meta.as_ref().unwrap();
+        assert_eq!((m.graph_name.as_deref(), m.compile_seconds, m.level.as_str()), (Some("forward"), 0.25, "graph"));
 
-        // An entry of the first format (no sidecar) reads with meta "".
-        let old_key = graph_key("ir-old", "p");
-        let dir = root.join("graphs").join(format!("v1-{}", env!("CARGO_PKG_VERSION")));
-        let mut old = MAGIC_V1.to_vec();
-        old.extend_from_slice(&Sha256::digest(b"old-code"));
-        old.extend_from_slice(b"old-code");
-        std::fs::write(dir.join(format!("{}.hlo", hex(&old_key))), &old).unwrap();
-        let e = GraphCache::new(Some(&root)).get_entry(&old_key).unwrap();
-        assert_eq!((e.code.as_slice(), e.meta.as_str()), (&b"old-code"[..], ""));
+        // An entry without meta reads as "".
+        let plain = graph_key("ir-plain", "p");
+        first.put(&plain, b"x".to_vec());
+        assert_eq!(GraphCache::new(Some(&root)).get_entry(&plain).unwrap().meta, "");
 
         // A flipped byte in the sidecar is caught by the checksum.
-        let path = dir.join(format!("{}.hlo", hex(&key)));
+        let path = Store::new(&root).paths(&key.slot()).bin;
         let mut bytes = std::fs::read(&path).unwrap();
-        bytes[HEADER + 8] ^= 1;
+        bytes[torchtpu_runtime::disk_cache::ENTRY_HEADER_LEN + 9] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
         let third = GraphCache::new(Some(&root));
         assert!(third.get_entry(&key).is_none());
         assert_eq!(third.stats().discarded, 1);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_old_layout_is_ignored_and_pruned() {
+        let root = temp_root("old");
+        let key = graph_key("ir-old", "p");
+        // Version 1 wrote `<root>/graphs/v1-<version>/<sha256>.hlo`.
+        let old_dir = root.join("graphs").join(format!("v1-{}", torchtpu_runtime::TORCHTPU_VERSION));
+        std::fs::create_dir_all(&old_dir).unwrap();
+        let old = old_dir.join(format!("{}.hlo", key.digest.hex()));
+        std::fs::write(&old, b"TTPUGRF1 old entry").unwrap();
+        let cache = GraphCache::new(Some(&root));
+        assert!(cache.get(&key).is_none(), "never read");
+        assert_eq!(cache.stats().discarded, 0);
+        let store = Store::new(&root);
+        assert_eq!(store.summary().unwrap().stale_files, 1);
+        let r = store.clear().unwrap();
+        assert_eq!(r.removed_leftovers, 1);
+        assert!(!old.exists() && !root.join("graphs").exists());
         let _ = std::fs::remove_dir_all(&root);
     }
 
@@ -307,6 +372,7 @@ mod tests {
             assert_eq!(reader.get(&graph_key(&format!("own-{i}-19"), "p")).unwrap()[0], i as u8);
         }
         assert_eq!(reader.stats().discarded, 0);
+        assert!(reader.take_warnings().is_empty());
         let _ = std::fs::remove_dir_all(&root);
     }
 }

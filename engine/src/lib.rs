@@ -133,7 +133,7 @@ impl Engine {
         // Memory cache, backed by the persistent disk cache unless TORCHTPU_CACHE=0
         // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
         let cache = ExecutableCache::from_env();
-        let graphs = GraphCache::new(cache.disk().map(|d| d.root()));
+        let graphs = GraphCache::for_disk(cache.disk());
         Ok(Engine { client, device, cache, graphs })
     }
 

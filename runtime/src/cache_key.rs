@@ -8,6 +8,7 @@ use crate::client::Client;
 use crate::error::Result;
 use crate::options::CompileOptions;
 use crate::plugin_file::hex;
+use crate::store::{named_digest, Components};
 
 /// torchtpu's version, part of every persistent key.
 pub const TORCHTPU_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -48,19 +49,6 @@ impl std::fmt::Debug for CacheDigest {
     }
 }
 
-/// SHA-256 over `parts`, each named and length-prefixed so that no two different lists
-/// encode the same way.
-pub(crate) fn named_digest(parts: &[(&str, &[u8])]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for (name, bytes) in parts {
-        h.update((name.len() as u64).to_le_bytes());
-        h.update(name.as_bytes());
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    }
-    h.finalize().into()
-}
-
 impl<'a> CacheKey<'a> {
     /// The full key for compiling `stablehlo` with `options` on `client`, valid across
     /// processes. Hashes the plugin binary the first time a process asks (see
@@ -94,7 +82,7 @@ impl<'a> CacheKey<'a> {
     /// SHA-256 over a versioned encoding in which every component is named and
     /// length-prefixed, so no two different keys encode the same way.
     pub fn digest(&self) -> CacheDigest {
-        CacheDigest(named_digest(&[
+        named_digest(&[
             ("torchtpu-executable-cache-key", b"v2"),
             ("stablehlo", self.stablehlo),
             ("compile_options", &self.compile_options),
@@ -102,7 +90,7 @@ impl<'a> CacheKey<'a> {
             ("platform_version", self.platform_version.as_bytes()),
             ("plugin_sha256", self.plugin_sha256.as_bytes()),
             ("torchtpu_version", self.torchtpu_version.as_bytes()),
-        ]))
+        ])
     }
 
     /// The components as readable strings (the module as its SHA-256 and size).
@@ -119,7 +107,13 @@ impl<'a> CacheKey<'a> {
     }
 }
 
-/// A key's components as strings, stored in each disk entry's sidecar.
+impl From<KeyComponents> for Components {
+    fn from(k: KeyComponents) -> Components {
+        Components(k.fields().into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
+    }
+}
+
+/// A key's components as strings, stored (as [`Components`]) in each disk entry's sidecar.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyComponents {
     pub module_sha256: String,

@@ -5,51 +5,37 @@
 //! every file is written to a temporary name and renamed into place, and every reader checks
 //! what it reads, so a damaged entry is a miss (reported, then removed), never a crash.
 
-mod entry;
-mod files;
-mod layout;
-mod maintain;
-mod meta;
 mod plugin_memo;
-pub mod units;
 
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::cache_key::CacheKey;
+use crate::cache_key::{CacheKey, TORCHTPU_VERSION};
 use crate::client::Client;
 use crate::error::Result;
 use crate::executable::Executable;
 use crate::options::CompileOptions;
+use crate::store::maintain::Check;
+use crate::store::{layout, Level, NewEntry, Read, Slot, Store};
 
-pub use entry::{FORMAT_VERSION as ENTRY_FORMAT_VERSION, HEADER_LEN as ENTRY_HEADER_LEN};
-pub use layout::{CACHE_DIR_ENV, CACHE_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV};
-pub use maintain::{BadEntry, CacheSummary, EntryInfo, PruneReport, SkippedEntry, VerifyReport};
-pub use meta::EntryMeta;
+pub use crate::store::entry::{FORMAT_VERSION as ENTRY_FORMAT_VERSION, HEADER_LEN as ENTRY_HEADER_LEN};
+pub use crate::store::units;
+pub use crate::store::{
+    BadEntry, CacheSummary, CacheWarning, EntryInfo, EntryMeta, LevelSummary, PruneReport, PutOutcome, SkippedEntry,
+    VerifyReport, CACHE_DIR_ENV, CACHE_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV, DEFAULT_MAX_SIZE,
+};
 
-use files::{file_id, io_err, read_if_exists, remove_if_exists, write_atomic};
-use layout::{entry_paths, toolchain_fingerprint, EntryPaths};
-
-/// Default size limit: 2 GiB.
-pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
-
-/// At most this many warnings are kept until [`DiskCache::take_warnings`].
-const MAX_WARNINGS: usize = 100;
-
-/// Something the cache noticed and recovered from (a damaged entry it discarded, a write
-/// that failed, a bad environment value), for the caller to show.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CacheWarning {
-    pub path: PathBuf,
-    pub message: String,
-}
-
-impl std::fmt::Display for CacheWarning {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "torchtpu cache: {}: {}", self.path.display(), self.message)
-    }
+/// The folder name for a key's toolchain: 16 hex characters of a hash over the plugin
+/// binary's SHA-256, the platform name and version, and torchtpu's version.
+pub fn toolchain_fingerprint(key: &CacheKey<'_>) -> String {
+    crate::store::fingerprint(&[
+        ("torchtpu-toolchain", b"v1"),
+        ("plugin_sha256", key.plugin_sha256.as_bytes()),
+        ("platform_name", key.platform_name.as_bytes()),
+        ("platform_version", key.platform_version.as_bytes()),
+        ("torchtpu_version", key.torchtpu_version.as_bytes()),
+    ])
 }
 
 /// What a lookup found.
@@ -75,25 +61,13 @@ pub struct PutMeta {
     pub compile_seconds: f64,
 }
 
-/// What [`DiskCache::put`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PutOutcome {
-    /// Written; `evicted` older entries were removed to stay under the size limit.
-    Stored { entry_bytes: u64, evicted: usize },
-    /// The compile was faster than the configured threshold.
-    SkippedFastCompile,
-    /// The entry alone is bigger than the size limit.
-    SkippedTooLarge,
-}
-
 /// A cache folder and its limits. Cheap to create (nothing is touched until the first
 /// `put`); thread-safe.
 #[derive(Debug)]
 pub struct DiskCache {
-    root: PathBuf,
-    max_size: u64,
+    /// The shared store (both levels); this cache reads and writes its executable level.
+    store: Store,
     min_compile_seconds: f64,
-    warnings: Mutex<Vec<CacheWarning>>,
     /// Plugins (by path) whose hash memo this cache has already consulted and recorded.
     memoized: Mutex<Vec<PathBuf>>,
 }
@@ -101,13 +75,7 @@ pub struct DiskCache {
 impl DiskCache {
     /// A cache in `root` with the default limits (2 GiB, store every compile).
     pub fn new(root: impl Into<PathBuf>) -> DiskCache {
-        DiskCache {
-            root: root.into(),
-            max_size: DEFAULT_MAX_SIZE,
-            min_compile_seconds: 0.0,
-            warnings: Mutex::new(Vec::new()),
-            memoized: Mutex::new(Vec::new()),
-        }
+        DiskCache { store: Store::new(root), min_compile_seconds: 0.0, memoized: Mutex::new(Vec::new()) }
     }
 
     /// The cache the environment asks for (see `docs/cache.md`): `None` when
@@ -131,7 +99,7 @@ impl DiskCache {
         let mut cache = DiskCache::new(layout::resolve_dir(&var)?);
         if let Some(v) = var(CACHE_MAX_SIZE_ENV) {
             match units::parse_size(&v.to_string_lossy()) {
-                Ok(bytes) => cache.max_size = bytes,
+                Ok(bytes) => cache.store.set_max_size(bytes),
                 Err(e) => cache.warn(Path::new(CACHE_MAX_SIZE_ENV), format!("{e}; using 2 GiB")),
             }
         }
@@ -150,7 +118,7 @@ impl DiskCache {
     /// Sets the size limit; after each `put`, least-recently-used entries are evicted until
     /// the whole folder (every toolchain) fits.
     pub fn with_max_size(mut self, bytes: u64) -> DiskCache {
-        self.max_size = bytes;
+        self.store.set_max_size(bytes);
         self
     }
 
@@ -161,11 +129,18 @@ impl DiskCache {
     }
 
     pub fn root(&self) -> &Path {
-        &self.root
+        self.store.root()
     }
 
     pub fn max_size(&self) -> u64 {
-        self.max_size
+        self.store.max_size()
+    }
+
+    /// The store under this cache: both levels, for listing, pruning and verification, and
+    /// for the engine's graph level (`Store::clone` gives another handle on the same folder
+    /// and limit).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     pub fn min_compile_seconds(&self) -> f64 {
@@ -191,14 +166,14 @@ impl DiskCache {
         if plugin.binary_sha256_is_known() && done.iter().any(|p| p == plugin.path()) {
             return plugin.binary_sha256().map(str::to_owned);
         }
-        let sha = plugin_memo::plugin_sha256(&self.root, plugin)?;
+        let sha = plugin_memo::plugin_sha256(self.root(), plugin)?;
         done.push(plugin.path().to_path_buf());
         Ok(sha)
     }
 
-    /// The entry files for `key`; a key without the plugin hash (`CacheKey::in_process`)
+    /// Where `key`'s entry lives; a key without the plugin hash (`CacheKey::in_process`)
     /// cannot name a persistent entry.
-    fn paths(&self, key: &CacheKey<'_>) -> Result<(String, EntryPaths)> {
+    fn slot(&self, key: &CacheKey<'_>) -> Result<Slot> {
         if key.plugin_sha256.is_empty() {
             return Err(crate::RuntimeError::InvalidArgument(
                 "a disk cache key needs the plugin binary's hash (use DiskCache::key or \
@@ -206,43 +181,25 @@ impl DiskCache {
                     .into(),
             ));
         }
-        let key_hex = key.digest().hex();
-        let paths = entry_paths(&self.root, &toolchain_fingerprint(key), &key_hex);
-        Ok((key_hex, paths))
+        Ok(Slot { level: Level::Executable, partition: toolchain_fingerprint(key), key: key.digest() })
     }
 
     /// Looks `key` up and loads the entry on `client`. A missing entry is a `Miss`; a
     /// truncated, corrupt, misnamed or unloadable one is removed and `Discarded` (with a
     /// warning). `Err` only for file-system failures other than "not found".
     pub fn lookup(&self, client: &Client, key: &CacheKey<'_>) -> Result<Lookup> {
-        let (_, paths) = self.paths(key)?;
-        let mut file = match std::fs::File::open(&paths.bin) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lookup::Miss),
-            Err(e) => return Err(io_err("open", &paths.bin)(e)),
-        };
-        let read_id = file_identity(&file);
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io_err("read", &paths.bin))?;
-        drop(file);
-
-        let reason = match entry::decode(&bytes, Some(&key.digest())) {
-            Err(reason) => reason,
-            Ok(payload) => match client.deserialize_executable(payload) {
-                Ok(executable) => {
-                    let meta = self.record_hit(&paths);
-                    return Ok(Lookup::Hit { executable, meta });
-                }
-                Err(e) => format!("the plugin could not load it: {e}"),
+        let slot = self.slot(key)?;
+        Ok(match self.store.read(&slot)? {
+            Read::Miss => Lookup::Miss,
+            Read::Discarded { path, reason } => Lookup::Discarded { path, reason },
+            Read::Found { payload, id } => match client.deserialize_executable(&payload) {
+                Ok(executable) => Lookup::Hit { executable, meta: self.store.record_hit(&slot) },
+                Err(e) => match self.store.discard(&slot, id, format!("the plugin could not load it: {e}")) {
+                    Read::Discarded { path, reason } => Lookup::Discarded { path, reason },
+                    _ => unreachable!("discard always discards"),
+                },
             },
-        };
-        // Remove it unless another process has already renamed a fresh entry into place.
-        if read_id.is_some() && file_id(&paths.bin) == read_id {
-            let _ = remove_if_exists(&paths.bin);
-            let _ = remove_if_exists(&paths.json);
-        }
-        self.warn(&paths.bin, format!("discarded unusable entry ({reason})"));
-        Ok(Lookup::Discarded { path: paths.bin, reason })
+        })
     }
 
     /// [`DiskCache::lookup`] as an `Option`: anything but a hit is `None` (a discarded
@@ -252,18 +209,6 @@ impl DiskCache {
             Lookup::Hit { executable, .. } => Some(executable),
             Lookup::Miss | Lookup::Discarded { .. } => None,
         })
-    }
-
-    /// Counts a hit in the sidecar (best effort: read, update, atomic rewrite).
-    fn record_hit(&self, paths: &EntryPaths) -> Option<EntryMeta> {
-        let mut meta = EntryMeta::from_json(&read_if_exists(&paths.json).ok()??).ok()?;
-        meta.hit_count += 1;
-        meta.last_hit_unix_ms = Some(units::now_unix_ms());
-        // Skip the rewrite if the entry was evicted meanwhile (it would leave an orphan).
-        if paths.bin.exists() {
-            let _ = write_atomic(&paths.json, &meta.to_json());
-        }
-        Some(meta)
     }
 
     /// Serializes `exe` and stores it under `key` (see [`DiskCache::put_serialized`]).
@@ -282,54 +227,98 @@ impl DiskCache {
         if meta.compile_seconds < self.min_compile_seconds {
             return Ok(PutOutcome::SkippedFastCompile);
         }
-        let (key_hex, paths) = self.paths(key)?;
-        let file = entry::encode(&key.digest(), payload);
-        let entry_bytes = file.len() as u64;
-        if entry_bytes > self.max_size {
-            return Ok(PutOutcome::SkippedTooLarge);
-        }
-        write_atomic(&paths.bin, &file)?;
-        let sidecar = EntryMeta {
-            format: meta::META_FORMAT,
-            key: key_hex,
-            components: key.components(),
+        let slot = self.slot(key)?;
+        let new = NewEntry {
+            components: key.components().into(),
             graph_name: meta.graph_name.clone(),
-            payload_bytes: payload.len() as u64,
-            entry_bytes,
             compile_seconds: meta.compile_seconds,
-            created_unix_ms: units::now_unix_ms(),
-            last_hit_unix_ms: None,
-            hit_count: 0,
         };
-        write_atomic(&paths.json, &sidecar.to_json())?;
-        let evicted = self.evict_to(self.max_size, Some(&paths.bin))?.removed_entries;
-        Ok(PutOutcome::Stored { entry_bytes, evicted })
+        self.store.put(&slot, payload, &new)
+    }
+
+    /// Every entry of both levels, most recently used first (see [`Store::entries`]).
+    pub fn entries(&self) -> Result<Vec<EntryInfo>> {
+        self.store.entries()
+    }
+
+    /// The one entry (either level) whose key starts with `prefix`.
+    pub fn find(&self, prefix: &str) -> Result<EntryInfo> {
+        self.store.find(prefix)
+    }
+
+    /// Totals over both levels, and per level.
+    pub fn summary(&self) -> Result<CacheSummary> {
+        self.store.summary()
+    }
+
+    /// Whether the cache folder exists at all.
+    pub fn exists(&self) -> bool {
+        self.store.exists()
+    }
+
+    /// The toolchain folder name for entries `client` can load.
+    pub fn toolchain_of(&self, client: &Client) -> Result<String> {
+        let sha = self.plugin_sha256(client.plugin())?;
+        Ok(toolchain_fingerprint(&CacheKey {
+            stablehlo: b"",
+            compile_options: Vec::new(),
+            platform_name: client.platform_name(),
+            platform_version: client.platform_version(),
+            plugin_sha256: &sha,
+            torchtpu_version: TORCHTPU_VERSION,
+        }))
+    }
+
+    /// Checks every entry's header and checksum (both levels) and, given a client, loads each
+    /// executable entry of the client's toolchain into the plugin; executable entries of other
+    /// toolchains are skipped. Graph entries are checked by header and checksum only.
+    /// Reports; removes nothing.
+    pub fn verify(&self, client: Option<&Client>) -> Result<VerifyReport> {
+        let current = client.map(|c| self.toolchain_of(c)).transpose()?;
+        let mut report = self.store.verify(|e, payload| match (e.level, client, &current) {
+            (Level::Graph, ..) => Check::Ok,
+            (Level::Executable, Some(client), Some(tc)) if *tc == e.partition => {
+                match client.deserialize_executable(payload) {
+                    Ok(_) => Check::Ok,
+                    Err(err) => Check::Bad(format!("the plugin could not load it: {err}")),
+                }
+            }
+            (Level::Executable, Some(_), _) => Check::Skipped(format!(
+                "checksum ok; made by another toolchain (folder {}), not loadable by this plugin",
+                e.partition
+            )),
+            (Level::Executable, None, _) => Check::Ok,
+        })?;
+        report.loaded = client.is_some();
+        Ok(report)
+    }
+
+    /// Removes entries (both levels) unused for longer than `older_than`, then evicts
+    /// least-recently-used ones until everything fits in `max_size`.
+    pub fn prune(&self, max_size: Option<u64>, older_than: Option<std::time::Duration>) -> Result<PruneReport> {
+        self.store.prune(max_size, older_than)
+    }
+
+    /// Evicts least-recently-used entries (never `protect`) until everything fits.
+    pub fn evict_to(&self, max_bytes: u64, protect: Option<&Path>) -> Result<PruneReport> {
+        self.store.evict_to(max_bytes, protect)
+    }
+
+    /// Removes every entry (both levels), leftover and plugin-hash memo.
+    pub fn clear(&self) -> Result<PruneReport> {
+        self.store.clear()
     }
 
     /// Records a warning (kept until [`DiskCache::take_warnings`], at most 100).
     pub(crate) fn warn(&self, path: &Path, message: String) {
-        let mut w = self.warnings.lock().unwrap_or_else(|p| p.into_inner());
-        if w.len() < MAX_WARNINGS {
-            w.push(CacheWarning { path: path.to_path_buf(), message });
-        }
+        self.store.warn(path, message)
     }
 
     /// The warnings recorded since the last call (damaged entries discarded, failed writes,
     /// bad environment values), oldest first.
     pub fn take_warnings(&self) -> Vec<CacheWarning> {
-        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
+        self.store.take_warnings()
     }
-}
-
-#[cfg(unix)]
-fn file_identity(file: &std::fs::File) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    file.metadata().ok().map(|m| (m.dev(), m.ino()))
-}
-
-#[cfg(not(unix))]
-fn file_identity(file: &std::fs::File) -> Option<(u64, u64)> {
-    file.metadata().ok().map(|m| (m.len(), 0))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod options;
 mod plugin;
 mod plugin_file;
 mod serialize;
+pub mod store;
 
 pub use buffer::{dense_byte_size, Buffer, ElementType};
 pub use cache::{CacheStats, ExecutableCache};
@@ -30,6 +31,7 @@ pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
 pub use executable::Executable;
 pub use options::CompileOptions;
 pub use plugin::{Plugin, SUPPORTED_API_MAJOR};
+pub use store::{Level, Store};
 
 /// Environment variable that overrides the PJRT plugin path.
 pub const PLUGIN_ENV: &str = "TORCHTPU_PJRT_PLUGIN";
@@ -69,5 +71,6 @@ mod tests {
         assert_send_sync::<Executable>();
         assert_send_sync::<ExecutableCache>();
         assert_send_sync::<DiskCache>();
+        assert_send_sync::<Store>();
     }
 }

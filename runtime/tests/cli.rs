@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use common::modules::neg_square;
 use common::*;
 use serde_json::Value;
-use torchtpu_runtime::{CompileOptions, DiskCache, ExecutableCache};
+use torchtpu_runtime::store::{named_digest, Components, NewEntry, Slot, Store};
+use torchtpu_runtime::{CompileOptions, DiskCache, ExecutableCache, Level};
 
 fn tool(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_torchtpu-cache"))
@@ -52,6 +53,108 @@ fn populate(dir: &Path) -> [String; 3] {
     ExecutableCache::with_disk(DiskCache::new(dir)).get_or_compile(client(), &a, &one).unwrap();
     let disk = DiskCache::new(dir);
     [(&a, &one), (&b, &one), (&a, &two)].map(|(m, o)| disk.key(client(), m, o).unwrap().digest().hex())
+}
+
+/// Two graph-level entries, as the engine's graph cache files them (the runtime cannot lower
+/// graphs itself); the second one hit once. Returns their keys.
+fn populate_graphs(dir: &Path) -> [String; 2] {
+    let store = Store::new(dir);
+    let keys = ["graph @f", "graph @g"].map(|ir| {
+        let slot = Slot {
+            level: Level::Graph,
+            partition: "00112233445566aa".into(),
+            key: named_digest(&[("torchtpu-graph-cache-key", b"v1"), ("canonical_ir", ir.as_bytes())]),
+        };
+        let components = Components::new()
+            .with("torchtpu_version", "0.1.0")
+            .with("compiler_build", "build")
+            .with("options", if ir.ends_with('f') { "cse" } else { "dce" })
+            .with("canonical_ir_bytes", ir.len());
+        let new = NewEntry { components, graph_name: Some(format!("lowered_{}", &ir[7..])), compile_seconds: 0.01 };
+        store.put(&slot, b"\0\0\0\0\0\0\0\0bytecode", &new).unwrap();
+        slot
+    });
+    store.record_hit(&keys[1]);
+    keys.map(|s| s.key.hex())
+}
+
+#[test]
+fn both_levels_in_list_stats_show_explain_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ka, ..] = populate(dir.path());
+    let [gf, gg] = populate_graphs(dir.path());
+
+    let o = tool(dir.path(), &["list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let header = text.lines().next().unwrap();
+    assert!(header.starts_with("LEVEL "), "{header}");
+    let row = |key: &str| text.lines().find(|l| l.contains(&key[..12])).unwrap_or_else(|| panic!("{key}: {text}"));
+    assert!(row(&gf).starts_with("graph "), "{text}");
+    assert!(row(&gf).contains("lowered_f"), "{text}");
+    assert!(row(&ka).starts_with("executable "), "{text}");
+    assert!(text.contains("5 entries (2 graph, 3 executable)"), "{text}");
+
+    let list = json(dir.path(), &["list"]);
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 5);
+    let levels: Vec<&str> = list.iter().map(|e| e["level"].as_str().unwrap()).collect();
+    assert_eq!(levels.iter().filter(|l| **l == "graph").count(), 2, "{levels:?}");
+    assert_eq!(levels.iter().filter(|l| **l == "executable").count(), 3, "{levels:?}");
+    let g = list.iter().find(|e| e["key"] == gg.as_str()).unwrap();
+    assert_eq!((g["meta"]["level"].as_str(), g["meta"]["hit_count"].as_u64()), (Some("graph"), Some(1)));
+    assert_eq!(g["partition"], "00112233445566aa");
+
+    let stats = json(dir.path(), &["stats"]);
+    assert_eq!(stats["entries"], 5);
+    assert_eq!(stats["hits"], 2);
+    assert_eq!(stats["levels"][0]["level"], "graph");
+    assert_eq!(stats["levels"][0]["entries"], 2);
+    assert_eq!(stats["levels"][1]["level"], "executable");
+    assert_eq!(stats["levels"][1]["entries"], 3);
+    let text = stdout(&tool(dir.path(), &["stats"]));
+    assert!(text.contains("5 (2 graph, 3 executable; in 1 toolchain folder)"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("graph ") && l.contains(" 2 ")), "{text}");
+
+    // show says clearly that it is a graph entry.
+    let text = stdout(&tool(dir.path(), &["show", &gf[..12]]));
+    assert!(text.contains("level                graph (a graph-cache entry"), "{text}");
+    assert!(text.contains("compiler build folder"), "{text}");
+    assert!(text.contains("canonical_ir_bytes"), "{text}");
+    assert_eq!(json(dir.path(), &["show", &gf])["level"], "graph");
+
+    // explain between two graph entries, and across levels.
+    let e = json(dir.path(), &["explain", &gf[..12], &gg[..12]]);
+    assert_eq!(e["level1"], "graph");
+    let diffs: Vec<&str> =
+        e["differences"].as_array().unwrap().iter().map(|d| d["component"].as_str().unwrap()).collect();
+    assert_eq!(diffs, ["options"]);
+    let text = stdout(&tool(dir.path(), &["explain", &gf[..12], &ka[..12]]));
+    assert!(text.contains("is a graph entry and") && text.contains("an executable entry: different levels"), "{text}");
+
+    // verify covers both levels; a damaged graph entry is reported with its level.
+    let o = tool(dir.path(), &["verify"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("verified 5 entries (2 graph, 3 executable): 5 ok, 0 bad"), "{}", stdout(&o));
+    let path = DiskCache::new(dir.path()).find(&gf).unwrap().path;
+    let mut bytes = std::fs::read(&path).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let o = tool(dir.path(), &["verify", "--checksums-only"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains(&format!("BAD  {}  graph ", &gf[..12])), "{}", stdout(&o));
+    let report: Value = serde_json::from_slice(&tool(dir.path(), &["--json", "verify"]).stdout).unwrap();
+    assert_eq!(report["bad"][0]["level"], "graph");
+    assert!(report["bad"][0]["reason"].as_str().unwrap().contains("checksum"));
+    assert!(path.exists(), "verify removes nothing");
+
+    // prune and clear cover both levels.
+    let total = json(dir.path(), &["stats"])["total_bytes"].as_u64().unwrap();
+    let r = json(dir.path(), &["prune", "--max-size", &(total - 1).to_string()]);
+    assert_eq!(r["removed_entries"], 1);
+    let o = tool(dir.path(), &["clear"]);
+    assert!(stdout(&o).contains("removed 4 entries"), "{}", stdout(&o));
+    assert_eq!(json(dir.path(), &["list"]).as_array().unwrap().len(), 0);
 }
 
 #[test]

@@ -17,10 +17,18 @@ fn run_neg_square(exe: &torchtpu_runtime::Executable, n: usize) -> Vec<f32> {
     f32s(&out[0].to_host().unwrap())
 }
 
-/// Every `.bin` under `root`.
+/// The executable level's folder under `root`.
+fn executable_dir(root: &Path) -> PathBuf {
+    root.join(format!("v{}", torchtpu_runtime::store::LAYOUT_VERSION)).join("executable")
+}
+
+/// Every executable `.bin` under `root`.
 fn entry_files(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for dir in std::fs::read_dir(root).unwrap().flatten() {
+    let Ok(dirs) = std::fs::read_dir(executable_dir(root)) else {
+        return out;
+    };
+    for dir in dirs.flatten() {
         if dir.path().is_dir() {
             for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
                 if f.path().extension().is_some_and(|e| e == "bin") {
@@ -85,9 +93,10 @@ fn a_fresh_cache_on_the_same_folder_hits_disk_and_does_not_compile() {
     assert_eq!(meta.hit_count, 1);
     assert!(meta.last_hit_unix_ms.is_some());
     assert_eq!(meta.graph_name.as_deref(), Some("neg_square_5"));
-    assert_eq!(meta.components.platform_name, "cpu");
-    assert_eq!(meta.components.plugin_sha256, client().plugin().binary_sha256().unwrap());
-    assert_eq!(meta.components.module_bytes, module.len() as u64);
+    assert_eq!(meta.level, "executable");
+    assert_eq!(meta.components.get("platform_name"), Some("cpu"));
+    assert_eq!(meta.components.get("plugin_sha256"), Some(client().plugin().binary_sha256().unwrap()));
+    assert_eq!(meta.components.get("module_bytes"), Some(module.len().to_string().as_str()));
     assert_eq!(meta.entry_bytes, entries[0].entry_bytes);
     assert_eq!(meta.entry_bytes, meta.payload_bytes + torchtpu_runtime::disk_cache::ENTRY_HEADER_LEN as u64);
 }
@@ -494,7 +503,7 @@ fn verify_skips_entries_of_other_toolchains() {
     disk.put(&key, &client().compile(&module, &opts).unwrap(), &PutMeta::default()).unwrap();
     // The same entry as another plugin build would have filed it.
     let bin = &entry_files(dir.path())[0];
-    let other = dir.path().join("0123456789abcdef");
+    let other = executable_dir(dir.path()).join("0123456789abcdef");
     std::fs::create_dir(&other).unwrap();
     std::fs::copy(bin, other.join(bin.file_name().unwrap())).unwrap();
 

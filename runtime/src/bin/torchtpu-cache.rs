@@ -1,5 +1,7 @@
-//! `torchtpu-cache`: inspect and maintain torchtpu's persistent compilation cache
-//! (list, show, stats, explain, verify, prune, clear). See `docs/cache.md`.
+//! `torchtpu-cache`: inspect and maintain torchtpu's persistent compilation cache, both
+//! levels of its one store: graph entries (IR -> lowered StableHLO) and executable entries
+//! (StableHLO -> serialized executable). list, show, stats, explain, verify, prune, clear;
+//! see `docs/cache.md`.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -15,7 +17,7 @@ use torchtpu_runtime::disk_cache::units::{
     format_age, format_size, format_unix_ms, now_unix_ms, parse_duration, parse_size,
 };
 use torchtpu_runtime::disk_cache::{EntryInfo, PruneReport, CACHE_DIR_ENV, CACHE_ENV};
-use torchtpu_runtime::{Client, DiskCache, Plugin};
+use torchtpu_runtime::{Client, DiskCache, Level, Plugin};
 
 #[derive(Parser)]
 #[command(name = "torchtpu-cache", version, about = "Inspect and maintain torchtpu's persistent compilation cache")]
@@ -33,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// One line per entry, most recently used first
+    /// One line per entry of either level (graph, executable), most recently used first
     List,
     /// Everything about one entry (a unique key prefix is enough)
     Show {
@@ -49,8 +51,8 @@ enum Command {
         #[arg(value_parser = key_prefix)]
         key2: String,
     },
-    /// Check every entry's checksum and that it loads into the current plugin; exits 1
-    /// listing bad entries
+    /// Check every entry's checksum (both levels) and that each executable entry loads into
+    /// the current plugin; exits 1 listing bad entries
     Verify {
         /// Only check checksums (do not load the PJRT plugin)
         #[arg(long)]
@@ -67,7 +69,7 @@ enum Command {
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         older_than: Option<Duration>,
     },
-    /// Remove every entry
+    /// Remove every entry (both levels)
     Clear,
 }
 
@@ -172,6 +174,15 @@ fn last_hit(e: &EntryInfo) -> String {
     }
 }
 
+/// `"1 graph, 2 executable"`.
+fn per_level(counts: [usize; 2]) -> String {
+    format!("{} {}, {} {}", counts[0], Level::Graph, counts[1], Level::Executable)
+}
+
+fn count_levels(entries: &[EntryInfo]) -> [usize; 2] {
+    Level::ALL.map(|l| entries.iter().filter(|e| e.level == l).count())
+}
+
 fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     let entries = cache.entries()?;
     if json {
@@ -179,8 +190,8 @@ fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     }
     writeln!(
         out,
-        "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
-        "KEY", "GRAPH", "SIZE", "COMPILE", "HITS", "LAST HIT"
+        "{:<10}  {:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
+        "LEVEL", "KEY", "GRAPH", "SIZE", "COMPILE", "HITS", "LAST HIT"
     )?;
     for e in &entries {
         let graph = e.meta.as_ref().and_then(|m| m.graph_name.clone());
@@ -188,7 +199,8 @@ fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
         let hits = e.meta.as_ref().map_or("?".into(), |m| m.hit_count.to_string());
         writeln!(
             out,
-            "{:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
+            "{:<10}  {:<12}  {:<24}  {:>10}  {:>9}  {:>5}  {:>9}",
+            e.level.name(),
             short(&e.key),
             graph.as_deref().unwrap_or("-"),
             format_size(e.entry_bytes + e.sidecar_bytes),
@@ -198,7 +210,7 @@ fn list(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
         )?;
     }
     let total: u64 = entries.iter().map(|e| e.entry_bytes + e.sidecar_bytes).sum();
-    writeln!(out, "{} entries, {}", entries.len(), format_size(total))?;
+    writeln!(out, "{} entries ({}), {}", entries.len(), per_level(count_levels(&entries)), format_size(total))?;
     Ok(())
 }
 
@@ -209,7 +221,14 @@ fn show(out: &mut dyn Write, cache: &DiskCache, key: &str, json: bool) -> Result
     }
     let mut row = |name: &str, value: &dyn std::fmt::Display| writeln!(out, "{name:<20} {value}");
     row("key", &e.key)?;
-    row("toolchain folder", &e.toolchain)?;
+    row(
+        "level",
+        &match e.level {
+            Level::Graph => "graph (a graph-cache entry: canonical IR + pipeline -> lowered StableHLO bytecode)",
+            Level::Executable => "executable (StableHLO + options + toolchain -> the plugin's serialized executable)",
+        },
+    )?;
+    row(&format!("{} folder", e.level.partition_meaning()), &e.partition)?;
     row("path", &e.path.display())?;
     row("entry size", &format!("{} ({} bytes)", format_size(e.entry_bytes), e.entry_bytes))?;
     row("sidecar size", &format!("{} bytes", e.sidecar_bytes))?;
@@ -220,12 +239,13 @@ fn show(out: &mut dyn Write, cache: &DiskCache, key: &str, json: bool) -> Result
     };
     row("graph", &m.graph_name.as_deref().unwrap_or("-"))?;
     row("payload size", &format!("{} bytes", m.payload_bytes))?;
-    row("compile time", &format!("{:.3} s", m.compile_seconds))?;
+    let what = if e.level == Level::Graph { "passes + lowering" } else { "compile time" };
+    row(what, &format!("{:.3} s", m.compile_seconds))?;
     row("created", &format_unix_ms(m.created_unix_ms))?;
     row("last hit", &m.last_hit_unix_ms.map_or("never".into(), format_unix_ms))?;
     row("hits", &m.hit_count)?;
     writeln!(out, "key components:")?;
-    for (name, value) in m.components.fields() {
+    for (name, value) in &m.components.0 {
         writeln!(out, "  {name:<20} {value}")?;
     }
     Ok(())
@@ -236,11 +256,13 @@ fn stats(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     if json {
         return print_json(out, &s);
     }
+    let counts = [s.levels[0].entries, s.levels[1].entries];
     writeln!(out, "cache folder         {}", s.root.display())?;
     writeln!(
         out,
-        "entries              {} (in {} toolchain folder{})",
+        "entries              {} ({}; in {} toolchain folder{})",
         s.entries,
+        per_level(counts),
         s.toolchains,
         if s.toolchains == 1 { "" } else { "s" }
     )?;
@@ -248,12 +270,32 @@ fn stats(out: &mut dyn Write, cache: &DiskCache, json: bool) -> Result<()> {
     writeln!(out, "hits                 {}", s.hits)?;
     writeln!(out, "compile time saved   {:.3} s", s.compile_seconds_saved)?;
     writeln!(out, "compile time stored  {:.3} s", s.compile_seconds_stored)?;
+    if s.stale_files > 0 {
+        writeln!(
+            out,
+            "older layouts        {} files, {} (never read; pruned first)",
+            s.stale_files,
+            format_size(s.stale_bytes)
+        )?;
+    }
+    writeln!(out, "{:<10}  {:>7}  {:>10}  {:>5}  {:>10}", "LEVEL", "ENTRIES", "SIZE", "HITS", "SAVED")?;
+    for l in &s.levels {
+        writeln!(
+            out,
+            "{:<10}  {:>7}  {:>10}  {:>5}  {:>8.3} s",
+            l.level.map_or("all", Level::name),
+            l.entries,
+            format_size(l.total_bytes),
+            l.hits,
+            l.compile_seconds_saved
+        )?;
+    }
     Ok(())
 }
 
 #[derive(Serialize)]
 struct Difference {
-    component: &'static str,
+    component: String,
     key1: String,
     key2: String,
 }
@@ -262,8 +304,10 @@ struct Difference {
 struct Explanation {
     key1: String,
     key2: String,
+    level1: Level,
+    level2: Level,
     differences: Vec<Difference>,
-    same: Vec<&'static str>,
+    same: Vec<String>,
 }
 
 fn explain(out: &mut dyn Write, cache: &DiskCache, key1: &str, key2: &str, json: bool) -> Result<()> {
@@ -276,18 +320,29 @@ fn explain(out: &mut dyn Write, cache: &DiskCache, key1: &str, key2: &str, json:
     let (ca, cb) = (components(&a)?, components(&b)?);
     let differences: Vec<Difference> =
         ca.differences(&cb).into_iter().map(|(component, key1, key2)| Difference { component, key1, key2 }).collect();
-    let same = ca
-        .fields()
-        .into_iter()
-        .map(|(name, _)| name)
-        .filter(|name| differences.iter().all(|d| d.component != *name))
-        .collect();
-    let explanation = Explanation { key1: a.key.clone(), key2: b.key.clone(), differences, same };
+    let same = ca.names().filter(|name| differences.iter().all(|d| d.component != *name)).map(str::to_owned).collect();
+    let explanation =
+        Explanation { key1: a.key.clone(), key2: b.key.clone(), level1: a.level, level2: b.level, differences, same };
     if json {
         return print_json(out, &explanation);
     }
     if a.key == b.key {
         writeln!(out, "{} and {} are the same entry", key1, key2)?;
+        return Ok(());
+    }
+    if a.level != b.level {
+        let article = |l: Level| if l == Level::Executable { "an" } else { "a" };
+        writeln!(
+            out,
+            "{} is {} {} entry and {} {} {} entry: different levels, keyed on different components \
+             (see `show` for each)",
+            short(&a.key),
+            article(a.level),
+            a.level,
+            short(&b.key),
+            article(b.level),
+            b.level
+        )?;
         return Ok(());
     }
     if explanation.differences.is_empty() {
@@ -321,16 +376,17 @@ fn verify(out: &mut dyn Write, cache: &DiskCache, checksums_only: bool, json: bo
         print_json(out, &report)?;
     } else {
         for b in &report.bad {
-            writeln!(out, "BAD  {}  {}  {}", short(&b.key), b.path.display(), b.reason)?;
+            writeln!(out, "BAD  {}  {:<10}  {}  {}", short(&b.key), b.level.name(), b.path.display(), b.reason)?;
         }
         writeln!(
             out,
-            "verified {} entries: {} ok, {} bad, {} skipped (other toolchains){}",
+            "verified {} entries ({}): {} ok, {} bad, {} skipped (other toolchains){}",
             report.checked,
+            per_level(report.checked_per_level),
             report.ok,
             report.bad.len(),
             report.skipped.len(),
-            if report.loaded { "" } else { "; checksums only, nothing loaded" }
+            if report.loaded { "" } else { "; checksums only, no executable loaded" }
         )?;
     }
     Ok(if report.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })

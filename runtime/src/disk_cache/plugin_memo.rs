@@ -13,10 +13,10 @@ use crate::error::Result;
 use crate::plugin::Plugin;
 use crate::plugin_file::{hex, FileStamp};
 
-use super::files::{read_if_exists, write_atomic};
+use crate::store::files::{read_if_exists, write_atomic};
 
 /// Folder (under the cache root) holding the memos.
-pub const MEMO_DIR: &str = "plugin-sha256";
+pub use crate::store::maintain::MEMO_DIR;
 
 #[derive(Serialize, Deserialize)]
 struct Memo {

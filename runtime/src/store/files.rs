@@ -61,17 +61,32 @@ pub fn remove_if_exists(path: &Path) -> Result<bool> {
     }
 }
 
-/// Identity of the file now at `path` (device and inode on Unix), to avoid deleting a file
-/// that another process renamed into place after we read the old one.
+/// A file's identity (device and inode on Unix).
+pub type FileId = (u64, u64);
+
+/// Identity of the file now at `path`, to avoid deleting a file that another process renamed
+/// into place after we read the old one.
 #[cfg(unix)]
-pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+pub fn file_id(path: &Path) -> Option<FileId> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 #[cfg(not(unix))]
-pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+pub fn file_id(path: &Path) -> Option<FileId> {
     std::fs::metadata(path).ok().map(|m| (m.len(), 0))
+}
+
+/// Identity of an open file.
+#[cfg(unix)]
+pub fn identity(file: &std::fs::File) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+pub fn identity(file: &std::fs::File) -> Option<FileId> {
+    file.metadata().ok().map(|m| (m.len(), 0))
 }
 
 #[cfg(test)]

@@ -1,29 +1,31 @@
-//! The `<key>.json` sidecar: an entry's key components as readable strings and its
+//! The `<key>.json` sidecar: an entry's level, key components as readable strings and its
 //! bookkeeping (sizes, compile time, creation, hits). Only informative: a lookup trusts the
 //! `.bin` header, so a missing or unreadable sidecar never makes an entry unusable.
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache_key::KeyComponents;
+use super::key::Components;
 
-/// Version of the sidecar's fields.
-pub const META_FORMAT: u32 = 1;
+/// Version of the sidecar's fields (2: `level`, components as a generic object).
+pub const META_FORMAT: u32 = 2;
 
 /// Everything the sidecar records about one entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EntryMeta {
-    /// The sidecar layout version (1).
+    /// The sidecar layout version.
     pub format: u32,
+    /// `"graph"` or `"executable"` ([`super::Level::name`]).
+    pub level: String,
     /// The key digest, 64 hex characters (also the file names).
     pub key: String,
-    pub components: KeyComponents,
+    pub components: Components,
     /// What the caller called the compiled graph, if it said.
     pub graph_name: Option<String>,
-    /// The plugin's serialized executable.
+    /// The payload (a serialized executable, a lowered graph).
     pub payload_bytes: u64,
     /// The `.bin` file: header plus payload.
     pub entry_bytes: u64,
-    /// How long the compile that produced the entry took: what each hit saves.
+    /// How long making the payload took (compile, or passes + lowering): what each hit saves.
     pub compile_seconds: f64,
     /// Milliseconds since the Unix epoch.
     pub created_unix_ms: u64,

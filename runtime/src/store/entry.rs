@@ -1,25 +1,26 @@
-//! The `<key>.bin` file format: a fixed header (magic, format version, payload length,
-//! payload SHA-256, key digest) followed by the plugin's serialized executable.
+//! The `<key>.bin` file format, the same at every level: a fixed header (the level's magic,
+//! format version, payload length, payload SHA-256, key digest) followed by the payload (a
+//! serialized executable, a graph entry: the store does not look inside).
 //!
-//! All integers are little-endian. Decoding checks everything, so a truncated, bit-flipped
-//! or misnamed file is reported instead of being handed to the plugin.
+//! All integers are little-endian. Decoding checks everything, so a truncated, bit-flipped,
+//! misnamed or other-level file is reported instead of being handed to its user.
 
 use sha2::{Digest, Sha256};
 
+use super::Level;
 use crate::cache_key::CacheDigest;
 
-/// First bytes of every entry.
-pub const MAGIC: [u8; 8] = *b"TTPUEXE\0";
-/// Version of this layout; a reader rejects others (a miss, then rewritten).
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of this format (the store's layout version: entries of another version live in
+/// another folder and are never read); a reader rejects others.
+pub const FORMAT_VERSION: u32 = super::LAYOUT_VERSION;
 /// magic (8) + version (4) + header length (4) + payload length (8) + payload SHA-256 (32)
 /// + key digest (32).
 pub const HEADER_LEN: usize = 88;
 
 /// The entry file for `payload` stored under `key`.
-pub fn encode(key: &CacheDigest, payload: &[u8]) -> Vec<u8> {
+pub fn encode(level: Level, key: &CacheDigest, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&level.magic());
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&(HEADER_LEN as u32).to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
@@ -32,11 +33,14 @@ pub fn encode(key: &CacheDigest, payload: &[u8]) -> Vec<u8> {
 
 /// The payload of an entry file, after checking its header against `expected_key` (when
 /// given) and its checksum; otherwise why the file is unusable.
-pub fn decode<'a>(file: &'a [u8], expected_key: Option<&CacheDigest>) -> Result<&'a [u8], String> {
+pub fn decode<'a>(level: Level, file: &'a [u8], expected_key: Option<&CacheDigest>) -> Result<&'a [u8], String> {
     if file.len() < HEADER_LEN {
         return Err(format!("truncated: {} bytes, shorter than the {HEADER_LEN}-byte header", file.len()));
     }
-    if file[..8] != MAGIC {
+    if file[..8] != level.magic() {
+        if let Some(other) = Level::ALL.into_iter().find(|l| file[..8] == l.magic()) {
+            return Err(format!("a {} entry filed at the {} level (bad magic)", other.name(), level.name()));
+        }
         return Err("not a torchtpu cache entry (bad magic)".into());
     }
     let u32_at = |i: usize| u32::from_le_bytes(file[i..i + 4].try_into().unwrap());
@@ -80,10 +84,11 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_every_kind_of_damage() {
         let payload = b"serialized executable bytes".to_vec();
-        let file = encode(&key(7), &payload);
+        let file = encode(Level::Executable, &key(7), &payload);
         assert_eq!(file.len(), HEADER_LEN + payload.len());
-        assert_eq!(decode(&file, Some(&key(7))), Ok(&payload[..]));
-        assert_eq!(decode(&file, None), Ok(&payload[..]));
+        let decode = |f: &[u8], k: Option<&CacheDigest>| decode(Level::Executable, f, k).map(<[u8]>::to_vec);
+        assert_eq!(decode(&file, Some(&key(7))), Ok(payload.clone()));
+        assert_eq!(decode(&file, None), Ok(payload.clone()));
 
         assert!(decode(&file, Some(&key(8))).unwrap_err().contains("stored under key"));
         assert!(decode(&file[..40], None).unwrap_err().contains("truncated"));
@@ -97,5 +102,10 @@ mod tests {
         let mut flipped = file.clone();
         flipped[HEADER_LEN + 3] ^= 1;
         assert!(decode(&flipped, None).unwrap_err().contains("checksum"));
+
+        // A graph entry is not an executable one, even with the right key and checksum.
+        let graph = encode(Level::Graph, &key(7), &payload);
+        assert!(decode(&graph, Some(&key(7))).unwrap_err().contains("a graph entry filed at the executable level"));
+        assert_eq!(super::decode(Level::Graph, &graph, Some(&key(7))), Ok(&payload[..]));
     }
 }

@@ -1,0 +1,296 @@
+//! The one disk store behind both cache levels: the graph level (canonical IR + pipeline ->
+//! lowered StableHLO, `torchtpu_engine::GraphCache`) and the executable level (StableHLO +
+//! options + toolchain -> serialized executable, [`crate::DiskCache`]). Device-agnostic: it
+//! stores opaque payloads under keys and knows nothing about executables or graphs.
+//!
+//! What it does for every level, once: keys ([`named_digest`] over named, length-prefixed
+//! components), checked entry files ([`entry`]: magic per level, version, length, SHA-256,
+//! key digest), atomic writes (temporary file + rename, [`files`]), sidecars
+//! ([`EntryMeta`]: components, sizes, compile time, hits), LRU eviction to one size limit
+//! over both levels, pruning, clearing, listing and verification ([`maintain`]).
+//!
+//! Layout (see `docs/cache.md`): `<root>/v2/<level>/<partition>/<key>.bin` + `.json`. A layout
+//! change bumps [`LAYOUT_VERSION`], so the old files are never read; they are pruned like
+//! entries, least recently used first.
+
+pub mod entry;
+pub mod files;
+pub mod key;
+pub mod layout;
+pub mod maintain;
+pub mod meta;
+pub mod units;
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use crate::cache_key::CacheDigest;
+use crate::error::Result;
+
+pub use key::{fingerprint, named_digest, sha256_hex, Components};
+pub use layout::{EntryPaths, CACHE_DIR_ENV, CACHE_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV};
+pub use maintain::{BadEntry, CacheSummary, EntryInfo, LevelSummary, PruneReport, SkippedEntry, VerifyReport};
+pub use meta::EntryMeta;
+
+use files::{file_id, read_if_exists, remove_if_exists, write_atomic, FileId};
+
+/// The store's layout version: the `v<N>` folder and every entry header's format version.
+pub const LAYOUT_VERSION: u32 = 2;
+
+/// Default size limit: 2 GiB, for both levels together.
+pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
+
+/// At most this many warnings are kept until [`Store::take_warnings`].
+const MAX_WARNINGS: usize = 100;
+
+/// Which cache an entry belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Canonical IR + pipeline -> lowered StableHLO (the engine's graph cache).
+    Graph,
+    /// StableHLO + compile options + toolchain -> the plugin's serialized executable.
+    Executable,
+}
+
+impl Level {
+    pub const ALL: [Level; 2] = [Level::Graph, Level::Executable];
+
+    /// `"graph"` or `"executable"`: the `level` column of `torchtpu-cache`, the folder name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Graph => "graph",
+            Level::Executable => "executable",
+        }
+    }
+
+    pub(crate) fn dir_name(self) -> &'static str {
+        self.name()
+    }
+
+    /// The first 8 bytes of the level's entry files.
+    pub fn magic(self) -> [u8; 8] {
+        match self {
+            Level::Graph => *b"TTPUGRF\0",
+            Level::Executable => *b"TTPUEXE\0",
+        }
+    }
+
+    /// What a partition folder of this level stands for.
+    pub fn partition_meaning(self) -> &'static str {
+        match self {
+            Level::Graph => "compiler build",
+            Level::Executable => "toolchain",
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where one entry lives: its level, partition (16 hex: a folder per toolchain or compiler
+/// build, so entries that can no longer hit age out together) and key digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub level: Level,
+    pub partition: String,
+    pub key: CacheDigest,
+}
+
+/// What the caller records with a new entry (in its sidecar).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewEntry {
+    pub components: Components,
+    /// A name for the compiled graph, shown by `torchtpu-cache list`.
+    pub graph_name: Option<String>,
+    /// How long making the payload took: what each hit saves.
+    pub compile_seconds: f64,
+}
+
+/// Something the store noticed and recovered from (a damaged entry it discarded, a write
+/// that failed, a bad environment value), for the caller to show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheWarning {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl std::fmt::Display for CacheWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "torchtpu cache: {}: {}", self.path.display(), self.message)
+    }
+}
+
+/// What [`Store::read`] found.
+#[derive(Debug)]
+pub enum Read {
+    /// A checked payload. `id` identifies the file read, for [`Store::discard`] when the
+    /// caller finds the payload unusable after all.
+    Found {
+        payload: Vec<u8>,
+        id: Option<FileId>,
+    },
+    Miss,
+    /// There was an entry but it was damaged; it has been removed (and a warning recorded).
+    Discarded {
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// What [`Store::put`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Written; `evicted` older entries were removed to stay under the size limit.
+    Stored { entry_bytes: u64, evicted: usize },
+    /// The compile was faster than the configured threshold (see `DiskCache`).
+    SkippedFastCompile,
+    /// The entry alone is bigger than the size limit.
+    SkippedTooLarge,
+}
+
+/// A store folder and its size limit. Cheap to create (nothing is touched until the first
+/// `put`); thread-safe; any number of processes may share one folder.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    max_size: u64,
+    warnings: Mutex<Vec<CacheWarning>>,
+}
+
+impl Clone for Store {
+    /// The same folder and limit, with no warnings.
+    fn clone(&self) -> Store {
+        Store::new(self.root.clone()).with_max_size(self.max_size)
+    }
+}
+
+impl Store {
+    /// A store in `root` with the default limit (2 GiB).
+    pub fn new(root: impl Into<PathBuf>) -> Store {
+        Store { root: root.into(), max_size: DEFAULT_MAX_SIZE, warnings: Mutex::new(Vec::new()) }
+    }
+
+    /// Sets the size limit; after each `put`, least-recently-used entries of every level are
+    /// evicted until the whole folder fits.
+    pub fn with_max_size(mut self, bytes: u64) -> Store {
+        self.max_size = bytes;
+        self
+    }
+
+    pub(crate) fn set_max_size(&mut self, bytes: u64) {
+        self.max_size = bytes;
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn max_size(&self) -> u64 {
+        self.max_size
+    }
+
+    pub fn paths(&self, slot: &Slot) -> EntryPaths {
+        layout::entry_paths(&self.root, slot.level, &slot.partition, &slot.key.hex())
+    }
+
+    /// Reads and checks `slot`'s entry. A missing entry is a `Miss`; a truncated, corrupt,
+    /// misnamed or other-level one is removed and `Discarded` (with a warning). `Err` only for
+    /// file-system failures other than "not found".
+    pub fn read(&self, slot: &Slot) -> Result<Read> {
+        let paths = self.paths(slot);
+        let mut file = match std::fs::File::open(&paths.bin) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read::Miss),
+            Err(e) => return Err(files::io_err("open", &paths.bin)(e)),
+        };
+        let id = files::identity(&file);
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(files::io_err("read", &paths.bin))?;
+        drop(file);
+        match entry::decode(slot.level, &bytes, Some(&slot.key)) {
+            Ok(payload) => {
+                let header = entry::HEADER_LEN;
+                debug_assert_eq!(payload.len(), bytes.len() - header);
+                bytes.drain(..header);
+                Ok(Read::Found { payload: bytes, id })
+            }
+            Err(reason) => Ok(self.discard(slot, id, reason)),
+        }
+    }
+
+    /// Removes `slot`'s entry, unless another process has already renamed a fresh one into
+    /// place since the file `id` was read, and records a warning.
+    pub fn discard(&self, slot: &Slot, id: Option<FileId>, reason: String) -> Read {
+        let paths = self.paths(slot);
+        if id.is_some() && file_id(&paths.bin) == id {
+            let _ = remove_if_exists(&paths.bin);
+            let _ = remove_if_exists(&paths.json);
+        }
+        self.warn(&paths.bin, format!("discarded unusable {} entry ({reason})", slot.level));
+        Read::Discarded { path: paths.bin, reason }
+    }
+
+    /// Counts a hit in the sidecar (best effort: read, update, atomic rewrite); the rewrite
+    /// also makes the entry the most recently used.
+    pub fn record_hit(&self, slot: &Slot) -> Option<EntryMeta> {
+        let paths = self.paths(slot);
+        let mut meta = EntryMeta::from_json(&read_if_exists(&paths.json).ok()??).ok()?;
+        meta.hit_count += 1;
+        meta.last_hit_unix_ms = Some(units::now_unix_ms());
+        // Skip the rewrite if the entry was evicted meanwhile (it would leave an orphan).
+        if paths.bin.exists() {
+            let _ = write_atomic(&paths.json, &meta.to_json());
+        }
+        Some(meta)
+    }
+
+    /// Stores `payload` under `slot`: the `.bin` entry, then its sidecar, each written
+    /// atomically; then evicts least-recently-used entries (any level) until the folder is
+    /// under the size limit. Concurrent puts of the same key all succeed (the last rename
+    /// wins; every version is complete).
+    pub fn put(&self, slot: &Slot, payload: &[u8], new: &NewEntry) -> Result<PutOutcome> {
+        let paths = self.paths(slot);
+        let file = entry::encode(slot.level, &slot.key, payload);
+        let entry_bytes = file.len() as u64;
+        if entry_bytes > self.max_size {
+            return Ok(PutOutcome::SkippedTooLarge);
+        }
+        write_atomic(&paths.bin, &file)?;
+        let sidecar = EntryMeta {
+            format: meta::META_FORMAT,
+            level: slot.level.name().to_owned(),
+            key: slot.key.hex(),
+            components: new.components.clone(),
+            graph_name: new.graph_name.clone(),
+            payload_bytes: payload.len() as u64,
+            entry_bytes,
+            compile_seconds: new.compile_seconds,
+            created_unix_ms: units::now_unix_ms(),
+            last_hit_unix_ms: None,
+            hit_count: 0,
+        };
+        write_atomic(&paths.json, &sidecar.to_json())?;
+        let evicted = self.evict_to(self.max_size, Some(&paths.bin))?.removed_entries;
+        Ok(PutOutcome::Stored { entry_bytes, evicted })
+    }
+
+    /// Records a warning (kept until [`Store::take_warnings`], at most 100).
+    pub fn warn(&self, path: &Path, message: String) {
+        let mut w = self.warnings.lock().unwrap_or_else(|p| p.into_inner());
+        if w.len() < MAX_WARNINGS {
+            w.push(CacheWarning { path: path.to_path_buf(), message });
+        }
+    }
+
+    /// The warnings recorded since the last call, oldest first.
+    pub fn take_warnings(&self) -> Vec<CacheWarning> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
