@@ -33,28 +33,6 @@ pub struct CacheStats {
     pub disk_errors: u64,
 }
 
-/// Where one request's executable came from.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum CacheSource {
-    /// This process's memory level.
-    Memory,
-    /// The persistent cache; `compile_seconds_saved` is what its compile took when stored.
-    Disk { compile_seconds_saved: f64 },
-    /// Compiled now, taking `seconds`.
-    Compiled { seconds: f64 },
-}
-
-impl CacheSource {
-    /// "memory", "disk" or "compiled".
-    pub fn name(&self) -> &'static str {
-        match self {
-            CacheSource::Memory => "memory",
-            CacheSource::Disk { .. } => "disk",
-            CacheSource::Compiled { .. } => "compiled",
-        }
-    }
-}
-
 #[derive(Default)]
 struct CacheState {
     /// Keyed by client and in-process digest: an executable is loaded on one client only.
@@ -129,23 +107,13 @@ impl ExecutableCache {
         options: &CompileOptions,
         graph_name: Option<&str>,
     ) -> Result<Arc<Executable>> {
-        self.lookup_or_compile(client, mlir.as_ref(), options, graph_name).map(|(exe, _)| exe)
-    }
-
-    /// [`ExecutableCache::get_or_compile_named`], saying where the executable came from.
-    pub fn lookup_or_compile(
-        &self,
-        client: &Client,
-        mlir: &[u8],
-        options: &CompileOptions,
-        graph_name: Option<&str>,
-    ) -> Result<(Arc<Executable>, CacheSource)> {
+        let mlir = mlir.as_ref();
         let slot = (client.identity(), CacheKey::in_process(client, mlir, options).digest());
         {
             let mut state = self.lock();
             if let Some(exe) = state.entries.get(&slot).cloned() {
                 state.stats.memory_hits += 1;
-                return Ok((exe, CacheSource::Memory));
+                return Ok(exe);
             }
         }
 
@@ -158,11 +126,9 @@ impl ExecutableCache {
                 Ok(Lookup::Hit { executable, meta }) => {
                     let mut state = self.lock();
                     state.stats.disk_hits += 1;
-                    let saved = meta.map_or(0.0, |m| m.compile_seconds);
-                    state.stats.compile_seconds_saved += saved;
+                    state.stats.compile_seconds_saved += meta.map_or(0.0, |m| m.compile_seconds);
                     let exe = Arc::new(executable);
-                    let exe = Arc::clone(state.entries.entry(slot).or_insert(exe));
-                    return Ok((exe, CacheSource::Disk { compile_seconds_saved: saved }));
+                    return Ok(Arc::clone(state.entries.entry(slot).or_insert(exe)));
                 }
                 Ok(Lookup::Miss) => {}
                 Ok(Lookup::Discarded { .. }) => self.lock().stats.disk_discarded += 1,
@@ -189,7 +155,7 @@ impl ExecutableCache {
             }
         }
         let mut state = self.lock();
-        Ok((Arc::clone(state.entries.entry(slot).or_insert(compiled)), CacheSource::Compiled { seconds }))
+        Ok(Arc::clone(state.entries.entry(slot).or_insert(compiled)))
     }
 
     fn disk_error(&self, disk: &DiskCache, e: crate::RuntimeError) {

@@ -58,6 +58,14 @@ struct Args {
     /// Write the output here instead of standard output.
     #[arg(short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Treat each chunk between `// -----` lines as its own input; outputs are joined by
+    /// `// -----`, and an error in one chunk (at its line in the file) does not stop the others.
+    #[arg(long = "split-input-file")]
+    split_input_file: bool,
+    /// Check the input's `// expected-error {{...}}` comments (`@+N`, `@-N`, `@N`, `@unknown`)
+    /// against the errors produced: exit 0 only when they match exactly.
+    #[arg(long = "verify-diagnostics")]
+    verify_diagnostics: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,14 +110,36 @@ fn run(args: &Args) -> Result<()> {
         return emit(args, &out);
     }
     let (source_name, text) = read_input(args.input.as_ref())?;
-    let mut graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{source_name}:{e}"))?;
+    if args.split_input_file || args.verify_diagnostics {
+        let (split, verify) = (args.split_input_file, args.verify_diagnostics);
+        let outcome = torchtpu_compiler::testing::run_chunks(&source_name, &text, split, verify, |chunk| {
+            process(args, &source_name, chunk)
+                .map_err(|e| e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "))
+        });
+        for e in &outcome.errors {
+            writeln!(std::io::stderr(), "torchtpu-opt: error: {e}")?;
+        }
+        emit(args, &outcome.output)?;
+        return match (outcome.ok, verify) {
+            (true, _) => Ok(()),
+            (false, true) => Err(anyhow::anyhow!("diagnostics did not verify ({} problems)", outcome.errors.len())),
+            (false, false) => Err(anyhow::anyhow!("{} of the input's cases failed", outcome.errors.len())),
+        };
+    }
+    let out = process(args, &source_name, &text)?;
+    emit(args, &out)
+}
+
+/// Verifies, runs the pipeline and lowers `text`; the output to print.
+fn process(args: &Args, source_name: &str, text: &str) -> Result<String> {
+    let mut graph = parse_graph(text).map_err(|e| anyhow::anyhow!("{source_name}:{e}"))?;
     // Like parse errors, a verifier error names `file:line:col` when the node came from text.
     verify(&graph).map_err(|e| match e.loc {
         Some(_) => anyhow::anyhow!("{source_name}:{}", e.located()),
         None => anyhow::anyhow!("{source_name}: invalid IR: {e}"),
     })?;
     if args.verify_only {
-        return Ok(());
+        return Ok(String::new());
     }
     let options = PipelineOptions {
         verify_each: !args.no_verify_each,
@@ -150,13 +180,13 @@ fn run(args: &Args) -> Result<()> {
             )?;
         }
     }
-    match args.emit {
-        Emit::Ir => emit(args, &print_graph(&graph)),
+    Ok(match args.emit {
+        Emit::Ir => print_graph(&graph),
         Emit::Stablehlo => {
             let module = Lowering::new().lower_aliased(&graph, Format::Text, &aliases)?;
-            emit(args, module.text().unwrap_or_default())
+            module.text().unwrap_or_default().to_owned()
         }
-    }
+    })
 }
 
 fn read_input(path: Option<&PathBuf>) -> Result<(String, String)> {
