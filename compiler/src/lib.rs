@@ -1,7 +1,11 @@
 //! torchtpu's compiler: the graph IR and its text form, the verifier, and the pass manager.
 //! Lowering to StableHLO comes in `lower/` (see docs/architecture.md).
+//!
+//! - `driver`: the one way through the compiler (parse -> verify -> passes -> analyses ->
+//!   lower), one result and one error type per compile.
 
 pub mod analysis;
+pub mod driver;
 pub mod ir;
 pub mod lower;
 pub mod passes;

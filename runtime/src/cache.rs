@@ -33,6 +33,28 @@ pub struct CacheStats {
     pub disk_errors: u64,
 }
 
+/// Where one request's executable came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CacheSource {
+    /// This process's memory level.
+    Memory,
+    /// The persistent cache; `compile_seconds_saved` is what its compile took when stored.
+    Disk { compile_seconds_saved: f64 },
+    /// Compiled now, taking `seconds`.
+    Compiled { seconds: f64 },
+}
+
+impl CacheSource {
+    /// "memory", "disk" or "compiled".
+    pub fn name(&self) -> &'static str {
+        match self {
+            CacheSource::Memory => "memory",
+            CacheSource::Disk { .. } => "disk",
+            CacheSource::Compiled { .. } => "compiled",
+        }
+    }
+}
+
 #[derive(Default)]
 struct CacheState {
     /// Keyed by client and in-process digest: an executable is loaded on one client only.
@@ -107,13 +129,23 @@ impl ExecutableCache {
         options: &CompileOptions,
         graph_name: Option<&str>,
     ) -> Result<Arc<Executable>> {
-        let mlir = mlir.as_ref();
+        self.lookup_or_compile(client, mlir.as_ref(), options, graph_name).map(|(exe, _)| exe)
+    }
+
+    /// [`ExecutableCache::get_or_compile_named`], saying where the executable came from.
+    pub fn lookup_or_compile(
+        &self,
+        client: &Client,
+        mlir: &[u8],
+        options: &CompileOptions,
+        graph_name: Option<&str>,
+    ) -> Result<(Arc<Executable>, CacheSource)> {
         let slot = (client.identity(), CacheKey::in_process(client, mlir, options).digest());
         {
             let mut state = self.lock();
             if let Some(exe) = state.entries.get(&slot).cloned() {
                 state.stats.memory_hits += 1;
-                return Ok(exe);
+                return Ok((exe, CacheSource::Memory));
             }
         }
 
@@ -126,9 +158,11 @@ impl ExecutableCache {
                 Ok(Lookup::Hit { executable, meta }) => {
                     let mut state = self.lock();
                     state.stats.disk_hits += 1;
-                    state.stats.compile_seconds_saved += meta.map_or(0.0, |m| m.compile_seconds);
+                    let saved = meta.map_or(0.0, |m| m.compile_seconds);
+                    state.stats.compile_seconds_saved += saved;
                     let exe = Arc::new(executable);
-                    return Ok(Arc::clone(state.entries.entry(slot).or_insert(exe)));
+                    let exe = Arc::clone(state.entries.entry(slot).or_insert(exe));
+                    return Ok((exe, CacheSource::Disk { compile_seconds_saved: saved }));
                 }
                 Ok(Lookup::Miss) => {}
                 Ok(Lookup::Discarded { .. }) => self.lock().stats.disk_discarded += 1,
@@ -155,7 +189,7 @@ impl ExecutableCache {
             }
         }
         let mut state = self.lock();
-        Ok(Arc::clone(state.entries.entry(slot).or_insert(compiled)))
+        Ok((Arc::clone(state.entries.entry(slot).or_insert(compiled)), CacheSource::Compiled { seconds }))
     }
 
     fn disk_error(&self, disk: &DiskCache, e: crate::RuntimeError) {

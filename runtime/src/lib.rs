@@ -13,6 +13,7 @@ mod cache_key;
 pub mod cli;
 mod client;
 pub mod disk_cache;
+pub mod dlpack;
 mod error;
 mod executable;
 mod ffi;
@@ -23,7 +24,7 @@ mod serialize;
 pub mod store;
 
 pub use buffer::{dense_byte_size, Buffer, ElementType};
-pub use cache::{CacheStats, ExecutableCache};
+pub use cache::{CacheSource, CacheStats, ExecutableCache};
 pub use cache_key::{CacheDigest, CacheKey, KeyComponents, TORCHTPU_VERSION};
 pub use client::{Client, ClientOption, Device};
 pub use disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta, PutOutcome};

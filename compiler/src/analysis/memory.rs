@@ -293,36 +293,156 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// How the printed IR names `id`: `%12 (aten.mm.default)` for an op (ops are %0, %1, ... in
+/// canonical order), `input` for a graph input.
+pub fn node_name(g: &Graph, id: NodeId) -> String {
+    let name = g.node(id).op().map(|o| o.to_string()).unwrap_or_else(|| "input".into());
+    let printed = g
+        .topo_order()
+        .ok()
+        .and_then(|order| order.iter().filter(|&&n| matches!(g.node(n).kind, NodeKind::Op(_))).position(|&n| n == id));
+    match printed {
+        Some(i) => format!("%{i} ({name})"),
+        None => name,
+    }
+}
+
+/// An estimate as data that outlives its graph (the driver's result, a graph-cache entry's
+/// sidecar): the node at the peak by its printed name, and what donation changes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemorySummary {
+    pub peak_bytes: u64,
+    /// The node at the peak as printed (`node_name`); None for a graph without ops.
+    pub peak_at: Option<String>,
+    pub input_bytes: u64,
+    pub output_bytes: u64,
+    pub allocated_bytes: u64,
+    pub buffers: usize,
+    pub has_symbolic: bool,
+    /// Inputs donated to outputs (0 without donation) and their bytes.
+    pub donated_inputs: usize,
+    pub donated_bytes: u64,
+    /// The peak if no input were donated (`peak_bytes` when none is).
+    pub peak_bytes_without_donation: u64,
+}
+
+impl MemorySummary {
+    /// The summary of `est` (without donation) for `g`.
+    pub fn of(g: &Graph, est: &MemoryEstimate) -> MemorySummary {
+        MemorySummary {
+            peak_bytes: est.peak_bytes,
+            peak_at: est.peak_node.map(|id| node_name(g, id)),
+            input_bytes: est.input_bytes,
+            output_bytes: est.output_bytes,
+            allocated_bytes: est.allocated_bytes,
+            buffers: est.buffers,
+            has_symbolic: est.has_symbolic,
+            donated_inputs: 0,
+            donated_bytes: 0,
+            peak_bytes_without_donation: est.peak_bytes,
+        }
+    }
+
+    /// The estimate of `g` with the inputs `donated` (by index) freed after their last reader.
+    pub fn with_donation(g: &Graph, donated: &[usize]) -> Result<MemorySummary, NodeId> {
+        let plain = estimate(g)?;
+        if donated.is_empty() {
+            return Ok(MemorySummary::of(g, &plain));
+        }
+        let est = estimate_with_donation(g, donated)?;
+        let bytes =
+            donated.iter().map(|&i| value_bytes(&g.node(g.inputs()[i]).results[0]).0).fold(0u64, u64::saturating_add);
+        Ok(MemorySummary {
+            donated_inputs: donated.len(),
+            donated_bytes: bytes,
+            peak_bytes_without_donation: plain.peak_bytes,
+            ..MemorySummary::of(g, &est)
+        })
+    }
+
+    /// The one-line report `torchtpu-opt --print-memory` prints.
+    pub fn report(&self) -> String {
+        let peak_at = self.peak_at.as_ref().map(|p| format!(" at {p}")).unwrap_or_default();
+        let mut s = format!(
+            "// memory: peak {} ({} bytes){peak_at}; inputs {}, outputs {}, {} buffers allocating {}",
+            human_bytes(self.peak_bytes),
+            self.peak_bytes,
+            human_bytes(self.input_bytes),
+            human_bytes(self.output_bytes),
+            self.buffers,
+            human_bytes(self.allocated_bytes),
+        );
+        if self.has_symbolic {
+            s.push_str("; symbolic dims counted as 0 bytes");
+        }
+        s
+    }
+
+    /// `key=value;` pairs (what a graph-cache entry keeps beside its code); `from_meta` reads
+    /// them back.
+    pub fn to_meta(&self) -> String {
+        let mut s = format!(
+            "peak_bytes={};input_bytes={};output_bytes={};allocated_bytes={};buffers={};has_symbolic={};\
+             donated_inputs={};donated_bytes={};peak_bytes_without_donation={};",
+            self.peak_bytes,
+            self.input_bytes,
+            self.output_bytes,
+            self.allocated_bytes,
+            self.buffers,
+            self.has_symbolic,
+            self.donated_inputs,
+            self.donated_bytes,
+            self.peak_bytes_without_donation
+        );
+        if let Some(p) = &self.peak_at {
+            // Escaped: a name holds no ';' today, but the format must not depend on it.
+            s.push_str(&format!("peak_at={};", p.replace('\\', "\\\\").replace(';', "\\;")));
+        }
+        s
+    }
+
+    /// The summary `to_meta` wrote; None when a field is missing or malformed.
+    pub fn from_meta(meta: &str) -> Option<MemorySummary> {
+        let mut fields: HashMap<&str, String> = HashMap::new();
+        let mut rest = meta;
+        while !rest.is_empty() {
+            let eq = rest.find('=')?;
+            let key = &rest[..eq];
+            let mut value = String::new();
+            let mut chars = rest[eq + 1..].char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => value.push(chars.next()?.1),
+                    ';' => {
+                        end = Some(eq + 1 + i + 1);
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            fields.insert(key, value);
+            rest = &rest[end?..];
+        }
+        let num = |k: &str| fields.get(k)?.parse::<u64>().ok();
+        Some(MemorySummary {
+            peak_bytes: num("peak_bytes")?,
+            peak_at: fields.get("peak_at").cloned(),
+            input_bytes: num("input_bytes")?,
+            output_bytes: num("output_bytes")?,
+            allocated_bytes: num("allocated_bytes")?,
+            buffers: usize::try_from(num("buffers")?).ok()?,
+            has_symbolic: fields.get("has_symbolic")?.parse().ok()?,
+            donated_inputs: usize::try_from(num("donated_inputs")?).ok()?,
+            donated_bytes: num("donated_bytes")?,
+            peak_bytes_without_donation: num("peak_bytes_without_donation")?,
+        })
+    }
+}
+
 /// The report `torchtpu-opt --print-memory` prints.
 pub fn report(g: &Graph, est: &MemoryEstimate) -> String {
-    // Name the peak node as the printed IR does: ops are %0, %1, ... in canonical order.
-    let printed = |id: NodeId| -> Option<usize> {
-        let order = g.topo_order().ok()?;
-        order.iter().filter(|&&n| matches!(g.node(n).kind, NodeKind::Op(_))).position(|&n| n == id)
-    };
-    let peak_at = match est.peak_node {
-        Some(id) => {
-            let name = g.node(id).op().map(|o| o.to_string()).unwrap_or_else(|| "input".into());
-            match printed(id) {
-                Some(i) => format!(" at %{i} ({name})"),
-                None => format!(" at {name}"),
-            }
-        }
-        None => String::new(),
-    };
-    let mut s = format!(
-        "// memory: peak {} ({} bytes){peak_at}; inputs {}, outputs {}, {} buffers allocating {}",
-        human_bytes(est.peak_bytes),
-        est.peak_bytes,
-        human_bytes(est.input_bytes),
-        human_bytes(est.output_bytes),
-        est.buffers,
-        human_bytes(est.allocated_bytes),
-    );
-    if est.has_symbolic {
-        s.push_str("; symbolic dims counted as 0 bytes");
-    }
-    s
+    MemorySummary::of(g, est).report()
 }
 
 #[cfg(test)]
@@ -383,5 +503,18 @@ mod tests {
         let donated = estimate_with_donation(&g, &[0]).unwrap();
         assert_eq!(donated.peak_bytes, u64::MAX);
         assert_eq!(value_bytes(&g.node(g.inputs()[0]).results[0]), (u64::MAX, false));
+    }
+
+    #[test]
+    fn summaries_round_trip_through_their_meta_line() {
+        let g = parse("graph @g(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {\n  %0 = aten.relu.default(%x) : f32[2, 4]\n  %1 = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]\n  return %0, %1\n}\n").unwrap();
+        let s = MemorySummary::with_donation(&g, &[0, 1]).unwrap();
+        assert_eq!((s.donated_inputs, s.donated_bytes, s.peak_bytes_without_donation), (2, 48, 96));
+        assert_eq!(s.peak_at.as_deref(), Some("%0 (aten.relu.default)"));
+        assert_eq!(MemorySummary::from_meta(&s.to_meta()), Some(s.clone()));
+        let odd = MemorySummary { peak_at: Some("a;b\\c=d".into()), ..s };
+        assert_eq!(MemorySummary::from_meta(&odd.to_meta()), Some(odd));
+        assert_eq!(MemorySummary::from_meta(""), None);
+        assert_eq!(MemorySummary::from_meta("peak_bytes=1;"), None);
     }
 }
