@@ -53,7 +53,7 @@ def test_second_process_loads_from_disk_and_corruption_is_recompiled(tmp_path):
 
     # Flip bytes in the middle of every entry's payload: verify must see it, the backend
     # must recompile (and still give the right answer), and then the cache is whole again.
-    bins = list(tmp_path.rglob("*.bin")) + list(tmp_path.rglob("*.hlo"))
+    bins = list(tmp_path.rglob("*.bin"))  # both levels' entries
     assert bins
     for b in bins:
         data = bytearray(b.read_bytes())
@@ -68,6 +68,29 @@ def test_second_process_loads_from_disk_and_corruption_is_recompiled(tmp_path):
     assert "torchtpu cache" in stderr, stderr  # the discarded entry is reported
     ok = cache_tool("verify", cache_dir=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_a_compiled_graph_shows_up_at_both_levels(tmp_path):
+    run(tmp_path)
+    listed = cache_tool("list", "--json", cache_dir=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    levels = {e["level"] for e in entries}
+    assert levels == {"graph", "executable"}, entries
+    graphs = [e for e in entries if e["level"] == "graph"]
+    assert all(e["meta"]["level"] == "graph" and "compiler_build" in e["meta"]["components"] for e in graphs), graphs
+    # The text form has the level column; stats and verify count both levels.
+    text = cache_tool("list", cache_dir=tmp_path).stdout
+    assert text.splitlines()[0].split()[0] == "LEVEL", text
+    assert any(line.startswith("graph ") for line in text.splitlines()), text
+    stats = json.loads(cache_tool("--json", "stats", cache_dir=tmp_path).stdout)
+    assert [level["level"] for level in stats["levels"]] == ["graph", "executable"], stats
+    assert all(level["entries"] >= 1 for level in stats["levels"]), stats
+    verified = json.loads(cache_tool("--json", "verify", "--checksums-only", cache_dir=tmp_path).stdout)
+    assert verified["bad"] == [] and all(n >= 1 for n in verified["checked_per_level"]), verified
+    # clear covers both.
+    assert cache_tool("clear", cache_dir=tmp_path).returncode == 0
+    assert json.loads(cache_tool("list", "--json", cache_dir=tmp_path).stdout) == []
 
 
 def test_cache_can_be_disabled(tmp_path):
