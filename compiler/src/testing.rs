@@ -315,8 +315,14 @@ mod tests {
             assert!(err.starts_with("1: malformed expected-error") && err.contains(why), "{bad}: {err}");
         }
         // Prose that mentions the words is not a check.
-        assert_eq!(expected_diagnostics("// each case has an expected-error comment
-").unwrap(), []);
+        assert_eq!(
+            expected_diagnostics(
+                "// each case has an expected-error comment
+"
+            )
+            .unwrap(),
+            []
+        );
     }
 
     #[test]
