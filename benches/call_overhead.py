@@ -6,8 +6,8 @@ The graph is `x * 2 + 1` on 4 floats. In one run, interleaved: eager; torch.comp
 no-op backend that returns a fixed tensor (Dynamo's guards and frame handling alone); with
 Dynamo's own `eager` backend (the same plus running the graph eagerly); with `aot_eager`
 (the same plus AOTAutograd's runtime wrapper, which torchtpu's graphs also run under); torchtpu; and,
-inside torchtpu, the PJRT program alone (`Program.run` on a prepared pointer: input buffers,
-execute, outputs handed out as DLPack capsules). torchtpu - no-op backend is what torchtpu
+inside torchtpu, the PJRT program alone (`Program.run` on the input tensor: its DLPack view
+checked in Rust, input buffers, execute, outputs handed out as DLPack capsules). torchtpu - no-op backend is what torchtpu
 adds per call (AOTAutograd's runtime wrapper, our executor and the program).
 """
 
@@ -57,8 +57,8 @@ def measure(rounds: int = 25) -> dict:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     gm = make_fx(f)(x)
-    program, _, _ = _C.compile(export(gm, "overhead").text)
-    run_program = lambda t: program.run([t.data_ptr()])  # noqa: E731
+    program = _C.compile(export(gm, "overhead").text)
+    run_program = lambda t: program.run([t])  # noqa: E731
     run_program(x)
     rows = {
         "eager": f,

@@ -1,6 +1,8 @@
 //! torchtpu's compiler: the graph IR and its text form, the verifier, and the pass manager.
 //! Lowering to StableHLO comes in `lower/` (see docs/architecture.md).
 //!
+//! - `registry`: the op registry, what the compiler knows per op (traits, verifier signature,
+//!   lowering rule and legality check, decomposition policy, sharding slot), declared once;
 //! - `driver`: the one way through the compiler (parse -> verify -> passes -> analyses ->
 //!   lower), one result and one error type per compile.
 
@@ -9,6 +11,7 @@ pub mod driver;
 pub mod ir;
 pub mod lower;
 pub mod passes;
+pub mod registry;
 pub mod testing;
 
 /// A hash of this build's compiler sources (build.rs): part of every key under which lowered

@@ -13,12 +13,12 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Mutex;
 use torchtpu_compiler::analysis::memory;
-use torchtpu_compiler::ir::ops::op_info;
 use torchtpu_compiler::ir::{
     parse_graph, print_graph, verify, Attr, DType, Dim, Elements, Graph, Literal, OpName, TensorType, Value,
 };
-use torchtpu_compiler::lower::{supported_ops, Format, Lowering};
+use torchtpu_compiler::lower::{Format, Lowering};
 use torchtpu_compiler::passes::{PassManager, PassOptions, PipelineOptions, DEFAULT_PIPELINE, REGISTRY};
+use torchtpu_compiler::registry;
 
 /// splitmix64: small, deterministic, and good enough to pick cases.
 struct Rng(u64);
@@ -201,11 +201,9 @@ fn attr(rng: &mut Rng) -> Attr {
     }
 }
 
-/// The ops cases are built from: every lowered op, plus what `ir::ops` knows.
+/// The ops cases are built from: every op of the registry (lowered or not).
 fn op_names() -> Vec<String> {
-    let mut ops: Vec<String> = supported_ops().iter().map(|s| s.to_string()).collect();
-    ops.push("tpu.constant".into());
-    ops
+    registry::all().iter().map(|d| d.name.to_string()).collect()
 }
 
 /// A graph of known ops with arbitrary operands, attributes and result types, printed.
@@ -217,7 +215,7 @@ fn generate(rng: &mut Rng, ops: &[String]) -> String {
         let (ns, name) = full.split_once('.').unwrap();
         let overload = if rng.chance(80) { Some(rng.pick(&OVERLOADS)) } else { None };
         let op = OpName::new(ns, name, overload);
-        let info = op_info(&op);
+        let info = registry::lookup(&op).and_then(|d| d.signature);
         let n_operands = match info.map(|i| i.operands) {
             Some(torchtpu_compiler::ir::ops::Arity::Exactly(k)) => k,
             Some(torchtpu_compiler::ir::ops::Arity::Between(lo, hi)) => lo + rng.below(hi - lo + 1),

@@ -1,20 +1,32 @@
 //! The end-to-end API: `compile(graph) -> CompiledGraph`, `CompiledGraph::run(inputs)`.
 //! It joins the compiler (which knows models, not devices) to the runtime (which knows
-//! devices, not models): pass pipeline -> StableHLO lowering -> PJRT compile (through the
-//! in-memory executable cache) -> execute on host tensors.
+//! devices, not models): the compiler driver (passes -> analyses -> StableHLO) behind the
+//! graph cache -> PJRT compile (through the executable cache) -> execute on host memory.
+//!
+//! Module map: `graph_cache` (canonical IR + options -> StableHLO bytecode and its memory
+//! estimate, memory and disk), `host` (`HostTensor`), `resident` (input buffers kept between
+//! calls). The Python extension reaches the compiler only through this crate: `driver`, `ir`,
+//! `list_passes` and `supported_ops` are re-exported for it.
 
 mod graph_cache;
 mod host;
+pub mod legality;
 mod resident;
 
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
 pub use host::HostTensor;
+pub use torchtpu_compiler::analysis::memory::MemorySummary;
+pub use torchtpu_compiler::driver::{self, fault_injected, DriverError, Timings, FAULT_ENV};
+pub use torchtpu_compiler::ir;
+pub use torchtpu_compiler::passes::DEFAULT_PIPELINE;
+pub use torchtpu_runtime::dlpack::TensorView;
+pub use torchtpu_runtime::CacheSource;
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
-use torchtpu_compiler::ir::{print_graph, DType, Graph, TensorType};
-use torchtpu_compiler::lower::{Format, LowerError, Lowering, StableHlo};
-use torchtpu_compiler::passes::{PassManager, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
+use std::time::Instant;
+use torchtpu_compiler::ir::{parse_graph, print_graph, DType, Graph, TensorType};
+use torchtpu_compiler::lower::{Format, LowerError, StableHlo};
 use torchtpu_runtime::{
     Buffer, Client, ClientOption, CompileOptions, Device, ElementType, Executable, ExecutableCache, Plugin,
     RuntimeError,
@@ -22,16 +34,72 @@ use torchtpu_runtime::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// Parse, verify, passes, analyses or lowering (`DriverError` says which).
     #[error(transparent)]
-    Pipeline(#[from] PipelineError),
+    Compiler(#[from] DriverError),
+    /// The PJRT plugin could not be loaded or its client started.
+    #[error("cannot start the PJRT engine: {0}")]
+    Plugin(String),
+    /// The PJRT plugin refused to compile the lowered module.
     #[error(transparent)]
-    Lower(#[from] LowerError),
+    Compile(RuntimeError),
+    /// The PJRT plugin failed making input buffers, executing, or reading outputs.
     #[error(transparent)]
-    Runtime(#[from] RuntimeError),
+    Execute(RuntimeError),
     #[error("input {index}: expected {expected}, got {got}")]
     Input { index: usize, expected: String, got: String },
     #[error("expected {expected} inputs, got {got}")]
     Arity { expected: usize, got: usize },
+    /// `TORCHTPU_INJECT_FAULT` named this stage (`compile` or `execute`; `lower` comes as
+    /// `DriverError::Injected`).
+    #[error("fault injected at stage '{stage}' ({FAULT_ENV})")]
+    Injected { stage: &'static str },
+}
+
+/// What an error means to a caller deciding between falling back, raising and reporting a
+/// bug (the Python extension maps these onto `torchtpu.errors`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// An op, or a form of it, without a lowering (also a tensor over the size limit);
+    /// `line`/`col` where the node was written, when the graph came from text.
+    Unsupported { op: String, node: String, reason: Option<String>, line: Option<u32>, col: Option<u32> },
+    /// PJRT refused to compile.
+    Compile,
+    /// The plugin is missing, unloadable, of another API version, or its client failed.
+    Plugin,
+    /// PJRT failed running the program.
+    Execution,
+    /// The caller's inputs do not match the program (count, dtype, shape, layout, size).
+    Input,
+    /// A bug in torchtpu, or a fault injected at `stage` (parse, verify, passes, analyses,
+    /// lower, compile, execute).
+    Internal { stage: &'static str },
+}
+
+impl EngineError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            EngineError::Compiler(DriverError::Lower(LowerError::Unsupported { op, node, reason, loc })) => {
+                ErrorKind::Unsupported {
+                    op: op.clone(),
+                    node: node.clone(),
+                    reason: reason.clone(),
+                    line: loc.map(|l| l.line),
+                    col: loc.map(|l| l.col),
+                }
+            }
+            EngineError::Compiler(DriverError::Lower(e @ LowerError::TooLarge { op, node, .. })) => {
+                let reason = Some(e.to_string());
+                ErrorKind::Unsupported { op: op.clone(), node: node.clone(), reason, line: None, col: None }
+            }
+            EngineError::Compiler(e) => ErrorKind::Internal { stage: e.stage() },
+            EngineError::Plugin(_) => ErrorKind::Plugin,
+            EngineError::Compile(_) => ErrorKind::Compile,
+            EngineError::Execute(_) => ErrorKind::Execution,
+            EngineError::Input { .. } | EngineError::Arity { .. } => ErrorKind::Input,
+            EngineError::Injected { stage } => ErrorKind::Internal { stage },
+        }
+    }
 }
 
 /// How a graph is compiled.
@@ -56,6 +124,17 @@ pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 1 << 38;
 impl Options {
     pub fn with_pipeline(pipeline: &str) -> Options {
         Options { pipeline: pipeline.to_string(), ..Options::default() }
+    }
+
+    /// The driver's options for these (lowering to `format`; None stops after the analyses).
+    pub fn driver(&self, format: Option<Format>) -> driver::Options {
+        driver::Options {
+            pipeline: self.pipeline.clone(),
+            donate_inputs: self.donate_inputs,
+            max_tensor_bytes: self.max_tensor_bytes,
+            emit: format,
+            ..driver::Options::default()
+        }
     }
 
     /// What of the options the lowered module depends on (part of the graph cache key).
@@ -94,23 +173,29 @@ pub fn element_type(d: DType) -> ElementType {
 
 thread_local! {
     // An MLIR context is not thread-safe and costs milliseconds to make: one per thread.
-    static LOWERING: RefCell<Option<Lowering>> = const { RefCell::new(None) };
+    static DRIVER: RefCell<driver::Context> = RefCell::new(driver::Context::new());
 }
 
-/// Runs the pipeline and lowers to `format`; no device involved.
+/// Runs `f` with this thread's compiler driver (its MLIR context is made once per thread).
+pub fn with_driver<R>(f: impl FnOnce(&mut driver::Context) -> R) -> R {
+    DRIVER.with(|d| f(&mut d.borrow_mut()))
+}
+
+/// Runs the driver on `graph` (passes, analyses, lowering to `format`); no device involved.
 pub fn lower(graph: &Graph, options: &Options, format: Format) -> Result<(Graph, StableHlo), EngineError> {
-    let mut g = graph.clone();
-    let pm = PassManager::from_pipeline(&options.pipeline, PipelineOptions::default())?;
-    pm.run(&mut g, &mut std::io::sink())?;
-    let aliases =
-        if options.donate_inputs { torchtpu_compiler::analysis::memory::donation_pairs(&g) } else { Vec::new() };
-    let hlo = LOWERING.with(|l| {
-        let mut l = l.borrow_mut();
-        let lowering = l.get_or_insert_with(Lowering::new);
-        lowering.set_max_tensor_bytes(options.max_tensor_bytes);
-        lowering.lower_aliased(&g, format, &aliases)
-    })?;
-    Ok((g, hlo))
+    let c = with_driver(|cx| cx.compile_graph(graph.clone(), &options.driver(Some(format)), &mut std::io::sink()))?;
+    let hlo = c.hlo.expect("the driver lowers when asked to emit");
+    Ok((c.graph, hlo))
+}
+
+/// `(name, description)` of every registered pass.
+pub fn list_passes() -> Vec<(&'static str, &'static str)> {
+    torchtpu_compiler::passes::REGISTRY.iter().map(|p| (p.name, p.description)).collect()
+}
+
+/// The ATen ops the lowering covers (`aten.add`, ...), without overloads.
+pub fn supported_ops() -> Vec<&'static str> {
+    torchtpu_compiler::registry::lowered_ops()
 }
 
 /// A PJRT client on the first device, with its executable cache.
@@ -128,8 +213,9 @@ impl Engine {
         // the test MLP: ~120 instead of ~170 us per call. Plugins without the option (it is the
         // CPU plugin's) get their defaults.
         let client = Client::with_options(Arc::clone(&plugin), &[("asynchronous", ClientOption::Bool(false))])
-            .or_else(|_| Client::new(plugin))?;
-        let device = client.first_device()?;
+            .or_else(|_| Client::new(plugin))
+            .map_err(|e| EngineError::Plugin(e.to_string()))?;
+        let device = client.first_device().map_err(|e| EngineError::Plugin(e.to_string()))?;
         // Memory cache, backed by the persistent disk cache unless TORCHTPU_CACHE=0
         // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
         let cache = ExecutableCache::from_env();
@@ -139,7 +225,7 @@ impl Engine {
 
     /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
     pub fn with_default_plugin() -> Result<Engine, EngineError> {
-        Engine::new(Plugin::load_default()?)
+        Engine::new(Plugin::load_default().map_err(|e| EngineError::Plugin(e.to_string()))?)
     }
 
     pub fn client(&self) -> &Client {
@@ -154,54 +240,150 @@ impl Engine {
         &self.graphs
     }
 
+    /// Compiles `graph`: the graph cache (canonical IR + options -> bytecode and the memory
+    /// estimate), else the driver (verify, passes, analyses, lowering) once; then the
+    /// executable cache (memory, disk), else PJRT. The result says which (`source`,
+    /// `graph_cache_hit`) and carries the estimate and the time of each stage.
     pub fn compile(&self, graph: &Graph, options: &Options) -> Result<CompiledGraph, EngineError> {
-        // Graph level first: a graph seen before (same canonical IR and pipeline) skips the
-        // passes and the lowering. PJRT gets bytecode: about 10x cheaper to write than text.
+        self.compile_timed(graph, options, Timings::default())
+    }
+
+    /// `compile` from IR text (its parse is timed with the rest).
+    pub fn compile_text(&self, text: &str, options: &Options) -> Result<CompiledGraph, EngineError> {
+        let mut timings = Timings::default();
+        let t = Instant::now();
+        let graph = parse_graph(text).map_err(DriverError::Parse)?;
+        timings.record("parse", t.elapsed());
+        self.compile_timed(&graph, options, timings)
+    }
+
+    fn compile_timed(
+        &self,
+        graph: &Graph,
+        options: &Options,
+        mut timings: Timings,
+    ) -> Result<CompiledGraph, EngineError> {
+        // Faults are injected before the caches that would skip their stage.
+        if fault_injected("lower") {
+            return Err(DriverError::Injected { stage: "lower" }.into());
+        }
+        // Graph level first: a graph seen before (same canonical IR and options) skips the
+        // passes and the lowering, and its entry keeps the memory estimate. PJRT gets
+        // bytecode: about 10x cheaper to write than text.
+        let t = Instant::now();
         let key = graph_key(&print_graph(graph), &options.cache_component());
-        let hlo = match self.graphs.get(&key) {
-            Some(code) => StableHlo {
-                format: Format::Bytecode,
-                code: code.as_ref().clone(),
-                // The passes keep the signature, so it is the input graph's.
-                inputs: graph.inputs().iter().map(|&i| graph.node(i).results[0].clone()).collect(),
-                outputs: graph.outputs().iter().map(|&v| graph.value_type(v).clone()).collect(),
-            },
+        let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, MemorySummary::from_meta(&e.meta)?)));
+        timings.record("graph_cache", t.elapsed());
+        let graph_cache_hit = cached.is_some();
+        let (code, memory) = match cached {
+            Some(hit) => hit,
+            // A miss, or an entry without a readable estimate (written before entries had
+            // one): lower again and store both.
             None => {
-                let (_, hlo) = lower(graph, options, Format::Bytecode)?;
-                self.graphs.put(&key, hlo.code.clone());
-                hlo
+                let c = with_driver(|cx| {
+                    cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
+                })?;
+                timings.stages.extend(c.timings.stages);
+                timings.passes = c.timings.passes;
+                let memory = c.analyses.memory.unwrap_or_default();
+                let code = c.hlo.expect("the driver lowers when asked to emit").code;
+                (self.graphs.put_entry(&key, code, &memory.to_meta()).code, memory)
             }
         };
-        let exe =
-            self.cache.get_or_compile_named(&self.client, &hlo.code, &CompileOptions::default(), Some(&graph.name))?;
-        let resident = Mutex::new((0..hlo.inputs.len()).map(|_| None).collect());
-        Ok(CompiledGraph { exe, hlo, client: self.client.clone(), device: self.device.clone(), resident })
+        if fault_injected("compile") {
+            return Err(EngineError::Injected { stage: "compile" });
+        }
+        let t = Instant::now();
+        let (exe, source) = self
+            .cache
+            .lookup_or_compile(&self.client, &code, &CompileOptions::default(), Some(&graph.name))
+            .map_err(EngineError::Compile)?;
+        timings.record("compile", t.elapsed());
+        // The passes keep the signature, so it is the input graph's.
+        let inputs: Vec<TensorType> = graph.inputs().iter().map(|&i| graph.node(i).results[0].clone()).collect();
+        let outputs: Vec<TensorType> = graph.outputs().iter().map(|&v| graph.value_type(v).clone()).collect();
+        let input_bytes = inputs.iter().map(dense_bytes).collect();
+        let resident = Mutex::new((0..inputs.len()).map(|_| None).collect());
+        Ok(CompiledGraph {
+            exe,
+            code,
+            inputs,
+            outputs,
+            input_bytes,
+            client: self.client.clone(),
+            device: self.device.clone(),
+            resident,
+            source,
+            graph_cache_hit,
+            memory,
+            timings,
+        })
     }
+}
+
+/// Bytes of a dense value of `t` (0 for symbolic types, which do not lower).
+fn dense_bytes(t: &TensorType) -> usize {
+    t.byte_size().and_then(|b| usize::try_from(b).ok()).unwrap_or(0)
 }
 
 /// A compiled graph bound to one device.
 pub struct CompiledGraph {
     exe: Arc<Executable>,
-    hlo: StableHlo,
+    /// The StableHLO bytecode given to PJRT.
+    code: Arc<Vec<u8>>,
+    inputs: Vec<TensorType>,
+    outputs: Vec<TensorType>,
+    /// Dense byte length of each input.
+    input_bytes: Vec<usize>,
     client: Client,
     device: Device,
     /// Per input: the last zero-copy buffer made for it, reused while the caller passes the
     /// same memory (see `execute_host`).
     resident: Mutex<Vec<Option<resident::Resident>>>,
+    source: CacheSource,
+    graph_cache_hit: bool,
+    memory: MemorySummary,
+    timings: Timings,
 }
 
 impl CompiledGraph {
-    /// The lowered module (MLIR bytecode) as given to PJRT.
-    pub fn module(&self) -> &StableHlo {
-        &self.hlo
+    /// The lowered module as given to PJRT (MLIR bytecode).
+    pub fn bytecode(&self) -> &[u8] {
+        &self.code
     }
 
     pub fn input_types(&self) -> &[TensorType] {
-        &self.hlo.inputs
+        &self.inputs
     }
 
     pub fn output_types(&self) -> &[TensorType] {
-        &self.hlo.outputs
+        &self.outputs
+    }
+
+    /// Dense byte length of each input: what `execute_host` reads.
+    pub fn input_bytes(&self) -> &[usize] {
+        &self.input_bytes
+    }
+
+    /// Where the executable came from: this process's cache, the disk cache, or PJRT now.
+    pub fn source(&self) -> CacheSource {
+        self.source
+    }
+
+    /// Whether the graph cache had the lowered module (no passes or lowering ran).
+    pub fn graph_cache_hit(&self) -> bool {
+        self.graph_cache_hit
+    }
+
+    /// The peak-memory estimate of the graph as lowered (from the graph cache on a hit).
+    pub fn memory(&self) -> &MemorySummary {
+        &self.memory
+    }
+
+    /// The time of each stage this compile ran (`parse`, `graph_cache`, `verify`, `passes`,
+    /// `analyses`, `lower`, `compile`).
+    pub fn timings(&self) -> &Timings {
+        &self.timings
     }
 
     /// The PJRT platform it runs on ("cpu", "cuda", ...).
@@ -214,37 +396,76 @@ impl CompiledGraph {
         self.resident.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|r| r.is_some()).count()
     }
 
-    /// Runs on raw row-major host memory and returns the output buffers (on CPU plugins
-    /// host memory: `Buffer::unsafe_pointer` hands them out without a copy).
+    /// The memory of each DLPack input, after checking that it is what the program was
+    /// compiled for: host memory, the dtype, the shape, dense row-major strides (and so the
+    /// byte size). Nothing is read before every input passed.
+    pub fn check_dlpack<'a>(&self, inputs: &[TensorView<'a>]) -> Result<Vec<&'a [u8]>, EngineError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
+        }
+        inputs
+            .iter()
+            .zip(&self.inputs)
+            .enumerate()
+            .map(|(index, (view, ty))| {
+                let dims = ty.static_dims().unwrap_or_default();
+                view.dense_bytes(element_type(ty.dtype), &dims).map_err(|why| EngineError::Input {
+                    index,
+                    expected: format!("a dense row-major host tensor {ty}"),
+                    got: format!("{} ({why})", view.describe()),
+                })
+            })
+            .collect()
+    }
+
+    /// `check_dlpack`, then `execute_host`.
+    pub fn execute_dlpack(&self, inputs: &[TensorView<'_>]) -> Result<Vec<Buffer>, EngineError> {
+        let memory = self.check_dlpack(inputs)?;
+        self.execute_host(&memory)
+    }
+
+    /// Runs on row-major host memory (`inputs[i]` holds input i, of its dense byte length)
+    /// and returns the output buffers (on CPU plugins host memory: `dlpack::Exported` hands
+    /// them out without a copy).
     ///
     /// Each input is read in place (PJRT zero-copy) where the plugin allows, and the buffer
-    /// made for input i is kept: the next call that passes the same (address, length) for
-    /// input i reuses it. That keeps parameters resident between calls, and it is exact, not
-    /// a guess: an aliasing buffer reads the memory at every execution, so an in-place update
-    /// of a parameter is seen. An aliased input is never donated (XLA would write into the
-    /// caller's tensor); where the plugin copies instead (GPU/TPU), the copy is private and the
-    /// program's donations (`tf.aliasing_output`) apply.
-    ///
-    /// # Safety
-    /// Each `(address, length)` is live host memory for the whole call, holding input i's
-    /// dense row-major bytes (dtype and shape as declared), not written during the call.
-    pub unsafe fn execute_host(&self, inputs: &[(usize, usize)]) -> Result<Vec<Buffer>, EngineError> {
-        if inputs.len() != self.hlo.inputs.len() {
-            return Err(EngineError::Arity { expected: self.hlo.inputs.len(), got: inputs.len() });
+    /// made for input i is kept: the next call that passes the same memory (address, length)
+    /// for input i reuses it. That keeps parameters resident between calls, and it is exact,
+    /// not a guess: an aliasing buffer reads the memory at every execution, so an in-place
+    /// update of a parameter is seen. An aliased input is never donated (XLA would write into
+    /// the caller's memory); where the plugin copies instead (GPU/TPU), the copy is private and
+    /// the program's donations (`tf.aliasing_output`) apply.
+    pub fn execute_host(&self, inputs: &[&[u8]]) -> Result<Vec<Buffer>, EngineError> {
+        if fault_injected("execute") {
+            return Err(EngineError::Injected { stage: "execute" });
+        }
+        if inputs.len() != self.inputs.len() {
+            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
+        }
+        for (index, (data, &want)) in inputs.iter().zip(&self.input_bytes).enumerate() {
+            if data.len() != want {
+                return Err(EngineError::Input {
+                    index,
+                    expected: format!("{want} bytes ({})", self.inputs[index]),
+                    got: format!("{} bytes", data.len()),
+                });
+            }
         }
         let mut slots = self.resident.lock().unwrap_or_else(|p| p.into_inner());
         let mut copies: Vec<Option<Buffer>> = Vec::with_capacity(inputs.len());
         let mut in_place: Vec<i64> = Vec::with_capacity(inputs.len());
-        for (i, (&(addr, len), ty)) in inputs.iter().zip(&self.hlo.inputs).enumerate() {
+        for (i, (&data, ty)) in inputs.iter().zip(&self.inputs).enumerate() {
+            let (addr, len) = (data.as_ptr() as usize, data.len());
             if !slots[i].as_ref().is_some_and(|r| r.holds(addr, len)) {
-                // SAFETY: the caller guarantees the memory is live for the call.
-                let data: &[u8] =
-                    if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(addr as *const u8, len) } };
                 let dims = ty.static_dims().unwrap_or_default();
-                // SAFETY: an aliasing buffer is used only while the caller passes this very
-                // memory (checked above on every call), and is never donated (below).
-                let (buffer, aliased) =
-                    unsafe { self.client.buffer_aliasing_host(data, element_type(ty.dtype), &dims, &self.device)? };
+                // SAFETY: an aliasing buffer reads `data` only while executing; it is used
+                // only in calls that pass this very memory again (checked above on every
+                // call), borrowed for that call, and it is never donated (below).
+                let (buffer, aliased) = unsafe {
+                    self.client
+                        .buffer_aliasing_host(data, element_type(ty.dtype), &dims, &self.device)
+                        .map_err(EngineError::Execute)?
+                };
                 if !aliased {
                     slots[i] = None;
                     copies.push(Some(buffer));
@@ -260,43 +481,48 @@ impl CompiledGraph {
             .zip(slots.iter())
             .map(|(copy, slot)| copy.as_ref().or(slot.as_ref().map(|r| &r.buffer)).expect("every input has a buffer"))
             .collect();
-        Ok(self.exe.execute_keeping(&args, &in_place)?)
+        self.exe.execute_keeping(&args, &in_place).map_err(EngineError::Execute)
     }
 
-    /// Runs on raw row-major host memory: `inputs[i]` holds input i, the outputs are copied
+    /// Runs on row-major host memory: `inputs[i]` holds input i, the outputs are copied
     /// straight into `outputs[i]`. Sizes are checked against the declared types; dtypes are the
     /// caller's responsibility.
     pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), EngineError> {
-        if outputs.len() != self.hlo.outputs.len() {
-            return Err(EngineError::Arity { expected: self.hlo.outputs.len(), got: outputs.len() });
+        if outputs.len() != self.outputs.len() {
+            return Err(EngineError::Arity { expected: self.outputs.len(), got: outputs.len() });
         }
-        let ptrs: Vec<(usize, usize)> = inputs.iter().map(|d| (d.as_ptr() as usize, d.len())).collect();
-        // SAFETY: the slices are live and borrowed immutably for the whole call.
-        let outs = unsafe { self.execute_host(&ptrs)? };
+        let outs = self.execute_host(inputs)?;
         for (b, dst) in outs.iter().zip(outputs.iter_mut()) {
-            b.copy_to_host(dst)?;
+            b.copy_to_host(dst).map_err(EngineError::Execute)?;
         }
         Ok(())
     }
 
     /// Copies the inputs to the device, executes, and copies the outputs back.
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, EngineError> {
-        if inputs.len() != self.hlo.inputs.len() {
-            return Err(EngineError::Arity { expected: self.hlo.inputs.len(), got: inputs.len() });
+        if fault_injected("execute") {
+            return Err(EngineError::Injected { stage: "execute" });
+        }
+        if inputs.len() != self.inputs.len() {
+            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
         }
         let mut buffers: Vec<Buffer> = Vec::with_capacity(inputs.len());
-        for (i, (t, want)) in inputs.iter().zip(&self.hlo.inputs).enumerate() {
+        for (i, (t, want)) in inputs.iter().zip(&self.inputs).enumerate() {
             // PJRT checks byte sizes only; check dtype and shape here.
             if t.dtype != want.dtype || Some(&t.dims) != want.static_dims().as_ref() {
                 return Err(EngineError::Input { index: i, expected: want.to_string(), got: t.type_string() });
             }
-            buffers.push(self.client.buffer_from_host(&t.data, element_type(t.dtype), &t.dims, &self.device)?);
+            let buffer = self.client.buffer_from_host(&t.data, element_type(t.dtype), &t.dims, &self.device);
+            buffers.push(buffer.map_err(EngineError::Execute)?);
         }
         let refs: Vec<&Buffer> = buffers.iter().collect();
-        let outs = self.exe.execute(&refs)?;
+        let outs = self.exe.execute(&refs).map_err(EngineError::Execute)?;
         outs.iter()
-            .zip(&self.hlo.outputs)
-            .map(|(b, ty)| Ok(HostTensor { dtype: ty.dtype, dims: b.dims().to_vec(), data: b.to_host()? }))
+            .zip(&self.outputs)
+            .map(|(b, ty)| {
+                let data = b.to_host().map_err(EngineError::Execute)?;
+                Ok(HostTensor { dtype: ty.dtype, dims: b.dims().to_vec(), data })
+            })
             .collect()
     }
 }
@@ -305,9 +531,15 @@ static DEFAULT_ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 
 /// The process-wide engine on the default plugin.
 pub fn default_engine() -> Result<&'static Engine, EngineError> {
-    DEFAULT_ENGINE.get_or_init(|| Engine::with_default_plugin().map_err(|e| e.to_string())).as_ref().map_err(|e| {
-        EngineError::Runtime(RuntimeError::InvalidArgument(format!("cannot start the default engine: {e}")))
-    })
+    DEFAULT_ENGINE
+        .get_or_init(|| {
+            Engine::with_default_plugin().map_err(|e| match e {
+                EngineError::Plugin(message) => message,
+                e => e.to_string(),
+            })
+        })
+        .as_ref()
+        .map_err(|e| EngineError::Plugin(e.clone()))
 }
 
 /// Compiles `graph` with the default pipeline on the default engine.

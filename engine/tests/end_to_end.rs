@@ -3,7 +3,7 @@
 //! stated; integer and bool results exact.
 
 use torchtpu_compiler::ir::parse_graph;
-use torchtpu_engine::{EngineError, HostTensor};
+use torchtpu_engine::{DriverError, EngineError, ErrorKind, HostTensor};
 
 /// Points the persistent cache at a folder of this test run, never the user's cache.
 fn isolated_cache() {
@@ -177,7 +177,17 @@ fn unsupported_op_names_the_op_and_node() {
     let g = parse_graph("graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.xyz.default(%x) : f32[2]\n  return %0\n}")
         .unwrap();
     match compile(&g) {
-        Err(EngineError::Lower(e)) => assert_eq!(e.to_string(), "unsupported op aten.xyz at node %0"),
+        Err(e @ EngineError::Compiler(DriverError::Lower(_))) => {
+            assert_eq!(e.to_string(), "unsupported op aten.xyz at node %0");
+            let kind = ErrorKind::Unsupported {
+                op: "aten.xyz".into(),
+                node: "%0".into(),
+                reason: None,
+                line: Some(2),
+                col: Some(3),
+            };
+            assert_eq!(e.kind(), kind);
+        }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("compiled an unknown op"),
     }
@@ -288,4 +298,37 @@ fn inputs_are_read_in_place_kept_resident_and_never_donated_into() {
         // An in-place update, as an optimizer step makes: the next call must see it.
         x.0.iter_mut().for_each(|v| *v += 1.0);
     }
+}
+
+#[test]
+fn a_compile_says_where_its_program_came_from_and_carries_its_estimate() {
+    // A graph no other test compiles: the first compile lowers and compiles, the second finds
+    // both levels of cache in memory, and both carry the same memory estimate.
+    let ir = "graph @fresh(%x: f32[3, 7]) -> (f32[3, 7]) {\n  %0 = aten.exp.default(%x) : f32[3, 7]\n  %1 = aten.neg.default(%0) : f32[3, 7]\n  return %1\n}\n";
+    isolated_cache();
+    let engine = torchtpu_engine::default_engine().unwrap();
+    let options = torchtpu_engine::Options { pipeline: "cse".into(), ..Default::default() };
+    let first = engine.compile_text(ir, &options).unwrap();
+    let second = engine.compile_text(ir, &options).unwrap();
+    assert!(matches!(first.source().name(), "compiled" | "disk"), "{:?}", first.source());
+    assert!(!first.graph_cache_hit() || first.source().name() == "disk");
+    assert_eq!(second.source(), torchtpu_engine::CacheSource::Memory);
+    assert!(second.graph_cache_hit());
+    assert_eq!(first.memory(), second.memory());
+    let m = second.memory();
+    assert_eq!((m.input_bytes, m.output_bytes, m.donated_inputs), (84, 84, 1));
+    assert_eq!(m.peak_at.as_deref(), Some("%1 (aten.neg.default)"));
+    // The hit ran no passes or lowering.
+    assert!(second.timings().get("passes").is_none() && second.timings().get("compile").is_some());
+}
+
+#[test]
+fn wrong_host_memory_is_refused_before_pjrt_reads_it() {
+    let g = parse_graph("graph @g(%x: f32[2, 3]) -> (f32[2, 3]) {\n  return %x\n}").unwrap();
+    let c = compile(&g).unwrap();
+    let short = [0u8; 20];
+    let e = c.execute_host(&[&short]).unwrap_err();
+    assert_eq!(e.to_string(), "input 0: expected 24 bytes (f32[2, 3]), got 20 bytes");
+    assert_eq!(e.kind(), ErrorKind::Input);
+    assert!(matches!(c.execute_host(&[]), Err(EngineError::Arity { expected: 1, got: 0 })));
 }

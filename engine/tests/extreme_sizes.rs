@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use torchtpu_compiler::ir::parse_graph;
 use torchtpu_compiler::lower::LowerError;
-use torchtpu_engine::{EngineError, Options, DEFAULT_MAX_TENSOR_BYTES};
+use torchtpu_engine::{DriverError, EngineError, Options, DEFAULT_MAX_TENSOR_BYTES};
 
 fn isolated_cache() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("torchtpu-engine-sizes-{}", std::process::id()));
@@ -26,7 +26,7 @@ fn the_engine_refuses_tensors_over_its_limit_before_compiling() {
     let g = parse_graph(&unary("f32[137438953472]")).unwrap();
     let engine = torchtpu_engine::default_engine().unwrap();
     match engine.compile(&g, &Options::default()) {
-        Err(EngineError::Lower(LowerError::TooLarge { node, bytes, limit, .. })) => {
+        Err(EngineError::Compiler(DriverError::Lower(LowerError::TooLarge { node, bytes, limit, .. }))) => {
             assert_eq!((node.as_str(), bytes, limit), ("%arg0", 1 << 39, DEFAULT_MAX_TENSOR_BYTES))
         }
         Err(e) => panic!("unexpected error: {e}"),
@@ -35,7 +35,10 @@ fn the_engine_refuses_tensors_over_its_limit_before_compiling() {
     // The limit is an option (and part of the graph cache key).
     let small = Options { max_tensor_bytes: 16, ..Options::default() };
     let g = parse_graph(&unary("f32[8]")).unwrap();
-    assert!(matches!(engine.compile(&g, &small), Err(EngineError::Lower(LowerError::TooLarge { .. }))));
+    assert!(matches!(
+        engine.compile(&g, &small),
+        Err(EngineError::Compiler(DriverError::Lower(LowerError::TooLarge { .. })))
+    ));
     assert!(engine.compile(&g, &Options::default()).is_ok());
 }
 

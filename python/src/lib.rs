@@ -1,46 +1,164 @@
-//! `torchtpu._C`: the compiler's Python boundary. Errors become Python exceptions with the
-//! compiler's message; nothing panics across the boundary.
+//! `torchtpu._C`: the compiler's Python boundary. It reaches the compiler only through the
+//! engine (`torchtpu_engine`, which re-exports the driver). Every error it raises is one of
+//! `torchtpu.errors` (made by `errors.from_rust`), and a Rust panic becomes
+//! `torchtpu.errors.InternalError`, never pyo3's `PanicException`.
+//!
+//! Module map: `dlpack` (capsules in and out; the ABI is the runtime's).
 
 // The module must be called `_C` (torchtpu._C), which is not snake case.
 #![allow(non_snake_case)]
 
 mod dlpack;
+mod registry;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
-use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
-use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyCapsule, PyDict};
+use pyo3::IntoPyObjectExt;
+use std::panic::AssertUnwindSafe;
+use torchtpu_engine::driver::{self, DriverError, Format, PipelineError};
+use torchtpu_engine::ir::{print_graph, DType};
+use torchtpu_engine::{EngineError, ErrorKind, MemorySummary, Timings, DEFAULT_PIPELINE};
+
+/// The `torchtpu.errors` exception for `kind` (unsupported, compile, plugin, execution,
+/// internal, ir, input, options) with its structured `fields`.
+fn py_error(py: Python<'_>, kind: &str, message: &str, fields: &[(&str, Option<Py<PyAny>>)]) -> PyErr {
+    let made = (|| -> PyResult<PyErr> {
+        let d = PyDict::new(py);
+        for (k, v) in fields {
+            d.set_item(k, v)?;
+        }
+        let exc = py.import("torchtpu.errors")?.getattr("from_rust")?.call1((kind, message, d))?;
+        Ok(PyErr::from_value(exc))
+    })();
+    made.unwrap_or_else(|e| e)
+}
+
+fn internal(py: Python<'_>, stage: &str, message: &str) -> PyErr {
+    py_error(py, "internal", message, &[("stage", some(py, stage))])
+}
+
+fn some<'py>(py: Python<'py>, v: impl IntoPyObject<'py>) -> Option<Py<PyAny>> {
+    v.into_bound_py_any(py).ok().map(Bound::unbind)
+}
+
+/// An engine error as the exception its kind maps to.
+fn engine_error(py: Python<'_>, e: &EngineError) -> PyErr {
+    let message = e.to_string();
+    match e.kind() {
+        ErrorKind::Unsupported { op, node, reason, line, col } => py_error(
+            py,
+            "unsupported",
+            &message,
+            &[
+                ("op", some(py, op)),
+                ("node", some(py, node)),
+                ("reason", reason.and_then(|r| some(py, r))),
+                ("line", line.and_then(|l| some(py, l))),
+                ("col", col.and_then(|c| some(py, c))),
+            ],
+        ),
+        ErrorKind::Compile => py_error(py, "compile", &message, &[]),
+        ErrorKind::Plugin => py_error(py, "plugin", &message, &[]),
+        ErrorKind::Execution => py_error(py, "execution", &message, &[]),
+        ErrorKind::Input => input_error(py, e),
+        ErrorKind::Internal { stage } => internal(py, stage, &message),
+    }
+}
+
+fn input_error(py: Python<'_>, e: &EngineError) -> PyErr {
+    let index = match e {
+        EngineError::Input { index, .. } => some(py, *index),
+        _ => None,
+    };
+    py_error(py, "input", &e.to_string(), &[("index", index)])
+}
+
+/// For text the user hands in (`canonical_ir`, `run_pipeline`): a parse or verifier error is
+/// `torchtpu.errors.IRError` (a ValueError, with line and col), a bad pipeline an
+/// `OptionsError` (a ValueError); anything else is internal.
+fn user_text_error(py: Python<'_>, e: &DriverError) -> PyErr {
+    let position = |line: Option<u32>, col: Option<u32>| {
+        [("line", line.and_then(|l| some(py, l))), ("col", col.and_then(|c| some(py, c)))]
+    };
+    match e {
+        DriverError::Parse(p) => {
+            py_error(py, "ir", &e.to_string(), &position(u32::try_from(p.line).ok(), u32::try_from(p.col).ok()))
+        }
+        DriverError::Verify(v) => {
+            py_error(py, "ir", &e.to_string(), &position(v.loc.map(|l| l.line), v.loc.map(|l| l.col)))
+        }
+        DriverError::Pipeline(
+            PipelineError::UnknownPass { .. } | PipelineError::Malformed { .. } | PipelineError::BadOptions { .. },
+        ) => py_error(py, "options", &e.to_string(), &[]),
+        e => internal(py, e.stage(), &e.to_string()),
+    }
+}
+
+/// Runs `f`, turning a Rust panic into `InternalError(stage=stage)`.
+fn guarded<T>(py: Python<'_>, stage: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            Err(internal(py, stage, &format!("torchtpu panicked (a bug): {what}")))
+        }
+    }
+}
+
+fn default_engine(py: Python<'_>) -> PyResult<&'static torchtpu_engine::Engine> {
+    torchtpu_engine::default_engine().map_err(|e| engine_error(py, &e))
+}
 
 /// Parses IR text, verifies it, and prints it back in canonical form.
 #[pyfunction]
-fn canonical_ir(text: &str) -> PyResult<String> {
-    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
-    Ok(print_graph(&g))
+fn canonical_ir(py: Python<'_>, text: &str) -> PyResult<String> {
+    guarded(py, "parse", || {
+        let g = torchtpu_engine::with_driver(|cx| cx.check_text(text, &mut Timings::default()))
+            .map_err(|e| user_text_error(py, &e))?;
+        Ok(print_graph(&g))
+    })
 }
 
 /// Runs a pass pipeline (`"canonicalize,cse,dce"`) over IR text and returns the result.
 #[pyfunction]
-fn run_pipeline(text: &str, pipeline: &str) -> PyResult<String> {
-    let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
-    let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(print_graph(&g))
+fn run_pipeline(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<String> {
+    guarded(py, "passes", || {
+        let options = driver::Options {
+            analyze: false,
+            donate_inputs: false,
+            emit: None,
+            ..driver::Options::with_pipeline(pipeline)
+        };
+        let c = torchtpu_engine::with_driver(|cx| cx.compile_text(text, &options, &mut std::io::sink()))
+            .map_err(|e| user_text_error(py, &e))?;
+        Ok(print_graph(&c.graph))
+    })
 }
 
-/// Lowers IR text (after `pipeline`) to StableHLO text.
+/// Lowers IR text (after `pipeline`) to StableHLO text, in one driver run; with `with_ir`,
+/// returns `(IR after the passes, StableHLO text)`.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
-fn lower_ir(text: &str, pipeline: &str, donate: bool) -> PyResult<String> {
-    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let options =
-        torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
-    let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(hlo.text().unwrap_or_default().to_string())
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true, with_ir = false))]
+fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: bool, with_ir: bool) -> PyResult<Py<PyAny>> {
+    guarded(py, "lower", || {
+        let options =
+            torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
+        let c = torchtpu_engine::with_driver(|cx| {
+            cx.compile_text(text, &options.driver(Some(Format::Text)), &mut std::io::sink())
+        })
+        .map_err(|e| engine_error(py, &EngineError::Compiler(e)))?;
+        let hlo = c.hlo.as_ref().and_then(|h| h.text()).unwrap_or_default().to_string();
+        if with_ir {
+            Ok((print_graph(&c.graph), hlo).into_pyobject(py)?.into_any().unbind())
+        } else {
+            Ok(hlo.into_pyobject(py)?.into_any().unbind())
+        }
+    })
 }
 
 /// A host tensor crossing the boundary: (dtype name as in the IR, dims, row-major bytes).
@@ -50,53 +168,55 @@ type WireOutput = (String, Vec<i64>, Py<PyBytes>);
 
 /// Compiles IR text on the default engine (cached) and runs it on host tensors.
 #[pyfunction]
-#[pyo3(signature = (text, inputs, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE))]
+#[pyo3(signature = (text, inputs, pipeline = DEFAULT_PIPELINE))]
 fn run_ir(py: Python<'_>, text: &str, inputs: Vec<WireTensor>, pipeline: &str) -> PyResult<Vec<WireOutput>> {
-    use torchtpu_compiler::ir::DType;
-    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let host: Vec<torchtpu_engine::HostTensor> = inputs
-        .into_iter()
-        .map(|(d, dims, data)| {
-            let dtype = DType::from_name(&d).ok_or_else(|| PyValueError::new_err(format!("unknown dtype '{d}'")))?;
-            Ok(torchtpu_engine::HostTensor { dtype, dims, data })
-        })
-        .collect::<PyResult<_>>()?;
-    let options = torchtpu_engine::Options::with_pipeline(pipeline);
-    let outs = py
-        .detach(|| {
-            let engine = torchtpu_engine::default_engine()?;
-            engine.compile(&g, &options)?.run(&host)
-        })
-        .map_err(|e: torchtpu_engine::EngineError| PyRuntimeError::new_err(e.to_string()))?;
-    Ok(outs.into_iter().map(|t| (t.dtype.name().to_string(), t.dims, PyBytes::new(py, &t.data).unbind())).collect())
+    guarded(py, "execute", || {
+        let mut host = Vec::with_capacity(inputs.len());
+        for (index, (d, dims, data)) in inputs.into_iter().enumerate() {
+            let dtype = DType::from_name(&d).ok_or_else(|| {
+                py_error(py, "input", &format!("input {index}: unknown dtype '{d}'"), &[("index", some(py, index))])
+            })?;
+            host.push(torchtpu_engine::HostTensor { dtype, dims, data });
+        }
+        let options = torchtpu_engine::Options::with_pipeline(pipeline);
+        let engine = default_engine(py)?;
+        let outs = py.detach(|| engine.compile_text(text, &options)?.run(&host)).map_err(|e| engine_error(py, &e))?;
+        Ok(outs.into_iter().map(|t| (t.dtype.name().to_string(), t.dims, PyBytes::new(py, &t.data).unbind())).collect())
+    })
 }
 
-/// A graph compiled for the default PJRT device. `run` reads inputs from host memory given
-/// as (address, byte length) pairs (the caller, torchtpu's executor, passes contiguous torch
-/// tensors it keeps alive for the call) and returns the outputs as DLPack capsules.
+/// A graph compiled for the default PJRT device. `run` takes the input tensors themselves
+/// (or DLPack capsules), checks them against the compiled types in Rust and returns the
+/// outputs as DLPack capsules. Attributes say how it was compiled: `source`,
+/// `compile_seconds_saved`, `memory`, `timings`.
 #[pyclass(frozen)]
 struct Program {
     compiled: torchtpu_engine::CompiledGraph,
-    /// Dense byte length of each input.
-    input_bytes: Vec<usize>,
     /// Outputs live in host memory (a CPU plugin): handed to PyTorch without a copy.
     outputs_on_host: bool,
 }
 
-impl Program {
-    fn new(compiled: torchtpu_engine::CompiledGraph) -> Program {
-        let input_bytes = compiled
-            .input_types()
-            .iter()
-            .map(|t| t.static_dims().unwrap_or_default().iter().product::<i64>().max(0) as usize * t.dtype.size_bytes())
-            .collect();
-        let outputs_on_host = compiled.platform_name() == "cpu";
-        Program { compiled, input_bytes, outputs_on_host }
-    }
+fn types_of(ts: &[torchtpu_engine::ir::TensorType]) -> Vec<(String, Vec<i64>)> {
+    ts.iter().map(|t| (t.dtype.name().to_string(), t.static_dims().unwrap_or_default())).collect()
 }
 
-fn types_of(ts: &[torchtpu_compiler::ir::TensorType]) -> Vec<(String, Vec<i64>)> {
-    ts.iter().map(|t| (t.dtype.name().to_string(), t.static_dims().unwrap_or_default())).collect()
+/// `torch._C._to_dlpack`: a capsule over a tensor's memory (~0.2 us, against ~1.8 us for
+/// `Tensor.__dlpack__`).
+static TO_DLPACK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn memory_dict<'py>(py: Python<'py>, m: &MemorySummary) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("peak_bytes", m.peak_bytes)?;
+    d.set_item("peak_at", m.peak_at.clone().unwrap_or_default())?;
+    d.set_item("input_bytes", m.input_bytes)?;
+    d.set_item("output_bytes", m.output_bytes)?;
+    d.set_item("allocated_bytes", m.allocated_bytes)?;
+    d.set_item("buffers", m.buffers)?;
+    d.set_item("donated_inputs", m.donated_inputs)?;
+    d.set_item("donated_bytes", m.donated_bytes)?;
+    d.set_item("peak_bytes_without_donation", m.peak_bytes_without_donation)?;
+    d.set_item("has_symbolic", m.has_symbolic)?;
+    Ok(d)
 }
 
 #[pymethods]
@@ -107,10 +227,10 @@ impl Program {
         types_of(self.compiled.input_types())
     }
 
-    /// Dense byte length of each input: what `run` reads from each address.
+    /// Dense byte length of each input.
     #[getter]
     fn input_bytes(&self) -> Vec<usize> {
-        self.input_bytes.clone()
+        self.compiled.input_bytes().to_vec()
     }
 
     /// `(dtype name, dims)` of each output.
@@ -119,30 +239,95 @@ impl Program {
         types_of(self.compiled.output_types())
     }
 
-    /// Executes on `inputs`: the address of each input's contiguous host memory, holding it
-    /// as declared (dtype, shape: the byte length follows from them), live and unmodified for
-    /// the whole call. Returns one DLPack capsule per output (`torch.from_dlpack`): on a CPU
-    /// plugin the tensor shares PJRT's output memory, no copy. Inputs are read in place where
-    /// the plugin allows and their buffers kept between calls that pass the same memory
-    /// (`CompiledGraph::execute_host`).
-    fn run(&self, py: Python<'_>, inputs: Vec<usize>) -> PyResult<Vec<Py<PyAny>>> {
-        if inputs.len() != self.input_bytes.len() {
-            return Err(PyValueError::new_err(format!(
-                "expected {} inputs, got {}",
-                self.input_bytes.len(),
-                inputs.len()
-            )));
+    /// Where the executable came from: "compiled", "memory" or "disk".
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.compiled.source().name()
+    }
+
+    /// XLA compile seconds a disk hit saved (0 otherwise).
+    #[getter]
+    fn compile_seconds_saved(&self) -> f64 {
+        match self.compiled.source() {
+            torchtpu_engine::CacheSource::Disk { compile_seconds_saved } => compile_seconds_saved,
+            _ => 0.0,
         }
-        if inputs.iter().zip(&self.input_bytes).any(|(&ptr, &n)| ptr == 0 && n != 0) {
-            return Err(PyValueError::new_err("null input address"));
+    }
+
+    /// Whether the graph cache had the lowered module (no passes or lowering ran).
+    #[getter]
+    fn graph_cache_hit(&self) -> bool {
+        self.compiled.graph_cache_hit()
+    }
+
+    /// The peak-memory estimate of the graph as lowered (after the passes, with donation):
+    /// peak_bytes, peak_at (the printed node, e.g. "%12 (aten.mm.default)"), input_bytes,
+    /// output_bytes, allocated_bytes, buffers, donated_inputs, donated_bytes,
+    /// peak_bytes_without_donation, has_symbolic.
+    #[getter]
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        memory_dict(py, self.compiled.memory())
+    }
+
+    /// Seconds per stage of this compile (parse, graph_cache, verify, passes, analyses,
+    /// lower, compile; those that ran) and their total.
+    #[getter]
+    fn timings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let t = self.compiled.timings();
+        let d = PyDict::new(py);
+        for (stage, dt) in &t.stages {
+            d.set_item(*stage, dt.as_secs_f64())?;
         }
-        let memory: Vec<(usize, usize)> = inputs.into_iter().zip(self.input_bytes.iter().copied()).collect();
-        // SAFETY: the caller's contract above (torchtpu's executor keeps the tensors alive).
-        let outs = py
-            .detach(|| unsafe { self.compiled.execute_host(&memory) })
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        outs.into_iter().map(|b| dlpack::to_capsule(py, b, self.outputs_on_host)).collect()
+        d.set_item("total", t.total().as_secs_f64())?;
+        Ok(d)
+    }
+
+    /// Executes on `inputs`: one torch tensor (or DLPack capsule) per input. Rust checks
+    /// each against the compiled type (host memory, dtype, shape, dense row-major strides,
+    /// byte size) before reading it: a mismatch is `torchtpu.errors.InputError`. Returns one
+    /// DLPack capsule per output (`torch.from_dlpack`): on a CPU plugin the tensor shares
+    /// PJRT's output memory, no copy. Inputs are read in place where the plugin allows and
+    /// their buffers kept between calls that pass the same memory.
+    fn run<'py>(&self, py: Python<'py>, inputs: Vec<Bound<'py, PyAny>>) -> PyResult<Vec<Py<PyAny>>> {
+        guarded(py, "execute", || {
+            let to_dlpack = TO_DLPACK.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+                Ok(py.import("torch")?.getattr("_C")?.getattr("_to_dlpack")?.unbind())
+            })?;
+            let mut capsules: Vec<Bound<'py, PyCapsule>> = Vec::with_capacity(inputs.len());
+            for (index, obj) in inputs.into_iter().enumerate() {
+                let capsule = match obj.cast_into::<PyCapsule>() {
+                    Ok(c) => Ok(c),
+                    Err(e) => to_dlpack
+                        .bind(py)
+                        .call1((e.into_inner(),))
+                        .and_then(|c| c.cast_into::<PyCapsule>().map_err(PyErr::from)),
+                };
+                capsules.push(capsule.map_err(|e| {
+                    let message = format!("input {index}: not a CPU tensor or DLPack capsule: {e}");
+                    py_error(py, "input", &message, &[("index", some(py, index))])
+                })?);
+            }
+            let views = capsules
+                .iter()
+                .enumerate()
+                .map(|(index, c)| {
+                    dlpack::view(c).map_err(|e| {
+                        let message = format!("input {index}: not an unconsumed DLPack capsule: {e}");
+                        py_error(py, "input", &message, &[("index", some(py, index))])
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let memory = self.compiled.check_dlpack(&views).map_err(|e| engine_error(py, &e))?;
+            // `capsules` keeps every input alive (and its memory valid) until the call returns.
+            let outs = py.detach(|| self.compiled.execute_host(&memory)).map_err(|e| engine_error(py, &e))?;
+            EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            outs.into_iter()
+                .map(|b| {
+                    dlpack::to_capsule(py, b, self.outputs_on_host)
+                        .map_err(|e| engine_error(py, &EngineError::Execute(e)))
+                })
+                .collect()
+        })
     }
 }
 
@@ -154,78 +339,69 @@ fn executions() -> u64 {
     EXECUTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Compiles IR text (after `pipeline`) on the default engine, through the executable
-/// caches. Returns the program, where it came from ("memory", "disk" or "compiled") and the
-/// XLA compile seconds a disk hit saved.
+/// Compiles IR text (after `pipeline`) on the default engine, through the graph and
+/// executable caches, in one driver run. Returns the `Program`; its `source`,
+/// `compile_seconds_saved`, `memory` and `timings` say how.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
-fn compile(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<(Program, &'static str, f64)> {
-    let g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    let options =
-        torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
-    let (compiled, source, saved) = py
-        .detach(|| {
-            let engine = torchtpu_engine::default_engine()?;
-            let before = engine.cache().stats();
-            let compiled = engine.compile(&g, &options)?;
-            let after = engine.cache().stats();
-            let source = if after.memory_hits > before.memory_hits {
-                "memory"
-            } else if after.disk_hits > before.disk_hits {
-                "disk"
-            } else {
-                "compiled"
-            };
-            let saved = after.compile_seconds_saved - before.compile_seconds_saved;
-            Ok::<_, torchtpu_engine::EngineError>((compiled, source, saved))
-        })
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((Program::new(compiled), source, saved))
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true))]
+fn compile(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<Program> {
+    guarded(py, "compile", || {
+        let options =
+            torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
+        let engine = default_engine(py)?;
+        let compiled = py.detach(|| engine.compile_text(text, &options)).map_err(|e| engine_error(py, &e))?;
+        let outputs_on_host = compiled.platform_name() == "cpu";
+        Ok(Program { compiled, outputs_on_host })
+    })
 }
 
 /// The executable caches' counters: memory_hits, disk_hits, misses, compile_seconds,
 /// compile_seconds_saved, disk_discarded, disk_writes, disk_errors, and the disk cache's
 /// folder (None when disabled). Empty when no engine was started.
 #[pyfunction]
-fn cache_stats(py: Python<'_>) -> PyResult<Py<pyo3::types::PyDict>> {
-    let d = pyo3::types::PyDict::new(py);
-    if let Ok(engine) = torchtpu_engine::default_engine() {
-        let s = engine.cache().stats();
-        d.set_item("memory_hits", s.memory_hits)?;
-        d.set_item("disk_hits", s.disk_hits)?;
-        d.set_item("misses", s.misses)?;
-        d.set_item("compile_seconds", s.compile_seconds)?;
-        d.set_item("compile_seconds_saved", s.compile_seconds_saved)?;
-        d.set_item("disk_discarded", s.disk_discarded)?;
-        d.set_item("disk_writes", s.disk_writes)?;
-        d.set_item("disk_errors", s.disk_errors)?;
-        d.set_item("disk_dir", engine.cache().disk().map(|c| c.root().display().to_string()))?;
-        let g = engine.graph_cache().stats();
-        d.set_item("graph_memory_hits", g.memory_hits)?;
-        d.set_item("graph_disk_hits", g.disk_hits)?;
-        d.set_item("graph_misses", g.misses)?;
-        d.set_item("graph_discarded", g.discarded)?;
-    }
-    Ok(d.unbind())
+fn cache_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
+    guarded(py, "compile", || {
+        let d = PyDict::new(py);
+        if let Ok(engine) = torchtpu_engine::default_engine() {
+            let s = engine.cache().stats();
+            d.set_item("memory_hits", s.memory_hits)?;
+            d.set_item("disk_hits", s.disk_hits)?;
+            d.set_item("misses", s.misses)?;
+            d.set_item("compile_seconds", s.compile_seconds)?;
+            d.set_item("compile_seconds_saved", s.compile_seconds_saved)?;
+            d.set_item("disk_discarded", s.disk_discarded)?;
+            d.set_item("disk_writes", s.disk_writes)?;
+            d.set_item("disk_errors", s.disk_errors)?;
+            d.set_item("disk_dir", engine.cache().disk().map(|c| c.root().display().to_string()))?;
+            let g = engine.graph_cache().stats();
+            d.set_item("graph_memory_hits", g.memory_hits)?;
+            d.set_item("graph_disk_hits", g.disk_hits)?;
+            d.set_item("graph_misses", g.misses)?;
+            d.set_item("graph_discarded", g.discarded)?;
+        }
+        Ok(d.unbind())
+    })
 }
 
 /// Warnings the disk cache collected since the last call (corrupt entries discarded, I/O
 /// failures), one line each; the caller logs them.
 #[pyfunction]
-fn cache_warnings() -> Vec<String> {
-    torchtpu_engine::default_engine()
-        .map(|e| {
-            let mut w: Vec<String> = e.cache().take_warnings().iter().map(|w| w.to_string()).collect();
-            w.extend(e.graph_cache().take_warnings());
-            w
-        })
-        .unwrap_or_default()
+fn cache_warnings(py: Python<'_>) -> PyResult<Vec<String>> {
+    guarded(py, "compile", || {
+        Ok(torchtpu_engine::default_engine()
+            .map(|e| {
+                let mut w: Vec<String> = e.cache().take_warnings().iter().map(|w| w.to_string()).collect();
+                w.extend(e.graph_cache().take_warnings());
+                w
+            })
+            .unwrap_or_default())
+    })
 }
 
 /// The ATen ops the lowering table covers (`aten.add`, ...), without overloads.
 #[pyfunction]
 fn supported_ops() -> Vec<&'static str> {
-    torchtpu_compiler::lower::supported_ops()
+    torchtpu_engine::supported_ops()
 }
 
 /// The PJRT plugin the default engine loads (or would load).
@@ -234,63 +410,36 @@ fn plugin_path() -> String {
     torchtpu_runtime::plugin_path().display().to_string()
 }
 
-/// The peak-memory estimate of IR text after `pipeline` (see `analysis::memory`):
-/// a dict with peak_bytes, peak_at (the printed node, e.g. "%12 (aten.mm.default)"),
-/// input_bytes, output_bytes, allocated_bytes and buffers; with `donate`, donated_inputs,
-/// donated_bytes and peak_bytes_without_donation too (peak_bytes then counts donated inputs
-/// as freed after their last reader).
-#[pyfunction]
-#[pyo3(signature = (text, pipeline = torchtpu_compiler::passes::DEFAULT_PIPELINE, donate = true))]
-fn memory_estimate(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<Py<pyo3::types::PyDict>> {
-    use torchtpu_compiler::analysis::memory;
-    let mut g = parse_graph(text).map_err(|e| PyValueError::new_err(format!("parse error at {e}")))?;
-    verify(&g).map_err(|e| PyValueError::new_err(format!("invalid IR: {}", e.located())))?;
-    let pm = PassManager::from_pipeline(pipeline, PipelineOptions::default())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    pm.run(&mut g, &mut std::io::sink()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let plain = memory::estimate(&g).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
-    let donated: Vec<usize> =
-        if donate { memory::donation_pairs(&g).into_iter().map(|(i, _)| i).collect() } else { Vec::new() };
-    let est = memory::estimate_with_donation(&g, &donated).map_err(|_| PyValueError::new_err("graph has a cycle"))?;
-    let report = memory::report(&g, &est);
-    let peak_at = report.split(" at ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("").to_string();
-    let d = pyo3::types::PyDict::new(py);
-    d.set_item("peak_bytes", est.peak_bytes)?;
-    d.set_item("peak_at", peak_at)?;
-    d.set_item("input_bytes", est.input_bytes)?;
-    d.set_item("output_bytes", est.output_bytes)?;
-    d.set_item("allocated_bytes", est.allocated_bytes)?;
-    d.set_item("buffers", est.buffers)?;
-    if donate {
-        let bytes: u64 = donated.iter().map(|&i| memory::value_bytes(&g.node(g.inputs()[i]).results[0]).0).sum();
-        d.set_item("donated_inputs", donated.len())?;
-        d.set_item("donated_bytes", bytes)?;
-        d.set_item("peak_bytes_without_donation", plain.peak_bytes)?;
-    }
-    Ok(d.unbind())
-}
-
 /// `(name, description)` of every registered pass.
 #[pyfunction]
 fn list_passes() -> Vec<(&'static str, &'static str)> {
-    REGISTRY.iter().map(|p| (p.name, p.description)).collect()
+    torchtpu_engine::list_passes()
+}
+
+/// Panics inside Rust, for the test that checks a panic becomes `InternalError`.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
+    guarded(py, "execute", || panic!("a deliberate panic"))
 }
 
 #[pymodule]
 fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FAULT_ENV", torchtpu_engine::FAULT_ENV)?;
     m.add_function(wrap_pyfunction!(canonical_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(list_passes, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_ir, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(cache_warnings, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::op_registry, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::check_lowerable, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
     m.add_function(wrap_pyfunction!(executions, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_class::<Program>()?;
     Ok(())
 }

@@ -223,7 +223,9 @@ def test_unsupported_op_falls_back_and_is_recorded():
     s = torchtpu.stats()
     assert s["fallback_ops"] == {"aten.special_airy_ai": 1}, s
     assert s["partitions_compiled"] >= 1 and s["executions"] >= 1, s
-    assert any("aten.special_airy_ai" in r for r in s["fallback_reasons"])
+    assert [r["kind"] for r in s["fallback_reasons"]] == ["unsupported"], s["fallback_reasons"]
+    assert "aten.special_airy_ai" in s["fallback_reasons"][0]["message"]
+    assert s["fallback_kinds"] == {"unsupported": 1}
 
 
 def test_strict_raises_naming_the_op():

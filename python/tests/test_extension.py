@@ -55,3 +55,100 @@ def test_errors_cross_the_boundary_as_value_errors():
 def test_torch_is_installed_alongside():
     torch = pytest.importorskip("torch")
     assert torch.__version__.startswith("2.15.0")
+
+
+def test_user_ir_errors_are_ir_errors_with_positions():
+    from torchtpu.errors import InternalError, IRError, OptionsError
+
+    with pytest.raises(IRError) as e:
+        torchtpu.canonical_ir("graph @g(%a: f33[2]) -> () { return }")
+    assert (e.value.line, e.value.col) == (1, 14) and isinstance(e.value, ValueError)
+    with pytest.raises(IRError) as e:
+        torchtpu.run_pipeline("graph @g(%a: f32[2, 3]) -> () {\n %0 = aten.mm.default(%a, %a) : f32[2, 2]\n return\n}", "cse")
+    assert (e.value.line, e.value.col) == (2, 2)
+    with pytest.raises(OptionsError, match="malformed pass pipeline"):
+        torchtpu.run_pipeline(MLP, "cse{")
+    # Not a user's mistake: IR the backend hands to compile is internal when it does not parse.
+    with pytest.raises(InternalError) as e:
+        _C.compile("graph @g(%a: f33[2]) -> () { return }")
+    assert e.value.stage == "parse" and not isinstance(e.value, ValueError)
+
+
+def test_compile_returns_a_program_that_says_how_it_was_compiled():
+    program = _C.compile(MLP)
+    assert program.source in ("compiled", "memory", "disk")
+    again = _C.compile(MLP)
+    assert again.source == "memory" and again.graph_cache_hit
+    assert again.memory == program.memory
+    m = program.memory
+    for key in ("peak_bytes", "peak_at", "input_bytes", "output_bytes", "allocated_bytes", "buffers", "donated_inputs", "donated_bytes", "peak_bytes_without_donation"):
+        assert key in m, (key, m)
+    assert m["peak_at"].startswith("%") and m["input_bytes"] == (4 * 16 + 8 * 16 + 8) * 4
+    assert m["peak_bytes"] <= m["peak_bytes_without_donation"]
+    assert "compile" in again.timings and "passes" not in again.timings and again.timings["total"] >= 0
+    ir, hlo = _C.lower_ir(MLP, with_ir=True)
+    assert "aten.addmm.default" in ir and "stablehlo" in hlo and _C.lower_ir(MLP) == hlo
+
+
+def test_unsupported_ops_name_op_node_and_line():
+    from torchtpu.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError) as e:
+        _C.compile("graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.xyz.default(%x) : f32[2]\n  return %0\n}\n")
+    assert (e.value.op, e.value.node, e.value.line) == ("aten.xyz", "%0", 2)
+
+
+def test_program_run_checks_every_input_in_rust():
+    import torch
+    from torchtpu.errors import InputError
+
+    program = _C.compile("graph @g(%x: f32[2, 3]) -> (f32[2, 3]) {\n  %0 = aten.neg.default(%x) : f32[2, 3]\n  return %0\n}\n")
+    x = torch.arange(6.0).reshape(2, 3)
+    (out,) = program.run([x])
+    assert torch.equal(torch.from_dlpack(out), -x)
+    # A DLPack capsule works too, and stays unconsumed.
+    capsule = torch.utils.dlpack.to_dlpack(x)
+    assert torch.equal(torch.from_dlpack(program.run([capsule])[0]), -x)
+    bad = {
+        "dtype": x.double(),
+        "shape": x.reshape(3, 2),
+        "strides": torch.arange(6.0).reshape(3, 2).t(),
+        "non-tensor": 3,
+    }
+    for what, t in bad.items():
+        with pytest.raises(InputError) as e:
+            program.run([t])
+        assert e.value.index == 0, what
+    with pytest.raises(InputError, match="expected 1 inputs, got 2"):
+        program.run([x, x])
+    with pytest.raises(InputError, match="expected 1 inputs, got 0"):
+        program.run([])
+    # A tensor that is a size-1 slice or an offset view is fine when it is dense.
+    base = torch.arange(12.0)
+    assert torch.equal(torch.from_dlpack(program.run([base[6:].reshape(2, 3)])[0]), -base[6:].reshape(2, 3))
+
+
+@pytest.mark.parametrize("stage", ["lower", "compile", "execute"])
+def test_injected_faults_raise_internal_errors_at_their_stage(stage, monkeypatch):
+    import torch
+    from torchtpu.errors import InternalError
+
+    text = "graph @inject(%x: f32[3]) -> (f32[3]) {\n  %0 = aten.cos.default(%x) : f32[3]\n  return %0\n}\n"
+    program = _C.compile(text)  # cached at both levels: the fault must still fire
+    monkeypatch.setenv(_C.FAULT_ENV, stage)
+    with pytest.raises(InternalError) as e:
+        if stage == "execute":
+            program.run([torch.zeros(3)])
+        else:
+            _C.compile(text)
+    assert e.value.stage == stage and "fault injected" in str(e.value)
+    monkeypatch.delenv(_C.FAULT_ENV)
+    assert torch.equal(torch.from_dlpack(_C.compile(text).run([torch.zeros(3)])[0]), torch.ones(3))
+
+
+def test_a_rust_panic_is_an_internal_error():
+    from torchtpu.errors import InternalError
+
+    with pytest.raises(InternalError, match="a deliberate panic") as e:
+        _C._panic_for_tests()
+    assert e.value.stage == "execute"

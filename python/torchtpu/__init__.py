@@ -21,7 +21,9 @@ from torchtpu.errors import (
     CompileError,
     ExecutionError,
     FallbackError,
+    InputError,
     InternalError,
+    IRError,
     OptionsError,
     PluginError,
     TorchTPUError,
@@ -35,7 +37,9 @@ __all__ = [
     "CompileError",
     "ExecutionError",
     "FallbackError",
+    "InputError",
     "InternalError",
+    "IRError",
     "OptionsError",
     "PluginError",
     "TorchTPUError",
@@ -46,13 +50,16 @@ __all__ = [
 def canonical_ir(text: str) -> str:
     """Parse and verify IR text; return it in canonical printed form.
 
-    Raises ValueError with the line and column of a parse error, or the verifier's message.
+    Raises `torchtpu.IRError` (a ValueError) with the message and `.line`/`.col` of a parse or
+    verifier error.
     """
     return _C.canonical_ir(text)
 
 
 def run_pipeline(text: str, pipeline: str) -> str:
-    """Run a pass pipeline such as ``"canonicalize,cse,dce"`` over IR text."""
+    """Run a pass pipeline such as ``"canonicalize,cse,dce"`` over IR text (through the
+    compiler driver). Malformed IR raises `torchtpu.IRError`, a malformed or unknown pipeline
+    `torchtpu.OptionsError` (both ValueErrors); a failing pass `torchtpu.InternalError`."""
     return _C.run_pipeline(text, pipeline)
 
 

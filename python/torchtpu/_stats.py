@@ -19,7 +19,10 @@ def _fresh() -> dict:
         "partitions_compiled": 0,
         "partitions_eager": 0,
         "fallback_ops": collections.Counter(),  # op name -> count of nodes run eagerly
-        "fallback_reasons": [],  # one line per fallback decision
+        # One dict per fallback decision: kind (unsupported, compile, plugin, execution,
+        # internal), where (graph or partition), message, ops; repro for internal errors.
+        "fallback_reasons": [],
+        "fallback_kinds": collections.Counter(),  # kind -> count of fallback decisions
         "executions": 0,  # PJRT program executions (counted by _C, see stats())
         "compile_seconds": 0.0,
         "cache_hits": 0,  # programs found in a cache: memory_hits + disk_hits
@@ -49,9 +52,19 @@ def bump(key: str, amount=1) -> None:
         _stats[key] += amount
 
 
-def record_fallback(reason: str, ops=()) -> None:
+FALLBACK_KINDS = ("unsupported", "compile", "plugin", "execution", "internal")
+
+
+def record_fallback(kind: str, where: str, message: str, ops=(), repro: str | None = None) -> None:
+    """One fallback decision (see policy.py): `kind` says why, `ops` what ran eagerly."""
+    if kind not in FALLBACK_KINDS:
+        raise ValueError(f"unknown fallback kind {kind!r}")
+    entry = {"kind": kind, "where": where, "message": message, "ops": list(ops)}
+    if repro is not None:
+        entry["repro"] = repro
     with _lock:
-        _stats["fallback_reasons"].append(reason)
+        _stats["fallback_reasons"].append(entry)
+        _stats["fallback_kinds"][kind] += 1
         for op in ops:
             _stats["fallback_ops"][op] += 1
 
@@ -67,7 +80,8 @@ def stats() -> dict:
         snap = dict(_stats)
         snap["executions"] = _stats["executions"] + _executions() - _executions_at_reset
         snap["fallback_ops"] = dict(_stats["fallback_ops"])
-        snap["fallback_reasons"] = list(_stats["fallback_reasons"])
+        snap["fallback_reasons"] = [dict(r) for r in _stats["fallback_reasons"]]
+        snap["fallback_kinds"] = dict(_stats["fallback_kinds"])
         snap["graphs"] = {k: dict(v) for k, v in _stats["graphs"].items()}
         return snap
 

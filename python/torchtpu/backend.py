@@ -4,7 +4,7 @@ Dynamo hands over FX graphs (graph breaks give several); AOTAutograd turns each 
 functional ATen graphs (forward and backward when training, or one inference graph) with the
 decompositions of `decompositions.py`; each ATen graph is exported to the IR, compiled by the
 Rust compiler and run on PJRT. What cannot be compiled runs eagerly, with the reason recorded
-(see `fallback.py`); with options={"strict": True} it raises instead.
+(`fallback.py` partitions, `policy.py` decides); with options={"strict": True} it raises.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from functorch.compile import make_boxed_func
 
-from torchtpu import _C, _stats
+from torchtpu import _C, _stats, policy
+from torchtpu._log import warn_once
 from torchtpu.decompositions import decomposition_table
+from torchtpu.errors import FallbackError, InternalError, UnsupportedError
 from torchtpu.executor import compile_exported
-from torchtpu.exporter import Unsupported, export, unsupported_nodes
-from torchtpu.fallback import FallbackError, partition_and_compile, warn_once
+from torchtpu.exporter import export, unsupported_nodes
+from torchtpu.fallback import partition_and_compile
 from torchtpu.options import Options
 
 log = logging.getLogger("torchtpu")
@@ -134,35 +136,82 @@ class _PerShape:
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str, binding=None):
     """Compiles one ATen graph; returns a boxed callable. A graph with symbolic shapes is
-    compiled per input signature (`_PerShape`), or for the one `binding` gives."""
+    compiled per input signature (`_PerShape`), or for the one `binding` gives.
+
+    Nodes the compiler does not take (no lowering, a form the registry's legality check
+    refuses, an argument the IR cannot express) run eagerly, each alone, and every maximal
+    region around them is compiled (`fallback.partition_and_compile`). What else fails is
+    decided by `policy.on_failure`: a plugin failure runs the graph eagerly by policy, a bug
+    inside torchtpu warns with a reproduction, strict raises either."""
     if binding is None and _is_symbolic(gm):
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
     name = f"{kind}_{next(_graph_ids)}"
     # A binding comes only with a graph `_PerShape` found free of unsupported ops.
     bad = {} if binding is not None else unsupported_nodes(gm, _supported())
-    if bad:
-        reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(
-            sorted({r for r in bad.values()})
-        )
-        if opts.strict:
-            raise FallbackError(f"torchtpu (strict): {reason}", [_short(n.target) for n in bad])
-        log.info("%s", reason)
-        _stats.bump("graphs_fallback")
-        _stats.record_fallback(reason, [_short(n.target) for n in bad])
-        return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
-    try:
-        exported = export(gm, name, binding)
-        compiled = compile_exported(exported, opts, name, eager=gm.forward)
-    except (Unsupported, RuntimeError, ValueError) as e:
-        reason = f"graph {name}: {e}"
-        if opts.strict:
-            raise FallbackError(f"torchtpu (strict): {reason}", getattr(e, "ops", [])) from e
-        warn_once(name, f"torchtpu: running graph {name} eagerly: {e}")
-        _stats.bump("graphs_fallback")
-        _stats.record_fallback(reason, getattr(e, "ops", []) or ["<compile failure>"])
-        return make_boxed_func(gm.forward)
-    return make_boxed_func(compiled)
+    exported = None
+    if not bad:
+        try:
+            exported = export(gm, name, binding)
+            bad = refused_nodes(exported)
+            if not bad:
+                compiled = compile_exported(exported, opts, name, eager=gm.forward)
+                return make_boxed_func(compiled)
+            # An emission-time refusal names its node: that node runs eagerly, the rest compiles.
+        except UnsupportedError as e:
+            node = unsupported_node(e, exported)
+            if node is None:
+                policy.on_failure(e, f"graph {name}", opts.strict, ir_text=exported and exported.text, passes=opts.passes, donate=opts.donate)
+                _stats.bump("graphs_fallback")
+                return make_boxed_func(gm.forward)
+            bad = {node: str(e)}
+        except FallbackError as e:  # the plugin refused or failed: eager by policy
+            policy.on_failure(e, f"graph {name}", opts.strict)
+            _stats.bump("graphs_fallback")
+            return make_boxed_func(gm.forward)
+        except Exception as e:  # noqa: BLE001 - a bug in torchtpu, never a quiet fallback
+            error = policy.as_internal(e, "export" if exported is None else "compile")
+            policy.on_failure(
+                error,
+                f"graph {name}",
+                opts.strict,
+                ir_text=exported and exported.text,
+                passes=opts.passes,
+                donate=opts.donate,
+                fx_code=gm.code,
+            )
+            _stats.bump("graphs_fallback")
+            return make_boxed_func(gm.forward)
+        if binding is not None:
+            from torchtpu.specialize import NotSpecializable
+
+            raise NotSpecializable(f"nodes the lowering refuses: {sorted(set(bad.values()))}")
+    reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(sorted({r for r in bad.values()}))
+    ops = [_short(n.target) for n in bad]
+    message = f"torchtpu (strict): {reason}" if opts.strict else reason
+    policy.on_failure(UnsupportedError(message, ops), f"graph {name}", opts.strict)
+    _stats.bump("graphs_fallback")
+    return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
+
+
+def refused_nodes(exported) -> dict:
+    """The FX nodes whose IR the registry's legality checks refuse, with the reason."""
+    bad = {}
+    for line, op, reason in _C.check_lowerable(exported.text):
+        node = exported.nodes_by_line.get(line)
+        if node is None:  # an IR line the exporter did not write for a node: a bug
+            raise InternalError(f"the compiler refused {op} at line {line}, which no FX node wrote", stage="export")
+        bad[node] = f"{op}: {reason}" if reason else f"no lowering for {op}"
+    return bad
+
+
+def unsupported_node(error, exported):
+    """The FX node an UnsupportedError is about, when it can be told: the node the exporter
+    was writing, or the IR line the compiler refused (`line`)."""
+    node = getattr(error, "fx_node", None)
+    if node is None and exported is not None and getattr(error, "line", None) is not None:
+        node = exported.nodes_by_line.get(error.line)
+    return node
 
 
 def _short(target) -> str:

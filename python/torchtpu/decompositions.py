@@ -1,5 +1,6 @@
 """The decomposition table AOTAutograd uses: PyTorch's core ATen decompositions, minus the
-ops torchtpu lowers whole, plus PyTorch's non-core decompositions of ops torchtpu cannot lower,
+ops whose lowering wins (the op registry's decomposition policy `lowering`, see docs/ops.md),
+plus PyTorch's non-core decompositions of ops torchtpu does not lower,
 plus torchtpu's own decompositions: the fused CPU attention pair, and the backward ops the
 core table keeps (convolution_backward into convolutions, max_pool2d_with_indices_backward
 into a scatter-add, adaptive average pooling's backward into average pooling's), and the
@@ -23,8 +24,6 @@ from torchtpu.foreach import foreach_decompositions
 
 aten = torch.ops.aten
 
-# Lowered whole by torchtpu even where the core table would decompose them.
-KEEP_WHOLE = (aten.hardtanh,)
 # Non-core decompositions never taken: lifting constants must stay as PyTorch traces it
 # (decomposed, a real tensor meets fake ones).
 NEVER_DECOMPOSE = {"aten.lift", "aten.lift_fresh", "aten.is_same_size", "aten.sym_numel"}
@@ -248,14 +247,29 @@ def _third_party() -> dict:
     return table
 
 
-def _lowered_whole(op: torch._ops.OpOverload, supported: set) -> bool:
+def base_name(op: torch._ops.OpOverload) -> str:
+    """`namespace.name` of an overload, as the op registry names ops."""
     ns, name = op._schema.name.split("::", 1)
-    return f"{ns}.{name}" in supported or f"{ns}.{name}" in NEVER_DECOMPOSE
+    return f"{ns}.{name}"
+
+
+@functools.lru_cache(maxsize=1)
+def registry_policies() -> dict[str, str]:
+    """The op registry's decomposition policy of every lowered op: "lowering" (the lowering
+    wins: PyTorch's decompositions of it are not taken), "python" (AOTAutograd decomposes it
+    where PyTorch or torchtpu has a decomposition) or "none" (no decomposition expected)."""
+    from torchtpu import _C
+
+    return {e["name"]: e["decomposition"] for e in _C.op_registry() if e["lowered"]}
 
 
 def decomposition_table() -> dict:
     """The table for one compile: torchtpu's (built once) plus third-party custom ops'."""
     return {**_base_table(), **_third_party()}
+
+
+def _base(op) -> str | None:
+    return base_name(op) if isinstance(op, torch._ops.OpOverload) else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -265,16 +279,12 @@ def _base_table() -> dict:
     from torch._decomp import core_aten_decompositions
     from torch._decomp import decomposition_table as every_decomposition
 
-    from torchtpu import _C
-
-    supported = set(_C.supported_ops())
-    table = dict(core_aten_decompositions())
+    policies = registry_policies()
+    table = {op: fn for op, fn in core_aten_decompositions().items() if policies.get(_base(op)) != "lowering"}
     for op, fn in every_decomposition.items():
-        if op not in table and isinstance(op, torch._ops.OpOverload) and not _lowered_whole(op, supported):
+        base = _base(op)
+        if op not in table and base is not None and base not in policies and base not in NEVER_DECOMPOSE:
             table[op] = fn
-    for packet in KEEP_WHOLE:
-        for overload in packet.overloads():
-            table.pop(getattr(packet, overload), None)
     table[aten._scaled_dot_product_flash_attention_for_cpu.default] = sdpa_cpu_forward
     table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = sdpa_cpu_backward
     table[aten.convolution_backward.default] = convolution_backward

@@ -10,7 +10,11 @@ from it. All are RuntimeErrors; `OptionsError` is also a ValueError.
     │   ├── PluginError        the PJRT plugin cannot be loaded or started
     │   └── ExecutionError     the PJRT plugin failed running the program
     ├── InternalError          a bug in torchtpu (or an injected fault): never silent
-    └── OptionsError           a bad `options={...}` (also a ValueError)
+    ├── OptionsError           a bad `options={...}` or pass pipeline (also a ValueError)
+    ├── IRError                IR text a user handed in that does not parse or verify
+    │                          (`canonical_ir`, `run_pipeline`): line, col (also a ValueError)
+    └── InputError             inputs that do not match a compiled program (count, dtype,
+                               shape, device, strides): index (also a ValueError)
 
 The Rust extension raises these (`from_rust` maps its error enums onto them), so callers tell
 cases apart by type, not by parsing messages. `kind` names the case in
@@ -53,9 +57,20 @@ class UnsupportedError(FallbackError):
 
     kind = "unsupported"
 
-    def __init__(self, message: str, ops: list[str] | None = None, op: str | None = None, node: str | None = None, reason: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        ops: list[str] | None = None,
+        op: str | None = None,
+        node: str | None = None,
+        reason: str | None = None,
+        line: int | None = None,
+        col: int | None = None,
+    ):
         super().__init__(message, ops if ops is not None else ([op] if op else []))
         self.op, self.node, self.reason = op, node, reason
+        # Where the refused node was written in the IR text, when the compiler knows.
+        self.line, self.col = line, col
 
 
 class CompileError(FallbackError):
@@ -95,16 +110,53 @@ class OptionsError(TorchTPUError, ValueError):
     kind = "options"
 
 
-_BY_KIND = {cls.kind: cls for cls in (UnsupportedError, CompileError, PluginError, ExecutionError, InternalError)}
+class IRError(TorchTPUError, ValueError):
+    """IR text handed to `torchtpu.canonical_ir`/`run_pipeline` that does not parse or
+    verify: `line` and `col` (1-based) where it was found, when known."""
+
+    kind = "ir"
+
+    def __init__(self, message: str, line: int | None = None, col: int | None = None):
+        super().__init__(message)
+        self.line, self.col = line, col
+
+
+class InputError(TorchTPUError, ValueError):
+    """Inputs that do not match a compiled program: their count, or input `index`'s dtype,
+    shape, device or layout (the extension checks each before reading its memory)."""
+
+    kind = "input"
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
+
+
+_BY_KIND = {
+    cls.kind: cls
+    for cls in (UnsupportedError, CompileError, PluginError, ExecutionError, InternalError, OptionsError, IRError, InputError)
+}
 
 
 def from_rust(kind: str, message: str, fields: dict | None = None) -> TorchTPUError:
     """The exception for a Rust error: `kind` is one of unsupported, compile, plugin,
-    execution, internal; `fields` its structured parts (op, node, reason; stage)."""
+    execution, internal, options, ir, input; `fields` its structured parts (op, node, reason,
+    line, col; stage; line, col; index)."""
     cls = _BY_KIND.get(kind, InternalError)
     fields = dict(fields or {})
     if cls is UnsupportedError:
-        return cls(message, op=fields.get("op"), node=fields.get("node"), reason=fields.get("reason"))
+        return cls(
+            message,
+            op=fields.get("op"),
+            node=fields.get("node"),
+            reason=fields.get("reason"),
+            line=fields.get("line"),
+            col=fields.get("col"),
+        )
     if cls is InternalError:
         return cls(message, stage=fields.get("stage"))
+    if cls is IRError:
+        return cls(message, line=fields.get("line"), col=fields.get("col"))
+    if cls is InputError:
+        return cls(message, index=fields.get("index"))
     return cls(message)

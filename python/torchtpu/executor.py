@@ -1,5 +1,6 @@
-"""Runs a compiled ATen graph: maps the FX graph's inputs to the program's, allocates the
-outputs as torch tensors, and lets the Rust side copy from and into their memory directly."""
+"""Runs a compiled ATen graph: maps the FX graph's inputs to the program's, hands their
+tensors to the Rust side (which checks them and reads their memory through DLPack) and wraps
+the outputs as torch tensors without a copy."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import time
 
 import torch
 
-from torchtpu import _C, _stats
-from torchtpu._log import warn_once
+from torchtpu import _C, _stats, policy
+from torchtpu.errors import ExecutionError, InputError, InternalError
 from torchtpu.exporter import TORCH_DTYPES, Exported
 from torchtpu.options import Options
 
@@ -19,17 +20,18 @@ log = logging.getLogger("torchtpu")
 
 def _dump(exported: Exported, opts: Options, name: str) -> None:
     """IR as exported (`NAME.input.ir`), after the passes (`NAME.ir`: what was lowered), and
-    its StableHLO (`NAME.stablehlo.mlir`). `torchtpu-opt NAME.ir --emit=stablehlo
-    --donate-inputs` (without the flag when donate=False) reproduces the StableHLO byte for byte."""
+    its StableHLO (`NAME.stablehlo.mlir`), from one driver run. `torchtpu-opt NAME.ir
+    --emit=stablehlo --donate-inputs` (without the flag when donate=False) reproduces the
+    StableHLO byte for byte."""
     os.makedirs(opts.dump_dir, exist_ok=True)
     base = os.path.join(opts.dump_dir, name)
-    optimised = _C.run_pipeline(exported.text, opts.passes)
+    optimised, stablehlo = _C.lower_ir(exported.text, opts.passes, opts.donate, with_ir=True)
     with open(base + ".input.ir", "w") as f:
         f.write(f"// passes: {opts.passes}\n" + exported.text)
     with open(base + ".ir", "w") as f:
         f.write(optimised)
     with open(base + ".stablehlo.mlir", "w") as f:
-        f.write(_C.lower_ir(optimised, "", opts.donate))
+        f.write(stablehlo)
     log.info("dumped %s.{input.ir,ir,stablehlo.mlir}", base)
 
 
@@ -37,9 +39,12 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     if opts.dump_dir:
         _dump(exported, opts, name)
     start = time.perf_counter()
-    program, source, saved = _C.compile(exported.text, opts.passes, opts.donate)
+    # One driver run (or a graph-cache hit, which keeps its estimate): the program says where
+    # it came from and carries the memory estimate and the stage timings.
+    program = _C.compile(exported.text, opts.passes, opts.donate)
     seconds = time.perf_counter() - start
-    _stats.bump("compile_seconds_saved", saved)
+    source = program.source
+    _stats.bump("compile_seconds_saved", program.compile_seconds_saved)
     for warning in _C.cache_warnings():
         # A corrupt or unreadable cache entry: it was recompiled and replaced.
         log.warning("torchtpu cache: %s", warning)
@@ -52,8 +57,8 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
         _stats.bump("memory_hits" if source == "memory" else "disk_hits")
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
     # The peak-memory estimate of the graph as lowered (after the passes), per graph.
-    _stats.record_graph(name, _C.memory_estimate(exported.text, opts.passes, opts.donate))
-    return CompiledGraph(program, exported, name, None if opts.strict else eager)
+    _stats.record_graph(name, program.memory)
+    return CompiledGraph(program, exported, name, None if opts.strict else eager, passes=opts.passes, donate=opts.donate)
 
 
 class IRProgram:
@@ -62,12 +67,12 @@ class IRProgram:
     Used to replay reproductions (`repro.replay`)."""
 
     def __init__(self, text: str, passes: str, donate: bool):
-        self.program, _, _ = _C.compile(text, passes, donate)
+        self.program = _C.compile(text, passes, donate)
         self.input_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in self.program.input_types]
 
     def __call__(self, inputs: list) -> list:
-        tensors = [t.contiguous() for t in inputs]
-        return [_from_dlpack(c) for c in self.program.run([t.data_ptr() for t in tensors])]
+        # Rust checks each tensor (CPU, dtype, shape, dense strides) before reading it.
+        return [_from_dlpack(c) for c in self.program.run([t.contiguous() for t in inputs])]
 
 
 def compile_ir(text: str, passes: str, donate: bool = True) -> IRProgram:
@@ -78,24 +83,31 @@ class CompiledGraph:
     """Callable with the FX graph's positional inputs; returns its outputs.
 
     The per-call path is kept short (issue 8): Dynamo's guards already pinned every input's
-    dtype, shape, strides and device, so a call gathers each input's address and wraps the
-    program's outputs, which share PJRT's memory (DLPack), as tensors. PJRT reads the inputs
-    in place and keeps their buffers between calls (`Program.run`). An input that is not a
-    contiguous tensor of the compiled type takes the checked path (copy or clear error)."""
+    dtype, shape, strides and device, so a call hands the input tensors to the program, which
+    checks each in Rust (host memory, dtype, shape, dense strides, byte size) before reading
+    it through DLPack, and wraps the program's outputs, which share PJRT's memory (DLPack),
+    as tensors. PJRT reads the inputs in place and keeps their buffers between calls
+    (`Program.run`). An input the program refuses (`InputError`: not a dense CPU tensor of
+    the compiled type) takes the checked path (a copy, or a clear error).
 
-    def __init__(self, program, exported: Exported, name: str, eager=None):
+    A PJRT execution failure (`ExecutionError`) runs the graph eagerly, by policy; an internal
+    error (a torchtpu bug, or TORCHTPU_INJECT_FAULT=execute) writes a reproduction and runs
+    eagerly with a "torchtpu bug" warning (`policy.on_failure`). With `eager` None (strict)
+    both raise."""
+
+    def __init__(self, program, exported: Exported, name: str, eager=None, passes: str = "", donate: bool = True):
         self.program = program
         # Runs the graph eagerly if PJRT fails at run time (None: raise, as in strict mode).
         self.eager = eager
         self.name = name
+        # What a reproduction of a failure at run time needs.
+        self.ir_text, self.passes, self.donate = exported.text, passes, donate
         self.inputs = exported.inputs
         self.outputs = exported.outputs
         self.output_is_tuple = exported.output_is_tuple
         self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
         # Per input: the positional argument it comes from, or -1 and the constant.
         self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
-        # Bytes of each input as compiled: Rust reads exactly this much from each address.
-        self._nbytes = program.input_bytes
         # The program's outputs are the results as they are (no None, value or restride).
         self._plain = len(self.outputs) == len(program.output_types) and all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
@@ -118,24 +130,23 @@ class CompiledGraph:
     def __call__(self, *args):
         tensors = [args[i] if i >= 0 else c for i, c in self._sources]
         try:
-            # Dynamo's guards pin dtype and shape; what memory safety needs (host memory,
-            # dense, exactly the compiled size) is checked here, cheaply, on every call.
-            if not all(t.is_cpu and t.is_contiguous() and t.nbytes == n for t, n in zip(tensors, self._nbytes)):
-                raise TypeError
-            ptrs = [t.data_ptr() for t in tensors]
-        except (TypeError, AttributeError):
-            tensors = self._checked(args)
-            ptrs = [t.data_ptr() for t in tensors]
-        try:
-            # `tensors` keeps every input alive until the call returns.
-            capsules = self.program.run(ptrs)
-        except (RuntimeError, ValueError) as e:
-            self._checked(args)  # a wrong input type or shape: say so, rather than fall back
-            if self.eager is None:
-                raise
-            warn_once(self.name + ":run", f"torchtpu: PJRT failed running {self.name}, running it eagerly: {e}")
+            try:
+                # `tensors` keeps every input alive until the call returns.
+                capsules = self.program.run(tensors)
+            except InputError:
+                capsules = self.program.run(self._checked(args))
+        except ExecutionError as e:
+            # PJRT failed running it: eager by policy (strict, `eager` None, raises).
+            policy.on_failure(e, f"graph {self.name}", self.eager is None)
             _stats.bump("graphs_fallback")
-            _stats.record_fallback(f"graph {self.name}: execution failed: {e}", ["<execution failure>"])
+            return self.eager(*args)
+        except InternalError as e:
+            # A torchtpu bug (or TORCHTPU_INJECT_FAULT=execute): a reproduction and a "torchtpu
+            # bug" warning, then eager; strict raises.
+            policy.on_failure(
+                e, f"graph {self.name}", self.eager is None, ir_text=self.ir_text, passes=self.passes, donate=self.donate
+            )
+            _stats.bump("graphs_fallback")
             return self.eager(*args)
         outs = [_from_dlpack(c) for c in capsules]
         if self._plain:

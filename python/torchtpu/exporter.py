@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchtpu.errors import UnsupportedError
+
 IR_DTYPES = {
     torch.float16: "f16",
     torch.bfloat16: "bf16",
@@ -35,12 +37,14 @@ IR_DTYPES = {
 TORCH_DTYPES = {v: k for k, v in IR_DTYPES.items()}
 
 
-class Unsupported(Exception):
-    """The graph cannot be expressed in the IR; `ops` names the offending ops."""
+class Unsupported(UnsupportedError):
+    """The graph cannot be expressed in the IR; `ops` names the offending ops and `fx_node` the
+    node being written when that is where it failed (the backend then runs that node eagerly
+    and compiles the rest)."""
 
     def __init__(self, message: str, ops: list[str] | None = None):
-        super().__init__(message)
-        self.ops = ops or []
+        super().__init__(message, ops or [])
+        self.fx_node = None
 
 
 @dataclasses.dataclass
@@ -70,6 +74,9 @@ class Exported:
     outputs: list[OutputSpec]
     output_is_tuple: bool
     ops: list[str]  # op names (namespace.name) in the graph, for stats and explain
+    # The FX node each IR line was written for (line 1 is the graph's header): maps the
+    # compiler's per-node refusals (`_C.check_lowerable`) back to the FX graph.
+    nodes_by_line: dict = dataclasses.field(default_factory=dict)
 
 
 def op_name(target) -> str | None:
@@ -212,6 +219,7 @@ class _Writer:
         self.inputs: list[InputSpec] = []
         self.arg_index: dict[torch.fx.Node, int] = {}  # placeholder -> positional input index
         self.ops: list[str] = []
+        self.line_nodes: list[torch.fx.Node] = []  # the FX node of each entry of `lines`
         self.counter = 0
 
     def fresh(self) -> str:
@@ -356,6 +364,7 @@ class _Writer:
             lhs = f"{name} = "
             ty = types[0]
         self.lines.append(f"  {lhs}{full}({', '.join(operands)}){attr_part} : {ty}  // {node.name}")
+        self.line_nodes.append(node)
         self.values[node] = name
 
     def output(self, node):
@@ -419,7 +428,11 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
         elif node.op == "get_attr":
             w.get_attr(node)
         elif node.op == "call_function":
-            w.call(node)
+            try:
+                w.call(node)
+            except Unsupported as e:
+                e.fx_node = e.fx_node or node
+                raise
         elif node.op == "output":
             out = w.output(node)
         else:
@@ -430,7 +443,8 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
         + "".join(line + "\n" for line in w.lines)
         + f"  return {', '.join(refs)}\n}}\n"
     ).replace("return \n", "return\n")
-    return Exported(text, w.inputs, specs, is_tuple, w.ops)
+    nodes_by_line = {i + 2: n for i, n in enumerate(w.line_nodes)}
+    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line)
 
 
 def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False) -> dict[torch.fx.Node, str]:

@@ -1,7 +1,12 @@
-"""Eager fallback inside a graph: the nodes the compiler cannot take are partitioned out and
-run eagerly; every maximal supported region is compiled on its own. (Dynamo graph breaks are
-the first layer, handled by Dynamo; a failed compile runs the whole ATen graph eagerly, the
-third, in backend.py.)"""
+"""Eager fallback inside a graph: the nodes the compiler does not take are partitioned out
+and run eagerly, each alone; every maximal supported region around them is compiled on its
+own. (Dynamo graph breaks are the first layer, handled by Dynamo; what else fails is decided
+by `policy.on_failure`.)
+
+A node is not taken when its op has no lowering, when the registry's legality check refuses
+its form (`_C.check_lowerable`, asked once per region before it is compiled), when the
+exporter cannot write one of its arguments, or when lowering refuses it late (the error names
+its IR line). In the last three cases the region is partitioned again around that node."""
 
 from __future__ import annotations
 
@@ -11,11 +16,15 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from torchtpu import _stats
+from torchtpu import _C, _stats, policy
 from torchtpu._log import log, warn_once  # noqa: F401 - warn_once re-exported for callers
-from torchtpu.errors import FallbackError  # noqa: F401 - re-exported: torchtpu.fallback.FallbackError
+from torchtpu.errors import FallbackError, InternalError, UnsupportedError  # noqa: F401 - FallbackError re-exported
 from torchtpu.executor import compile_exported
-from torchtpu.exporter import Unsupported, export
+from torchtpu.exporter import export
+
+# Partitioning again around nodes found only while compiling a region stops after this many
+# rounds (each round removes at least one node, so this bounds pathological graphs only).
+MAX_ROUNDS = 16
 
 
 class _Support(OperatorSupportBase):
@@ -39,7 +48,49 @@ class _CompiledPartition(torch.nn.Module):
         return self.fn(*args)
 
 
-def partition_and_compile(gm: torch.fx.GraphModule, unsupported: set, opts, name: str):
+def _refused(exported) -> set:
+    """The region's nodes the registry's legality checks refuse (mapped back through the
+    exporter's line table)."""
+    out = set()
+    for line, op, reason in _C.check_lowerable(exported.text):
+        node = exported.nodes_by_line.get(line)
+        if node is None:
+            raise InternalError(f"the compiler refused {op} at line {line}, which no FX node wrote", stage="export")
+        out.add(node)
+    return out
+
+
+def _compile_region(sub: torch.fx.GraphModule, opts, name: str, depth: int):
+    """A compiled callable for region `sub`, or its own partitioning around the nodes found
+    unsupported in it, or None (it runs eagerly: `policy.on_failure` decided so)."""
+    exported = None
+    try:
+        exported = export(sub, name)
+        refused = _refused(exported)
+        if not refused:
+            return compile_exported(exported, opts, name, eager=sub.forward)
+    except UnsupportedError as e:
+        node = getattr(e, "fx_node", None)
+        if node is None and exported is not None and getattr(e, "line", None) is not None:
+            node = exported.nodes_by_line.get(e.line)
+        if node is None or depth >= MAX_ROUNDS:
+            policy.on_failure(e, f"partition {name}", opts.strict)
+            return None
+        refused = {node}
+    except FallbackError as e:
+        policy.on_failure(e, f"partition {name}", opts.strict)
+        return None
+    except Exception as e:  # noqa: BLE001 - a bug in torchtpu: loud, with a reproduction
+        error = policy.as_internal(e, "export" if exported is None else "compile")
+        policy.on_failure(error, f"partition {name}", opts.strict, ir_text=exported and exported.text, passes=opts.passes, donate=opts.donate, fx_code=sub.code)
+        return None
+    ops = sorted({str(getattr(n.target, "__name__", n.target)) for n in refused})
+    message = f"partition {name}: nodes the lowering refuses run eagerly: {ops}"
+    policy.on_failure(UnsupportedError(f"torchtpu (strict): {message}" if opts.strict else message, ops), f"partition {name}", opts.strict)
+    return partition_and_compile(sub, refused, opts, name, depth + 1)
+
+
+def partition_and_compile(gm: torch.fx.GraphModule, unsupported: set, opts, name: str, depth: int = 0):
     """Returns a callable running `gm` with supported regions compiled, the rest eager."""
     partitioner = CapabilityBasedPartitioner(gm, _Support(unsupported), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
@@ -49,12 +100,9 @@ def partition_and_compile(gm: torch.fx.GraphModule, unsupported: set, opts, name
             continue
         sub = getattr(fused, node.target)
         part_name = f"{name}_{node.target}"
-        try:
-            compiled = compile_exported(export(sub, part_name), opts, part_name)
-        except (Unsupported, RuntimeError, ValueError) as e:
+        compiled = _compile_region(sub, opts, part_name, depth)
+        if compiled is None:
             _stats.bump("partitions_eager")
-            _stats.record_fallback(f"partition {part_name}: {e}", getattr(e, "ops", []) or ["<compile failure>"])
-            warn_once(part_name, f"torchtpu: running partition {part_name} eagerly: {e}")
             continue
         _stats.bump("partitions_compiled")
         setattr(fused, node.target, _CompiledPartition(compiled))

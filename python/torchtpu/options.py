@@ -11,7 +11,8 @@ from torchtpu.errors import OptionsError
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    # Raise instead of falling back to eager (unsupported op, compile or PJRT failure).
+    # Raise instead of falling back to eager (unsupported op, compile or PJRT failure, a
+    # torchtpu bug). Default: TORCHTPU_FALLBACK=error in the environment (see policy.py).
     strict: bool = False
     # Write each graph's IR (as exported and after the passes) and StableHLO here.
     dump_dir: str | None = None
@@ -30,6 +31,10 @@ class Options:
         unknown = sorted(set(options) - known)
         if unknown:
             raise OptionsError(f"unknown torchtpu option(s) {unknown}; known: {sorted(known)}")
+        if "strict" not in options:
+            from torchtpu.policy import fallback_is_error
+
+            options["strict"] = fallback_is_error()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
         for flag in ("strict", "donate"):

@@ -6,10 +6,9 @@ use clap::Parser;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use torchtpu_compiler::analysis::memory;
-use torchtpu_compiler::ir::{parse_graph, print_graph, verify};
-use torchtpu_compiler::lower::{Format, Lowering};
-use torchtpu_compiler::passes::{PassManager, PipelineOptions, REGISTRY};
+use torchtpu_compiler::driver::{self, DriverError, Format, PipelineOptions, Timings};
+use torchtpu_compiler::ir::print_graph;
+use torchtpu_compiler::passes::REGISTRY;
 
 #[derive(Parser, Debug)]
 #[command(name = "torchtpu-opt", version, about = "Run torchtpu compiler passes over the graph IR")]
@@ -22,6 +21,10 @@ struct Args {
     /// List the registered passes with one-line descriptions and exit.
     #[arg(long = "list-passes")]
     list_passes: bool,
+    /// List every op of the op registry with its traits, lowering and decomposition policy
+    /// and exit; `--list-ops=markdown` prints docs/ops.md.
+    #[arg(long = "list-ops", value_name = "FORMAT", num_args = 0..=1, default_missing_value = "text")]
+    list_ops: Option<ListOps>,
     /// Print the IR (to stderr) after every pass.
     #[arg(long = "print-ir-after-all")]
     print_ir_after_all: bool,
@@ -74,6 +77,12 @@ enum Emit {
     Stablehlo,
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ListOps {
+    Text,
+    Markdown,
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -98,6 +107,11 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<()> {
+    match args.list_ops {
+        Some(ListOps::Text) => return emit(args, &torchtpu_compiler::registry::listing()),
+        Some(ListOps::Markdown) => return emit(args, &torchtpu_compiler::registry::markdown()),
+        None => {}
+    }
     if args.list_passes {
         let width = REGISTRY.iter().map(|p| p.name.len()).max().unwrap_or(0);
         let mut out = String::new();
@@ -132,45 +146,37 @@ fn run(args: &Args) -> Result<()> {
 
 /// Verifies, runs the pipeline and lowers `text`; the output to print.
 fn process(args: &Args, source_name: &str, text: &str) -> Result<String> {
-    let mut graph = parse_graph(text).map_err(|e| anyhow::anyhow!("{source_name}:{e}"))?;
-    // Like parse errors, a verifier error names `file:line:col` when the node came from text.
-    verify(&graph).map_err(|e| match e.loc {
-        Some(_) => anyhow::anyhow!("{source_name}:{}", e.located()),
-        None => anyhow::anyhow!("{source_name}: invalid IR: {e}"),
-    })?;
+    let mut cx = driver::Context::new();
     if args.verify_only {
+        cx.check_text(text, &mut Timings::default()).map_err(|e| located(source_name, e))?;
         return Ok(String::new());
     }
-    let options = PipelineOptions {
-        verify_each: !args.no_verify_each,
-        print_before_all: args.print_ir_before_all,
-        print_after_all: args.print_ir_after_all,
-        print_before: args.print_ir_before.clone(),
-        print_after: args.print_ir_after.clone(),
+    let options = driver::Options {
+        pipeline: args.pass_pipeline.clone().unwrap_or_default(),
+        pipeline_options: PipelineOptions {
+            verify_each: !args.no_verify_each,
+            print_before_all: args.print_ir_before_all,
+            print_after_all: args.print_ir_after_all,
+            print_before: args.print_ir_before.clone(),
+            print_after: args.print_ir_after.clone(),
+        },
+        donate_inputs: args.donate_inputs,
+        analyze: args.print_memory,
+        memory_before: args.print_memory,
+        emit: (args.emit == Emit::Stablehlo).then_some(Format::Text),
+        ..driver::Options::default()
     };
-    let pm = PassManager::from_pipeline(args.pass_pipeline.as_deref().unwrap_or(""), options)?;
     let stderr = std::io::stderr();
-    // The report is rendered now: passes may remove the node it names.
-    let memory_before = match args.print_memory {
-        true => {
-            Some(memory::report(&graph, &memory::estimate(&graph).map_err(|_| anyhow::anyhow!("graph has a cycle"))?))
-        }
-        false => None,
-    };
-    let runs = pm.run(&mut graph, &mut stderr.lock())?;
-    let aliases = if args.donate_inputs { memory::donation_pairs(&graph) } else { Vec::new() };
-    if let Some(before) = memory_before {
-        let donated: Vec<usize> = aliases.iter().map(|(i, _)| *i).collect();
-        let after =
-            memory::estimate_with_donation(&graph, &donated).map_err(|_| anyhow::anyhow!("graph has a cycle"))?;
+    let compiled = cx.compile_text(text, &options, &mut stderr.lock()).map_err(|e| located(source_name, e))?;
+    if let (Some(before), Some(after)) = (&compiled.analyses.memory_before, &compiled.analyses.memory) {
         let mut err = stderr.lock();
-        writeln!(err, "{before} (before passes)")?;
-        writeln!(err, "{} (after passes)", memory::report(&graph, &after))?;
+        writeln!(err, "{} (before passes)", before.report())?;
+        writeln!(err, "{} (after passes)", after.report())?;
     }
     if args.timing {
         let mut err = stderr.lock();
         writeln!(err, "// pass timing")?;
-        for r in &runs {
+        for r in &compiled.timings.passes {
             writeln!(
                 err,
                 "//   {:<16} {:>10.3} ms  {}",
@@ -180,13 +186,22 @@ fn process(args: &Args, source_name: &str, text: &str) -> Result<String> {
             )?;
         }
     }
-    Ok(match args.emit {
-        Emit::Ir => print_graph(&graph),
-        Emit::Stablehlo => {
-            let module = Lowering::new().lower_aliased(&graph, Format::Text, &aliases)?;
-            module.text().unwrap_or_default().to_owned()
-        }
+    Ok(match &compiled.hlo {
+        Some(module) => module.text().unwrap_or_default().to_owned(),
+        None => print_graph(&compiled.graph),
     })
+}
+
+/// A driver error as one line; parse and verifier errors name `file:line:col`.
+fn located(source_name: &str, e: DriverError) -> anyhow::Error {
+    match e {
+        DriverError::Parse(p) => anyhow::anyhow!("{source_name}:{p}"),
+        DriverError::Verify(v) if v.loc.is_some() => anyhow::anyhow!("{source_name}:{}", v.located()),
+        DriverError::Verify(v) => anyhow::anyhow!("{source_name}: invalid IR: {v}"),
+        DriverError::Pipeline(p) => p.into(),
+        DriverError::Lower(l) => l.into(),
+        e => e.into(),
+    }
 }
 
 fn read_input(path: Option<&PathBuf>) -> Result<(String, String)> {

@@ -5,6 +5,7 @@ pub mod graph;
 pub mod ops;
 pub mod parser;
 pub mod printer;
+pub mod scalar;
 pub mod types;
 pub mod verifier;
 
@@ -12,5 +13,6 @@ pub use attr::{Attr, Elements, Literal};
 pub use graph::{Graph, Node, NodeId, NodeKind, OpName, SourceLoc, Value};
 pub use parser::{parse_graph, ParseError};
 pub use printer::print_graph;
+pub use scalar::Scalar;
 pub use types::{DType, Dim, SymRange, TensorType};
 pub use verifier::{verify, VerifyError};

@@ -3,7 +3,7 @@
 
 use super::attr::Attr;
 use super::graph::{is_ident, Graph, NodeId, NodeKind, SourceLoc, Value};
-use super::ops::{op_info, ShapeRule};
+use super::ops::ShapeRule;
 use super::printer::ValueNames;
 use super::types::{broadcast_shapes, DType, Dim, TensorType};
 use std::fmt;
@@ -117,7 +117,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             }
         }
     }
-    let Some(info) = op_info(op) else { return Ok(()) };
+    let Some(info) = crate::registry::lookup(op).and_then(|d| d.signature) else { return Ok(()) };
     if !info.operands.accepts(node.operands.len()) {
         return Err(format!("expects {} operands, got {}", info.operands, node.operands.len()));
     }
@@ -135,7 +135,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
         let want = TensorType::new(result.dtype, expected.to_vec());
         Err(format!("result type {result} does not match the operands: expected shape of {want}"))
     };
-    match info.rule {
+    match info.shape {
         ShapeRule::Free => {}
         ShapeRule::SameShape => {
             if result.shape != operand(0).shape {
@@ -152,14 +152,14 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             if result.shape != shape {
                 return shape_mismatch(&shape);
             }
-            if info.rule == ShapeRule::Compare && result.dtype != DType::Bool {
+            if info.shape == ShapeRule::Compare && result.dtype != DType::Bool {
                 return Err(format!("comparison result must be bool, got {result}"));
             }
         }
         ShapeRule::MatMul | ShapeRule::BatchMatMul | ShapeRule::AddMm => {
             let (a, b) =
-                if info.rule == ShapeRule::AddMm { (operand(1), operand(2)) } else { (operand(0), operand(1)) };
-            let rank = if info.rule == ShapeRule::BatchMatMul { 3 } else { 2 };
+                if info.shape == ShapeRule::AddMm { (operand(1), operand(2)) } else { (operand(0), operand(1)) };
+            let rank = if info.shape == ShapeRule::BatchMatMul { 3 } else { 2 };
             if a.rank() != rank || b.rank() != rank {
                 return Err(format!("expects rank-{rank} operands, got {a} and {b}"));
             }
@@ -175,7 +175,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             if result.shape != expected {
                 return shape_mismatch(&expected);
             }
-            if info.rule == ShapeRule::AddMm
+            if info.shape == ShapeRule::AddMm
                 && broadcast_shapes(&operand(0).shape, &expected).as_deref() != Some(&expected[..])
             {
                 return Err(format!("bias {} does not broadcast to {}", operand(0), result));

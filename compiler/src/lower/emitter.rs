@@ -5,7 +5,7 @@
 
 use super::error::{RuleError, RuleResult};
 use crate::ir::DType;
-use crate::passes::patterns::Scalar;
+use crate::ir::Scalar;
 use melior::ir::attribute::{DenseElementsAttribute, DenseI64ArrayAttribute};
 use melior::ir::operation::OperationBuilder;
 use melior::ir::r#type::{IntegerType, RankedTensorType};

@@ -1,13 +1,15 @@
 //! Lowering errors. Callers tell them apart: an unsupported op falls back to eager, a bad
 //! attribute or an MLIR failure is a compiler bug or bad input.
 
-use crate::ir::VerifyError;
+use crate::ir::{SourceLoc, VerifyError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LowerError {
-    /// The op is not in the lowering table, or this form of it is not lowered (`reason`).
+    /// The op has no lowering in the registry, or this form of it is not lowered (`reason`).
+    /// `loc` is where the node was written, when the graph came from text: the backend maps
+    /// it back to the FX node, which then runs eagerly alone.
     #[error("unsupported op {op} at node {node}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
-    Unsupported { op: String, node: String, reason: Option<String> },
+    Unsupported { op: String, node: String, reason: Option<String>, loc: Option<SourceLoc> },
     /// Symbolic dims must be specialised before lowering (one compile per concrete size).
     #[error("node {node} ({op}) has a symbolic shape {ty}; lowering needs static shapes")]
     DynamicShape { op: String, node: String, ty: String },
@@ -25,7 +27,9 @@ pub enum LowerError {
     Mlir { context: String, message: String },
 }
 
-/// What a lowering rule reports; the driver adds the op and node names.
+/// What a lowering rule reports; the driver adds the op and node names. Forms a rule does not
+/// lower are refused before emission by the op's legality check (`legality.rs`); `Unsupported`
+/// remains for what only emission finds (the emitter refusing a complex-to-real conversion).
 #[derive(Debug)]
 pub enum RuleError {
     Unsupported(String),
@@ -45,8 +49,4 @@ pub type RuleResult<T> = Result<T, RuleError>;
 macro_rules! bad {
     ($($t:tt)*) => { Err($crate::lower::error::RuleError::Bad(format!($($t)*))) };
 }
-/// `Err(RuleError::Unsupported(..))` with a formatted reason.
-macro_rules! unsupported {
-    ($($t:tt)*) => { Err($crate::lower::error::RuleError::Unsupported(format!($($t)*))) };
-}
-pub(crate) use {bad, unsupported};
+pub(crate) use bad;

@@ -1,19 +1,21 @@
 //! Lowering: the IR to an MLIR module whose `func.func @main` holds StableHLO, built with
-//! melior. One table (`table.rs`) maps each ATen op to one rule; an op missing from it is
-//! `LowerError::Unsupported { op, node }`, never a panic. Rules follow PyTorch semantics
-//! (see `docs/lowering.md`).
+//! melior. The op registry (`crate::registry`) gives each op its family rule (`ops/`), the
+//! rule's parameter and a legality check (`legality.rs`) run before anything is emitted; an op
+//! without a lowering, or a form its check refuses, is `LowerError::Unsupported { op, node }`,
+//! never a panic. Rules follow PyTorch semantics (see `docs/lowering.md`).
 
 mod emitter;
 pub mod error;
+pub mod legality;
 mod node;
-mod ops;
+pub(crate) mod ops;
 mod promote;
-mod table;
 
 pub use emitter::{element_type, tensor_type};
 pub use error::LowerError;
+pub use legality::{check_graph, Refusal};
+pub use ops::RuleFn;
 pub use promote::result_type;
-pub use table::{is_supported, supported_ops};
 
 use crate::ir::printer::ValueNames;
 use crate::ir::{verify, Graph, NodeKind, TensorType, Value};
@@ -173,11 +175,14 @@ impl Lowering {
                         return Err(e);
                     }
                 }
-                let rule = table::rule_for(op).ok_or_else(|| LowerError::Unsupported {
-                    op: op.base(),
-                    node: node_name.clone(),
-                    reason: None,
-                })?;
+                let lowering = legality::check_node(g, id)
+                    .map_err(|r| LowerError::Unsupported {
+                        op: r.op,
+                        node: node_name.clone(),
+                        reason: r.reason,
+                        loc: r.loc,
+                    })?
+                    .expect("an op node");
                 // Every lowered op computes something; rules read `results[0]`.
                 if node.results.is_empty() {
                     let message = "the node declares no results".to_string();
@@ -190,11 +195,14 @@ impl Lowering {
                         !g.uses(v).is_empty() || g.outputs().contains(&v)
                     })
                     .collect();
-                let nctx = node::NodeCtx { node, args, results, used };
-                let out = rule(&e, &nctx).map_err(|err| match err {
-                    RuleError::Unsupported(reason) => {
-                        LowerError::Unsupported { op: op.base(), node: node_name.clone(), reason: Some(reason) }
-                    }
+                let nctx = node::NodeCtx { node, args, results, used, param: lowering.param };
+                let out = (lowering.rule)(&e, &nctx).map_err(|err| match err {
+                    RuleError::Unsupported(reason) => LowerError::Unsupported {
+                        op: op.base(),
+                        node: node_name.clone(),
+                        reason: Some(reason),
+                        loc: node.loc,
+                    },
                     RuleError::Bad(message) => {
                         LowerError::BadNode { op: op_name.clone(), node: node_name.clone(), message }
                     }

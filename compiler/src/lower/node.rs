@@ -15,6 +15,9 @@ pub struct NodeCtx<'c, 'a, 'n> {
     /// Per result: whether anything reads it (a node or the graph's outputs). A rule may skip
     /// the work of an unread result (it still returns a value of the declared type).
     pub used: Vec<bool>,
+    /// What the registry parameterises the family rule by for this op: the StableHLO op it
+    /// emits, a comparison direction or a variant name.
+    pub param: Option<&'static str>,
 }
 
 /// One resolved schema parameter.
@@ -40,6 +43,14 @@ impl<'c, 'a, 'n> Param<'c, 'a, 'n> {
 }
 
 impl<'c, 'a, 'n> NodeCtx<'c, 'a, 'n> {
+    /// The registry's parameter for this op; a family rule without one is a registry bug.
+    pub fn param(&self) -> RuleResult<&'static str> {
+        match self.param {
+            Some(p) => Ok(p),
+            None => bad!("the registry gives this op's family rule no parameter"),
+        }
+    }
+
     pub fn out_dtype(&self) -> DType {
         self.results[0].0
     }

@@ -3,8 +3,8 @@
 //! never merged.
 
 use super::{Pass, PassError};
-use crate::ir::ops::{has_side_effects, is_nondeterministic};
 use crate::ir::{Graph, Node, NodeId, NodeKind, Value};
+use crate::registry::{has_side_effects, is_nondeterministic};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};

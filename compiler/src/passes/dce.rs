@@ -1,8 +1,8 @@
 //! Dead code elimination: removes op nodes whose results nothing reads.
 
 use super::{Pass, PassError};
-use crate::ir::ops::has_side_effects;
 use crate::ir::{Graph, NodeKind};
+use crate::registry::has_side_effects;
 
 #[derive(Default)]
 pub struct Dce;

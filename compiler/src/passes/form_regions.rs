@@ -8,6 +8,7 @@
 
 use super::{Pass, PassError};
 use crate::ir::{Attr, Graph, NodeId, NodeKind};
+use crate::registry::{self, Traits};
 use std::collections::HashMap;
 
 #[derive(Default)]
@@ -19,93 +20,18 @@ impl FormRegions {
         "mark connected single-use elementwise chains (and the reduction ending them) as regions";
 }
 
-/// Ops computed element by element (after broadcasting).
-const ELEMENTWISE: &[&str] = &[
-    "abs",
-    "neg",
-    "ceil",
-    "floor",
-    "round",
-    "trunc",
-    "sign",
-    "sqrt",
-    "rsqrt",
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log2",
-    "log10",
-    "log1p",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "tanh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "sigmoid",
-    "erf",
-    "erfc",
-    "erfinv",
-    "reciprocal",
-    "relu",
-    "gelu",
-    "silu",
-    "logical_not",
-    "bitwise_not",
-    "add",
-    "sub",
-    "rsub",
-    "mul",
-    "div",
-    "pow",
-    "maximum",
-    "minimum",
-    "atan2",
-    "fmod",
-    "remainder",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "where",
-    "clamp",
-    "clamp_min",
-    "clamp_max",
-    "hardtanh",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "_to_copy",
-    "lgamma",
-    "digamma",
-];
-const REDUCTIONS: &[&str] = &["sum", "mean", "amax", "amin", "prod", "var"];
-
+/// `Some(false)` for an elementwise op, `Some(true)` for a reduction (the registry's traits),
+/// `None` for anything else.
 fn kind(g: &Graph, id: NodeId) -> Option<bool> {
     let node = g.node(id);
     let op = node.op()?;
-    // Ops the verifier does not describe (isnan, erfc, ...) may have any counts.
-    if op.namespace != "aten" || node.results.len() != 1 || node.operands.is_empty() {
+    if node.results.len() != 1 || node.operands.is_empty() {
         return None;
     }
-    if ELEMENTWISE.contains(&op.name.as_str()) {
+    let def = registry::lookup(op)?;
+    if def.traits.contains(Traits::ELEMENTWISE) {
         Some(false)
-    } else if REDUCTIONS.contains(&op.name.as_str()) {
+    } else if def.traits.contains(Traits::REDUCTION) {
         Some(true)
     } else {
         None

@@ -8,9 +8,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
-use torchtpu_compiler::ir::{parse_graph, verify, DType, Graph, TensorType};
-use torchtpu_compiler::passes::DEFAULT_PIPELINE;
-use torchtpu_engine::{default_engine, HostTensor, Options, DEFAULT_MAX_TENSOR_BYTES};
+use torchtpu_compiler::driver::{DriverError, Timings};
+use torchtpu_compiler::ir::{DType, Graph, TensorType};
+use torchtpu_engine::{default_engine, with_driver, HostTensor, Options, DEFAULT_MAX_TENSOR_BYTES, DEFAULT_PIPELINE};
 use torchtpu_runtime::cli::{eprint_line, Stdout};
 
 #[derive(Parser, Debug)]
@@ -109,10 +109,12 @@ fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let text =
         std::fs::read_to_string(&args.input).with_context(|| format!("cannot read '{}'", args.input.display()))?;
     let source = args.input.display();
-    let graph = parse_graph(&text).map_err(|e| anyhow::anyhow!("{source}:{e}"))?;
-    verify(&graph).map_err(|e| match e.loc {
-        Some(_) => anyhow::anyhow!("{source}:{}", e.located()),
-        None => anyhow::anyhow!("{source}: invalid IR: {e}"),
+    // The driver's first stages; the engine runs the rest (passes, analyses, lowering).
+    let graph = with_driver(|cx| cx.check_text(&text, &mut Timings::default())).map_err(|e| match e {
+        DriverError::Parse(p) => anyhow::anyhow!("{source}:{p}"),
+        DriverError::Verify(v) if v.loc.is_some() => anyhow::anyhow!("{source}:{}", v.located()),
+        DriverError::Verify(v) => anyhow::anyhow!("{source}: invalid IR: {v}"),
+        e => e.into(),
     })?;
     io_bytes(&graph, args.max_io_bytes)?;
     let t = Instant::now();

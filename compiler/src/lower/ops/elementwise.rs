@@ -2,11 +2,12 @@
 //! comparisons, logical and bitwise ops, `where`, `clamp`, casts.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::{NodeCtx, Param};
 use crate::lower::promote::{result_type, Operand};
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -17,7 +18,7 @@ fn operand<'c, 'a>(e: &Emitter<'c, 'a>, p: &Param<'c, 'a, '_>, dtype: DType, dim
             let t = e.convert(t, dtype)?;
             e.broadcast_to(&t, dims)
         }
-        Param::Attr(a) => match crate::passes::patterns::Scalar::from_attr(a) {
+        Param::Attr(a) => match crate::ir::Scalar::from_attr(a) {
             Some(s) => e.constant(dtype, dims, s),
             None => bad!("expected a tensor or a number, got {a:?}"),
         },
@@ -39,134 +40,149 @@ fn role(p: &Param) -> Option<Operand> {
     }
 }
 
-pub fn unary_op(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "abs" => "stablehlo.abs",
-        "neg" => "stablehlo.negate",
-        "ceil" => "stablehlo.ceil",
-        "floor" => "stablehlo.floor",
-        "sqrt" => "stablehlo.sqrt",
-        "rsqrt" => "stablehlo.rsqrt",
-        "exp" => "stablehlo.exponential",
-        "expm1" => "stablehlo.exponential_minus_one",
-        "log" => "stablehlo.log",
-        "log1p" => "stablehlo.log_plus_one",
-        "sin" => "stablehlo.sine",
-        "cos" => "stablehlo.cosine",
-        "tan" => "stablehlo.tan",
-        "tanh" => "stablehlo.tanh",
-        "sigmoid" => "stablehlo.logistic",
-        "erf" => "chlo.erf",
-        "erfinv" => "chlo.erf_inv",
-        "erfc" => "chlo.erfc",
-        "bessel_i1e" => "chlo.bessel_i1e",
-        "lgamma" => "chlo.lgamma",
-        "digamma" => "chlo.digamma",
-        "asin" => "chlo.asin",
-        "acos" => "chlo.acos",
-        "sinh" => "chlo.sinh",
-        "cosh" => "chlo.cosh",
-        "asinh" => "chlo.asinh",
-        "acosh" => "chlo.acosh",
-        "atanh" => "chlo.atanh",
-        "round" => "stablehlo.round_nearest_even",
-        "bitwise_not" => "stablehlo.not",
-        _ => return None,
-    })
-}
-
-/// Unary math: the operand is converted to the result dtype (ints become floats for `sqrt`
-/// etc.), then one StableHLO op, or a short expansion.
+/// Unary math that is one StableHLO/CHLO op (the registry's parameter) in the result dtype:
+/// the operand is converted first (ints become floats for `sqrt` etc.). Rounding an integer
+/// is the identity; `abs` of a complex tensor is its real modulus.
 pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let op = n.param()?;
     let out = n.out_dtype();
     let x = n.arg(0)?;
-    let one = |dims: &[i64]| e.constant(out, dims, Scalar::F(1.0));
-    let r = match name {
-        "logical_not" => {
-            let b = e.convert(x, DType::Bool)?;
-            let t = e.ew("stablehlo.not", &[&b], DType::Bool)?;
-            e.convert(&t, out)?
+    let r = match op {
+        "stablehlo.round_nearest_even" | "stablehlo.ceil" | "stablehlo.floor" if !out.is_float() => {
+            e.convert(x, out)?
         }
-        "round" if n.int_or("decimals", 0)? != 0 => return unsupported!("round with decimals != 0"),
-        "round" | "ceil" | "floor" | "trunc" if !out.is_float() => e.convert(x, out)?,
-        "abs" | "neg" if x.dtype == DType::Bool => return unsupported!("{name} of a bool tensor"),
         // |z|: StableHLO's abs of a complex tensor is its (real) modulus.
-        "abs" if x.dtype.is_complex() => e.op("stablehlo.abs", &[x], x.dtype.real_part(), &x.dims.clone(), &[])?,
-        "sign" if x.dtype.is_complex() => return unsupported!("sign of a complex tensor (PyTorch has sgn)"),
-        "bitwise_not" if out == DType::Bool => e.ew("stablehlo.not", &[x], DType::Bool)?,
-        "sign" => {
-            let x = e.convert(x, out)?;
-            if out == DType::Bool {
-                x
-            } else if out == DType::U8 {
-                let zero = e.constant(out, &x.dims, Scalar::I(0))?;
-                let pos = e.compare(&x, &zero, Cmp::Gt)?;
-                e.convert(&pos, out)?
-            } else {
-                e.ew("stablehlo.sign", &[&x], out)?
-            }
+        "stablehlo.abs" if x.dtype.is_complex() => {
+            e.op("stablehlo.abs", &[x], x.dtype.real_part(), &x.dims.clone(), &[])?
         }
-        "trunc" => {
-            // trunc(x) = x < 0 ? ceil(x) : floor(x)
-            let x = e.convert(x, out)?;
-            let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
-            let neg = e.compare(&x, &zero, Cmp::Lt)?;
-            let c = e.ew("stablehlo.ceil", &[&x], out)?;
-            let f = e.ew("stablehlo.floor", &[&x], out)?;
-            e.select(&neg, &c, &f)?
-        }
-        "reciprocal" => {
-            let x = e.convert(x, out)?;
-            e.ew("stablehlo.divide", &[&one(&x.dims)?, &x], out)?
-        }
-        "relu" => {
-            // max(x, 0) with x first: XLA keeps a NaN from its first operand and the
-            // constant is never NaN, so NaN propagates without the general NaN selects
-            // (the `relu_nan` eager comparison test guards this).
-            let x = e.convert(x, out)?;
-            let zero = e.constant(out, &x.dims, Scalar::I(0))?;
-            e.ew("stablehlo.maximum", &[&x, &zero], out)?
-        }
-        "exp2" => {
-            let x = e.convert(x, out)?;
-            let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
-            e.ew("stablehlo.power", &[&two, &x], out)?
-        }
-        "log2" | "log10" => {
-            let x = e.convert(x, out)?;
-            let l = e.ew("stablehlo.log", &[&x], out)?;
-            let base = if name == "log2" { std::f64::consts::LN_2 } else { std::f64::consts::LN_10 };
-            let c = e.constant(out, &x.dims, Scalar::F(base))?;
-            e.ew("stablehlo.divide", &[&l, &c], out)?
-        }
-        "gelu" => gelu(e, &e.convert(x, out)?, n.str_or("approximate", "none")?)?,
-        "atan" => {
-            // atan(x) = 2 atan2(x, 1 + sqrt(1 + x^2)). The plugin's XLA miscomputes atan, and
-            // atan2(x, 1) which it simplifies to atan, on f32 arrays of 64+ elements (output =
-            // input; measured, see the `atan_long` eager comparison); a non-constant
-            // denominator avoids that path.
-            let x = e.convert(x, out)?;
-            let o = one(&x.dims)?;
-            let x2 = e.ew("stablehlo.multiply", &[&x, &x], out)?;
-            let r = e.ew("stablehlo.sqrt", &[&e.ew("stablehlo.add", &[&o, &x2], out)?], out)?;
-            let den = e.ew("stablehlo.add", &[&o, &r], out)?;
-            let half = e.ew("stablehlo.atan2", &[&x, &den], out)?;
-            let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
-            e.ew("stablehlo.multiply", &[&half, &two], out)?
-        }
-        "silu" => {
-            let x = e.convert(x, out)?;
-            let s = e.ew("stablehlo.logistic", &[&x], out)?;
-            e.ew("stablehlo.multiply", &[&x, &s], out)?
-        }
-        _ => {
-            let Some(op) = unary_op(name) else { return unsupported!("no unary rule for '{name}'") };
-            let x = e.convert(x, out)?;
-            e.ew(op, &[&x], out)?
-        }
+        "stablehlo.not" if out == DType::Bool => e.ew("stablehlo.not", &[x], DType::Bool)?,
+        _ => e.ew(op, &[&e.convert(x, out)?], out)?,
     };
     Ok(vec![r])
+}
+
+/// `abs`/`neg` of a bool tensor: PyTorch raises for both.
+pub fn not_of_bool(c: &Check) -> Result<(), String> {
+    match c.operand_dtype(0) {
+        Some(DType::Bool) => Err("of a bool tensor".into()),
+        _ => Ok(()),
+    }
+}
+
+/// `round(x, decimals)`: only `decimals = 0` is lowered.
+pub fn round_legal(c: &Check) -> Result<(), String> {
+    match c.int_or("decimals", 0) {
+        0 => Ok(()),
+        _ => Err("round with decimals != 0".into()),
+    }
+}
+
+pub fn sign_legal(c: &Check) -> Result<(), String> {
+    match c.operand_dtype(0) {
+        Some(d) if d.is_complex() => Err("sign of a complex tensor (PyTorch has sgn)".into()),
+        _ => Ok(()),
+    }
+}
+
+pub fn logical_not<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let b = e.convert(n.arg(0)?, DType::Bool)?;
+    let t = e.ew("stablehlo.not", &[&b], DType::Bool)?;
+    Ok(vec![e.convert(&t, n.out_dtype())?])
+}
+
+pub fn sign<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let r = if out == DType::Bool {
+        x
+    } else if out == DType::U8 {
+        let zero = e.constant(out, &x.dims, Scalar::I(0))?;
+        let pos = e.compare(&x, &zero, Cmp::Gt)?;
+        e.convert(&pos, out)?
+    } else {
+        e.ew("stablehlo.sign", &[&x], out)?
+    };
+    Ok(vec![r])
+}
+
+/// trunc(x) = x < 0 ? ceil(x) : floor(x); the identity on integers.
+pub fn trunc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    if !out.is_float() {
+        return Ok(vec![x]);
+    }
+    let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
+    let neg = e.compare(&x, &zero, Cmp::Lt)?;
+    let c = e.ew("stablehlo.ceil", &[&x], out)?;
+    let f = e.ew("stablehlo.floor", &[&x], out)?;
+    Ok(vec![e.select(&neg, &c, &f)?])
+}
+
+pub fn reciprocal<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let one = e.constant(out, &x.dims, Scalar::F(1.0))?;
+    Ok(vec![e.ew("stablehlo.divide", &[&one, &x], out)?])
+}
+
+pub fn relu<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    // max(x, 0) with x first: XLA keeps a NaN from its first operand and the constant is
+    // never NaN, so NaN propagates without the general NaN selects (the `relu_nan` eager
+    // comparison test guards this).
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let zero = e.constant(out, &x.dims, Scalar::I(0))?;
+    Ok(vec![e.ew("stablehlo.maximum", &[&x, &zero], out)?])
+}
+
+pub fn exp2<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
+    Ok(vec![e.ew("stablehlo.power", &[&two, &x], out)?])
+}
+
+/// log2 / log10 (the registry's parameter is the base): ln(x) / ln(base).
+pub fn log_base<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let base = match n.param()? {
+        "2" => std::f64::consts::LN_2,
+        "10" => std::f64::consts::LN_10,
+        other => return bad!("no logarithm of base {other}"),
+    };
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let l = e.ew("stablehlo.log", &[&x], out)?;
+    let c = e.constant(out, &x.dims, Scalar::F(base))?;
+    Ok(vec![e.ew("stablehlo.divide", &[&l, &c], out)?])
+}
+
+pub fn gelu_rule<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = e.convert(n.arg(0)?, n.out_dtype())?;
+    Ok(vec![gelu(e, &x, n.str_or("approximate", "none")?)?])
+}
+
+pub fn atan<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    // atan(x) = 2 atan2(x, 1 + sqrt(1 + x^2)). The plugin's XLA miscomputes atan, and
+    // atan2(x, 1) which it simplifies to atan, on f32 arrays of 64+ elements (output =
+    // input; measured, see the `atan_long` eager comparison); a non-constant
+    // denominator avoids that path.
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let o = e.constant(out, &x.dims, Scalar::F(1.0))?;
+    let x2 = e.ew("stablehlo.multiply", &[&x, &x], out)?;
+    let r = e.ew("stablehlo.sqrt", &[&e.ew("stablehlo.add", &[&o, &x2], out)?], out)?;
+    let den = e.ew("stablehlo.add", &[&o, &r], out)?;
+    let half = e.ew("stablehlo.atan2", &[&x, &den], out)?;
+    let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
+    Ok(vec![e.ew("stablehlo.multiply", &[&half, &two], out)?])
+}
+
+pub fn silu<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let out = n.out_dtype();
+    let x = e.convert(n.arg(0)?, out)?;
+    let s = e.ew("stablehlo.logistic", &[&x], out)?;
+    Ok(vec![e.ew("stablehlo.multiply", &[&x, &s], out)?])
 }
 
 /// GELU, exact (erf) or tanh-approximated, as PyTorch defines them.
@@ -195,77 +211,117 @@ pub fn gelu<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, approximate: &str) -> R
 }
 
 /// Binary arithmetic in the result dtype (PyTorch computes in the promoted type, which the IR
-/// records as the result type), with `alpha` for add/sub and `rounding_mode` for div.
+/// records as the result type): one StableHLO op, the registry's parameter, with `alpha` for
+/// add/sub and `rounding_mode` for div. On bools add is `or` and mul is `and`.
 pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
-    let ps = n.params(&["self", if name == "pow" { "exponent" } else { "other" }]);
-    let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
-    let mode = n.str_or("rounding_mode", "")?;
-    // Integer/bool inputs with a rounding mode divide in their own type; true division of
-    // ints produces floats (the result dtype).
-    let a = operand(e, &ps[0], out, &dims)?;
-    let mut b = operand(e, &ps[1], out, &dims)?;
-    let alpha = n.attr("alpha").and_then(Scalar::from_attr);
-    if let (Some(al), "add" | "sub") = (alpha, name) {
-        if !al.is_one() {
-            let c = e.constant(out, &dims, al)?;
-            b = e.ew(if out == DType::Bool { "stablehlo.and" } else { "stablehlo.multiply" }, &[&b, &c], out)?;
-        }
-    }
+    let op = n.param()?;
+    let (a, b) = operands(e, n, op == "stablehlo.power")?;
+    let out = n.out_dtype();
+    let b = scaled_by_alpha(e, n, b)?;
     let bool_out = out == DType::Bool;
-    let r = match name {
-        "add" if bool_out => e.ew("stablehlo.or", &[&a, &b], out)?,
-        "mul" if bool_out => e.ew("stablehlo.and", &[&a, &b], out)?,
-        "add" => e.ew("stablehlo.add", &[&a, &b], out)?,
-        "sub" | "rsub" if bool_out => return unsupported!("subtraction of bool tensors"),
-        "sub" => e.ew("stablehlo.subtract", &[&a, &b], out)?,
-        "rsub" => e.ew("stablehlo.subtract", &[&b, &a], out)?,
-        "mul" => e.ew("stablehlo.multiply", &[&a, &b], out)?,
-        "div" => match mode {
-            "" if out.is_float() || out.is_complex() => e.ew("stablehlo.divide", &[&a, &b], out)?,
-            "" => return bad!("true division must produce a floating result, the IR says {out}"),
-            "trunc" if out.is_float() => {
-                let q = e.ew("stablehlo.divide", &[&a, &b], out)?;
-                let zero = e.constant(out, &dims, Scalar::F(0.0))?;
-                let neg = e.compare(&q, &zero, Cmp::Lt)?;
-                let c = e.ew("stablehlo.ceil", &[&q], out)?;
-                let f = e.ew("stablehlo.floor", &[&q], out)?;
-                e.select(&neg, &c, &f)?
-            }
-            "trunc" => e.ew("stablehlo.divide", &[&a, &b], out)?,
-            "floor" => floor_divide(e, &a, &b)?,
-            m => return bad!("unknown rounding_mode '{m}'"),
-        },
-        "floor_divide" => floor_divide(e, &a, &b)?,
-        "pow" => e.ew("stablehlo.power", &[&a, &b], out)?,
-        "maximum" => e.minmax(&a, &b, true)?,
-        "minimum" => e.minmax(&a, &b, false)?,
-        "atan2" => e.ew("stablehlo.atan2", &[&a, &b], out)?,
-        "fmod" => e.ew("stablehlo.remainder", &[&a, &b], out)?,
-        "remainder" => {
-            // Python modulo: the result takes the divisor's sign. r = fmod(a, b);
-            // r != 0 && (r < 0) != (b < 0) ? r + b : r
-            let r = e.ew("stablehlo.remainder", &[&a, &b], out)?;
-            let zero = e.constant(out, &dims, Scalar::I(0))?;
-            let nonzero = e.compare(&r, &zero, Cmp::Ne)?;
-            let r_neg = e.compare(&r, &zero, Cmp::Lt)?;
-            let b_neg = e.compare(&b, &zero, Cmp::Lt)?;
-            let differ = e.ew("stablehlo.xor", &[&r_neg, &b_neg], DType::Bool)?;
-            let fix = e.ew("stablehlo.and", &[&nonzero, &differ], DType::Bool)?;
-            let shifted = e.ew("stablehlo.add", &[&r, &b], out)?;
-            e.select(&fix, &shifted, &r)?
-        }
-        "bitwise_and" => e.ew("stablehlo.and", &[&a, &b], out)?,
-        "bitwise_or" => e.ew("stablehlo.or", &[&a, &b], out)?,
-        "bitwise_xor" => e.ew("stablehlo.xor", &[&a, &b], out)?,
-        _ => return unsupported!("no binary rule for '{name}'"),
+    let r = match op {
+        "stablehlo.add" if bool_out => e.ew("stablehlo.or", &[&a, &b], out)?,
+        "stablehlo.multiply" if bool_out => e.ew("stablehlo.and", &[&a, &b], out)?,
+        "stablehlo.divide" => divide(e, n, &a, &b)?,
+        _ => e.ew(op, &[&a, &b], out)?,
     };
     Ok(vec![r])
 }
 
+/// `self` and `other` (or `exponent`) in the result dtype, broadcast to the result.
+fn operands<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    n: &NodeCtx<'c, 'a, '_>,
+    exponent: bool,
+) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+    let ps = n.params(&["self", if exponent { "exponent" } else { "other" }]);
+    let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
+    Ok((operand(e, &ps[0], out, &dims)?, operand(e, &ps[1], out, &dims)?))
+}
+
+/// `alpha * x` for add/sub/rsub's `alpha` (absent or 1: `x`).
+fn scaled_by_alpha<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>, x: Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+    let out = n.out_dtype();
+    match n.attr("alpha").and_then(Scalar::from_attr) {
+        Some(al) if !al.is_one() => {
+            let c = e.constant(out, &x.dims.clone(), al)?;
+            e.ew(if out == DType::Bool { "stablehlo.and" } else { "stablehlo.multiply" }, &[&x, &c], out)
+        }
+        _ => Ok(x),
+    }
+}
+
+/// div with `rounding_mode` none (true division: the result is floating), trunc or floor.
+/// Integer/bool inputs with a rounding mode divide in their own type.
+fn divide<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    n: &NodeCtx<'c, 'a, '_>,
+    a: &Tv<'c, 'a>,
+    b: &Tv<'c, 'a>,
+) -> RuleResult<Tv<'c, 'a>> {
+    let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
+    match n.str_or("rounding_mode", "")? {
+        "" if out.is_float() || out.is_complex() => e.ew("stablehlo.divide", &[a, b], out),
+        "" => bad!("true division must produce a floating result, the IR says {out}"),
+        "trunc" if out.is_float() => {
+            let q = e.ew("stablehlo.divide", &[a, b], out)?;
+            let zero = e.constant(out, &dims, Scalar::F(0.0))?;
+            let neg = e.compare(&q, &zero, Cmp::Lt)?;
+            let c = e.ew("stablehlo.ceil", &[&q], out)?;
+            let f = e.ew("stablehlo.floor", &[&q], out)?;
+            e.select(&neg, &c, &f)
+        }
+        "trunc" => e.ew("stablehlo.divide", &[a, b], out),
+        "floor" => floor_divide_values(e, a, b),
+        m => bad!("unknown rounding_mode '{m}'"),
+    }
+}
+
+/// sub and rsub of bools: PyTorch raises.
+pub fn subtract_legal(c: &Check) -> Result<(), String> {
+    match c.out_dtype() {
+        Some(DType::Bool) => Err("subtraction of bool tensors".into()),
+        _ => Ok(()),
+    }
+}
+
+/// rsub(self, other, alpha) = other - alpha * self.
+pub fn rsub<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (a, b) = operands(e, n, false)?;
+    let a = scaled_by_alpha(e, n, a)?;
+    Ok(vec![e.ew("stablehlo.subtract", &[&b, &a], n.out_dtype())?])
+}
+
+pub fn floor_divide<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (a, b) = operands(e, n, false)?;
+    Ok(vec![floor_divide_values(e, &a, &b)?])
+}
+
+/// maximum / minimum (the registry's parameter: `max` or `min`), NaN propagating.
+pub fn extremum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (a, b) = operands(e, n, false)?;
+    Ok(vec![e.minmax(&a, &b, n.param()? == "max")?])
+}
+
+/// Python modulo: the result takes the divisor's sign. r = fmod(a, b);
+/// r != 0 && (r < 0) != (b < 0) ? r + b : r
+pub fn remainder<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (a, b) = operands(e, n, false)?;
+    let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
+    let r = e.ew("stablehlo.remainder", &[&a, &b], out)?;
+    let zero = e.constant(out, &dims, Scalar::I(0))?;
+    let nonzero = e.compare(&r, &zero, Cmp::Ne)?;
+    let r_neg = e.compare(&r, &zero, Cmp::Lt)?;
+    let b_neg = e.compare(&b, &zero, Cmp::Lt)?;
+    let differ = e.ew("stablehlo.xor", &[&r_neg, &b_neg], DType::Bool)?;
+    let fix = e.ew("stablehlo.and", &[&nonzero, &differ], DType::Bool)?;
+    let shifted = e.ew("stablehlo.add", &[&r, &b], out)?;
+    Ok(vec![e.select(&fix, &shifted, &r)?])
+}
+
 /// PyTorch's floor division: ints round toward -inf; floats follow `div_floor_floating`
 /// (fmod-based, exact where `floor(a / b)` is not).
-fn floor_divide<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+fn floor_divide_values<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
     let d = a.dtype;
     let dims = a.dims.clone();
     let zero = e.constant(d, &dims, Scalar::I(0))?;
@@ -313,40 +369,44 @@ fn floor_divide<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>) -> 
     e.select(&b_zero, &q, &res)
 }
 
-/// Comparisons: operands promoted with `torch.result_type`, result bool.
+/// Comparisons: operands promoted with `torch.result_type`, result bool; the registry's
+/// parameter is the direction (`EQ`, `NE`, `LT`, `LE`, `GT`, `GE`).
 pub fn compare<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
-    let dir = match name {
-        "eq" => Cmp::Eq,
-        "ne" => Cmp::Ne,
-        "lt" => Cmp::Lt,
-        "le" => Cmp::Le,
-        "gt" => Cmp::Gt,
-        "ge" => Cmp::Ge,
-        _ => return unsupported!("no comparison rule for '{name}'"),
+    let dir = match n.param()? {
+        "EQ" => Cmp::Eq,
+        "NE" => Cmp::Ne,
+        "LT" => Cmp::Lt,
+        "LE" => Cmp::Le,
+        "GT" => Cmp::Gt,
+        "GE" => Cmp::Ge,
+        other => return bad!("no comparison direction {other}"),
     };
     let ps = n.params(&["self", "other"]);
-    let roles: Vec<Operand> = ps.iter().filter_map(role).collect();
-    let Some(compute) = result_type(&roles, DType::F32) else { return bad!("cannot promote the operands") };
+    let Some(compute) = compare_type(&ps) else { return bad!("cannot promote the operands") };
     let dims = n.out_dims().to_vec();
-    if compute.is_complex() && !matches!(dir, Cmp::Eq | Cmp::Ne) {
-        return unsupported!("{name} of complex operands (unordered)");
-    }
     let a = operand(e, &ps[0], compute, &dims)?;
     let b = operand(e, &ps[1], compute, &dims)?;
     let r = e.compare(&a, &b, dir)?;
     Ok(vec![e.convert(&r, n.out_dtype())?])
 }
 
-/// logical_and/or/xor: both operands as bools.
+/// The type a comparison computes in: `torch.result_type` of its operands.
+fn compare_type(ps: &[Param]) -> Option<DType> {
+    let roles: Vec<Operand> = ps.iter().filter_map(role).collect();
+    result_type(&roles, DType::F32)
+}
+
+/// lt/le/gt/ge: complex numbers are unordered.
+pub fn ordered_legal(c: &Check) -> Result<(), String> {
+    if c.operands.iter().any(|t| t.dtype.is_complex()) {
+        return Err("ordering of complex operands (unordered)".into());
+    }
+    Ok(())
+}
+
+/// logical_and/or/xor: both operands as bools, one StableHLO op (the registry's parameter).
 pub fn logical<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
-    let op = match name {
-        "logical_and" => "stablehlo.and",
-        "logical_or" => "stablehlo.or",
-        "logical_xor" => "stablehlo.xor",
-        _ => return unsupported!("no logical rule for '{name}'"),
-    };
+    let op = n.param()?;
     let ps = n.params(&["self", "other"]);
     let dims = n.out_dims().to_vec();
     let a = operand(e, &ps[0], DType::Bool, &dims)?;
@@ -368,10 +428,9 @@ pub fn where_<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 
 /// `clamp(self, min=None, max=None)`, scalar or tensor bounds; NaN in `self` propagates.
 pub fn clamp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
-    let ps = match name {
-        "clamp_min" => n.params(&["self", "min"]),
-        "clamp_max" => {
+    let ps = match n.param()? {
+        "min" => n.params(&["self", "min"]),
+        "max" => {
             let p = n.params(&["self", "max"]);
             vec![p[0].clone(), Param::Absent, p[1].clone()]
         }
@@ -424,7 +483,7 @@ pub fn hardtanh<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 
 /// isnan / isinf / isfinite: bool results; integers are always finite.
 pub fn classify<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let name = n.param()?;
     let x = n.arg(0)?;
     let dims = x.dims.clone();
     if x.dtype.is_complex() {
@@ -456,6 +515,6 @@ fn classify_real<'c, 'a>(e: &Emitter<'c, 'a>, name: &str, x: &Tv<'c, 'a>) -> Rul
             let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
             e.compare(&a, &inf, Cmp::Lt)?
         }
-        _ => return unsupported!("no classification rule for '{name}'"),
+        other => return bad!("no classification {other}"),
     })
 }

@@ -2,29 +2,26 @@
 //! and `new_` forms, scalar_tensor, arange. `empty*` gives zeros (its contents are
 //! unspecified in PyTorch; zeros are one valid choice).
 
+use crate::ir::Scalar;
 use crate::ir::{Attr, DType, Elements};
 use crate::lower::emitter::{Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::NodeCtx;
-use crate::passes::patterns::Scalar;
 use melior::ir::attribute::DenseElementsAttribute;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
-/// full, full_like, new_full, zeros*, ones*, empty*, scalar_tensor: a splat of the declared type.
+/// full, full_like, new_full, zeros*, ones*, empty*, scalar_tensor: a splat of the declared
+/// type. The registry's parameter is the value (`0`, `1`) or the attribute holding it.
 pub fn fill<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
-    let value = match name {
-        "full" | "full_like" | "new_full" => match n.attr("fill_value").and_then(Scalar::from_attr) {
+    let value = match n.param()? {
+        "0" => Scalar::I(0),
+        "1" => Scalar::I(1),
+        attr => match n.attr(attr).and_then(Scalar::from_attr) {
             Some(s) => s,
-            None => return bad!("fill_value must be a number"),
+            None => return bad!("{attr} must be a number"),
         },
-        "scalar_tensor" => match n.attr("s").and_then(Scalar::from_attr) {
-            Some(s) => s,
-            None => return bad!("s must be a number"),
-        },
-        "ones" | "ones_like" | "new_ones" => Scalar::I(1),
-        _ => Scalar::I(0),
     };
     Ok(vec![e.constant(n.out_dtype(), n.out_dims(), value)?])
 }
@@ -52,6 +49,14 @@ pub fn arange<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let scaled = e.ew("stablehlo.multiply", &[&i, &step_c], compute)?;
     let v = e.ew("stablehlo.add", &[&scaled, &start_c], compute)?;
     Ok(vec![e.convert(&v, out)?])
+}
+
+/// `tpu.constant`: literals of real dtypes (complex literals are not lowered).
+pub fn literal_legal(c: &Check) -> Result<(), String> {
+    match c.attr("value") {
+        Some(Attr::Tensor(l)) if l.ty.dtype.is_complex() => Err(format!("literals of dtype {}", l.ty.dtype)),
+        _ => Ok(()),
+    }
 }
 
 /// `tpu.constant {value = dense<...>}`: the literal as a StableHLO constant.
@@ -83,7 +88,7 @@ pub fn constant<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
         (Elements::Bool(v), DType::Bool) => {
             DenseElementsAttribute::bool_values(ty, &v.iter().map(|x| *x as i32).collect::<Vec<_>>())
         }
-        _ => return unsupported!("literals of dtype {d}"),
+        _ => return bad!("a literal of dtype {d} (refused by `literal_legal`)"),
     };
     let c = e.literal(storage, &dims, attr.into())?;
     Ok(vec![e.convert(&c, n.out_dtype())?])

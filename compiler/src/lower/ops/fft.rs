@@ -7,10 +7,10 @@
 //! after undoing that.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::node::{dim, product, NodeCtx};
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -163,7 +163,7 @@ pub fn conj<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// real / imag of a complex tensor (real of a real tensor is itself).
 pub fn part<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let imag = n.node.op().is_some_and(|o| o.name == "imag");
+    let imag = n.param()? == "imag";
     if !x.dtype.is_complex() {
         return if imag { bad!("imag of a real tensor") } else { Ok(vec![x.clone()]) };
     }

@@ -5,11 +5,12 @@
 //! element), which keeps every form on one well-tested StableHLO pattern. Out-of-range
 //! indices are clamped (gather) or dropped (scatter) by XLA where PyTorch raises.
 
+use crate::ir::Scalar;
 use crate::ir::{Attr, DType};
 use crate::lower::emitter::{Cmp, Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::{axis, dim, product, NodeCtx};
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -140,7 +141,7 @@ fn reduce_into<'c, 'a>(
         "prod" => Combine::Mul,
         "amax" => Combine::Max,
         "amin" => Combine::Min,
-        other => return unsupported!("reduce='{other}'"),
+        other => return bad!("reduce='{other}' (refused by the legality checks)"),
     };
     let base = if include_self {
         x.clone()
@@ -210,7 +211,7 @@ pub fn scatter_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let reduce = n.str_or("reduce", "sum")?.to_string();
     let include_self = n.bool_or("include_self", true)?;
     if x.rank() == 0 {
-        return unsupported!("scatter_reduce of a 0-d tensor");
+        return bad!("scatter_reduce of a 0-d tensor (refused by `scatter_reduce_legal`)");
     }
     if product(index.dims.iter().copied())? == 0 {
         return Ok(vec![x]);
@@ -226,7 +227,7 @@ pub fn index_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     let x = e.convert(n.arg(0)?, out)?;
     let (index, src) = (n.arg(1)?, e.convert(n.arg(2)?, out)?);
     if x.rank() == 0 || product(src.dims.iter().copied())? == 0 {
-        return unsupported!("index_reduce of a 0-d or empty tensor");
+        return bad!("index_reduce of a 0-d or empty tensor (refused by `index_reduce_legal`)");
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let reduce = n.str_or("reduce", "prod")?.to_string();
@@ -288,16 +289,63 @@ pub fn embedding<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     Ok(vec![e.reshape(&rows, n.out_dims())?])
 }
 
+/// scatter's `reduce`: none, add/sum or multiply.
+pub fn scatter_legal(c: &Check) -> Result<(), String> {
+    match c.str_or("reduce", "") {
+        "" | "add" | "sum" | "multiply" => Ok(()),
+        other => Err(format!("scatter with reduce='{other}'")),
+    }
+}
+
+/// The reductions `scatter_reduce` and `index_reduce` lower.
+const REDUCTIONS: [&str; 5] = ["sum", "mean", "prod", "amax", "amin"];
+
+/// scatter_reduce: one of `REDUCTIONS`, into a tensor of rank >= 1.
+pub fn scatter_reduce_legal(c: &Check) -> Result<(), String> {
+    let reduce = c.str_or("reduce", "sum");
+    if !REDUCTIONS.contains(&reduce) {
+        return Err(format!("reduce='{reduce}'"));
+    }
+    match c.operand_rank(0) {
+        Some(0) => Err("scatter_reduce of a 0-d tensor".into()),
+        _ => Ok(()),
+    }
+}
+
+/// index_reduce: one of `REDUCTIONS`, into a tensor of rank >= 1, from a non-empty source.
+pub fn index_reduce_legal(c: &Check) -> Result<(), String> {
+    let reduce = c.str_or("reduce", "prod");
+    if !REDUCTIONS.contains(&reduce) {
+        return Err(format!("reduce='{reduce}'"));
+    }
+    let empty = c.operands.get(2).is_some_and(|t| t.numel() == Some(0));
+    if c.operand_rank(0) == Some(0) || empty {
+        return Err("index_reduce of a 0-d or empty tensor".into());
+    }
+    Ok(())
+}
+
+/// index / index_put with boolean (or uint8) mask indices: the result shape depends on the
+/// data. `index`'s indices are operands 1..; `index_put`'s are between `self` and `values`.
+pub fn index_legal(c: &Check) -> Result<(), String> {
+    let puts = c.node.op().is_some_and(|o| o.name.ends_with("index_put"));
+    let end = if puts { c.operands.len().saturating_sub(1) } else { c.operands.len() };
+    let masks = c.operands.iter().take(end).skip(1).any(|t| matches!(t.dtype, DType::Bool | DType::U8));
+    match masks {
+        true => Err("indexing with boolean mask indices (data-dependent shape)".into()),
+        false => Ok(()),
+    }
+}
+
 /// scatter(self, dim, index, src|value, reduce?) and scatter_add(self, dim, index, src).
 pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
     let (x, index) = (n.arg(0)?, n.arg(1)?);
     let d = dim(n.int("dim")?, x.rank())?;
-    let how = match (name, n.str_or("reduce", "")?) {
-        ("scatter_add", _) | (_, "add" | "sum") => Combine::Add,
+    let how = match (n.param()?, n.str_or("reduce", "")?) {
+        ("add", _) | (_, "add" | "sum") => Combine::Add,
         (_, "multiply") => Combine::Mul,
         (_, "") => Combine::Replace,
-        (_, other) => return unsupported!("scatter with reduce='{other}'"),
+        (_, other) => return bad!("scatter with reduce='{other}' (refused by `scatter_legal`)"),
     };
     let add = how == Combine::Add;
     let out = n.out_dtype();
@@ -335,7 +383,7 @@ fn advanced_index<'c, 'a>(
     idx: &[&Tv<'c, 'a>],
 ) -> RuleResult<(Vec<i64>, Tv<'c, 'a>)> {
     if idx.iter().any(|t| t.dtype == DType::Bool || t.dtype == DType::U8) {
-        return unsupported!("indexing with boolean mask indices (data-dependent shape)");
+        return bad!("boolean mask indices (refused by `index_legal`)");
     }
     let mut b: Vec<i64> = Vec::new();
     for t in idx {
@@ -439,7 +487,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
     let src = e.convert(n.arg(1)?, out)?;
     let d = axis(n.int_or("dim", 0)?, x.rank())?;
     let size = x.dims[d];
-    let is_select = n.node.op().is_some_and(|o| o.name == "select_scatter");
+    let is_select = n.param()? == "select";
     let (start, step, src) = if is_select {
         let i = n.int("index")?;
         let i = if i < 0 { i + size } else { i };
@@ -491,7 +539,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
 
 /// cumsum / cumprod (self, dim, dtype=None): a prefix-sum (-product) window along `dim`.
 pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let prod = n.node.op().is_some_and(|o| o.name == "cumprod");
+    let prod = n.param()? == "prod";
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     if x.rank() == 0 {
@@ -678,7 +726,7 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     if x.rank() == 0 || !out.is_float() {
-        return if out.is_float() { Ok(vec![x]) } else { unsupported!("logcumsumexp of a non-float tensor") };
+        return if out.is_float() { Ok(vec![x]) } else { bad!("logcumsumexp of a non-float tensor") };
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let region = e.scalar_region(&[out, out], |b, a| {
@@ -708,7 +756,7 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let out = n.out_dtype();
     let x = n.arg(0)?;
     if !out.is_float() {
-        return unsupported!("histc of a non-float tensor");
+        return bad!("histc of a non-float tensor (refused by `reduce::float_result`)");
     }
     let bins = n.int_or("bins", 100)?;
     let numel: i64 = product(x.dims.iter().copied())?;

@@ -1,10 +1,10 @@
 //! Matrix products: mm, bmm, addmm, matmul of 2-D/3-D operands, via `stablehlo.dot_general`
 //! in the result dtype.
 
+use crate::ir::Scalar;
 use crate::lower::emitter::{Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
 use crate::lower::node::NodeCtx;
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -22,7 +22,8 @@ pub fn dot<'c, 'a>(
     let b = e.convert(b, out)?;
     let (rank_a, rank_b) = (a.rank(), b.rank());
     if rank_a != rank_b || !(2..=3).contains(&rank_a) {
-        return unsupported!("matrix product of rank {rank_a} and rank {rank_b} operands");
+        // The verifier's MatMul/BatchMatMul/AddMm signatures admit nothing else.
+        return bad!("matrix product of rank {rank_a} and rank {rank_b} operands");
     }
     let batched = rank_a == 3;
     if a.dims[rank_a - 1] != b.dims[rank_b - 2] || (batched && a.dims[0] != b.dims[0]) {

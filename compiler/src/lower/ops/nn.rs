@@ -3,11 +3,12 @@
 //! Low-precision inputs are normalised in f32, as PyTorch's CPU kernels accumulate.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::{dim, product, NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -29,7 +30,7 @@ fn reduce_keep<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, axes: &[usize], kind
 
 /// _softmax(self, dim, half_to_float) and _log_softmax: max-subtracted for stability.
 pub fn softmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let log = n.node.op().is_some_and(|o| o.name == "_log_softmax");
+    let log = n.param()? == "log";
     let out = n.out_dtype();
     let compute = acc_type(out);
     let x = e.convert(n.arg(0)?, compute)?;
@@ -109,9 +110,8 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
 /// Batch norm over channel dim 1: inference (`_no_training`), functional training (returns
 /// updated running stats) and `_native_batch_norm_legit` (with or without running stats).
 pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let op = n.node.op().expect("op node");
-    let no_training = op.name == "_native_batch_norm_legit_no_training";
-    let no_stats = op.overload.as_deref() == Some("no_stats");
+    let no_training = n.param()? == "no_training";
+    let no_stats = n.node.op().and_then(|o| o.overload.as_deref()) == Some("no_stats");
     let ps = if no_stats {
         n.params(&["input", "weight", "bias"])
     } else {
@@ -273,6 +273,15 @@ fn fit(v: i128) -> RuleResult<i64> {
 /// slice per position would be emitted).
 const MAX_PATCH_POSITIONS: i64 = 4096;
 
+/// Convolutions of 1-3 spatial dims, the weight of the input's rank.
+pub fn convolution_legal(c: &Check) -> Result<(), String> {
+    let (x, w) = (c.operand_rank(0).unwrap_or(0), c.operand_rank(1).unwrap_or(0));
+    if !(3..=5).contains(&x) || w != x {
+        return Err(format!("convolution of rank-{x} input with rank-{w} weight"));
+    }
+    Ok(())
+}
+
 /// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
 /// groups) for 1-3 spatial dims, NC* layout. A transposed convolution is the gradient of a
 /// convolution: the input is dilated by the stride (`lhs_dilation`), the kernel is flipped and
@@ -284,7 +293,7 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     let transposed = n.bool_or("transposed", false)?;
     let sp = x.rank().saturating_sub(2);
     if !(1..=3).contains(&sp) || w.rank() != x.rank() {
-        return unsupported!("convolution of rank-{} input with rank-{} weight", x.rank(), w.rank());
+        return bad!("convolution of rank-{} input with rank-{} weight", x.rank(), w.rank());
     }
     let stride = spatial(n.ints("stride")?, sp, "stride")?;
     let padding = spatial(n.ints("padding")?, sp, "padding")?;

@@ -5,11 +5,11 @@
 //! P_k where k equals the element's degree.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::node::{NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -105,7 +105,7 @@ fn next<'c, 'b>(
 
 /// special_*_polynomial_*(x, n) in all overloads (x and/or n may be numbers).
 pub fn polynomial<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let name = n.param()?;
     let Some((f, shifted)) = family(name) else { return bad!("unknown polynomial {name}") };
     let d = n.out_dtype();
     if !d.is_float() {

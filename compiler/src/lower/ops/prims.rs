@@ -3,17 +3,14 @@
 //! operands, so most rules are one StableHLO/CHLO op in the result dtype.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::{dim, NodeCtx};
 use crate::lower::ops::reduce::reduce_with;
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
-
-fn op_name<'n>(n: &'n NodeCtx) -> &'n str {
-    n.node.op().map(|o| o.name.as_str()).unwrap_or("")
-}
 
 /// The i-th operand converted to the result dtype (a number attribute becomes a constant).
 fn operand<'c, 'a>(
@@ -45,13 +42,10 @@ pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     };
     dims.sort_unstable();
     dims.dedup();
-    if op_name(n) == "sum" {
+    if n.param()? == "sum" {
         let acc = crate::lower::ops::reduce::accumulator(out);
         let s = e.convert(&reduce_with(e, &e.convert(x, acc)?, &dims, "sum")?, out)?;
         return Ok(vec![e.reshape(&s, n.out_dims())?]);
-    }
-    if !out.is_float() {
-        return unsupported!("prims.var of a non-float result");
     }
     let correction = n.float_or("correction", 1.0)?;
     if x.dtype.is_complex() {
@@ -87,9 +81,6 @@ pub fn where_<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 /// comparisons' tolerances cover.
 pub fn fma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
-    if out == DType::Bool {
-        return unsupported!("prims.fma of bools");
-    }
     let names = ["a", "b", "c"];
     let (a, b, c) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?, operand(e, n, &names, 2, out)?);
     let ab = e.ew("stablehlo.multiply", &[&a, &b], out)?;
@@ -101,45 +92,47 @@ pub fn div<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let names = ["self", "other"];
     let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
-    if out == DType::Bool {
-        return unsupported!("prims.div of bools");
-    }
     Ok(vec![e.ew("stablehlo.divide", &[&a, &b], out)?])
 }
 
-/// Elementwise binary prims and special functions: fmax/fmin (NaN-ignoring), shifts,
-/// zeta, hypot, nextafter-free ones.
+/// `self` and `other` in the result dtype (aten.special_zeta names its operands like every
+/// prim here).
+fn both<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
+    let (out, names) = (n.out_dtype(), ["self", "other"]);
+    Ok((operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?))
+}
+
+/// Elementwise binary prims that are one StableHLO/CHLO op (the registry's parameter):
+/// shifts, zeta.
 pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = op_name(n);
+    let (a, b) = both(e, n)?;
+    Ok(vec![e.ew(n.param()?, &[&a, &b], n.out_dtype())?])
+}
+
+/// fmax / fmin (the registry's parameter: `max` or `min`): a NaN loses to a number.
+pub fn fminmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (a, b) = both(e, n)?;
     let out = n.out_dtype();
-    // aten.special_zeta names its operands (self, other) like every prim here.
-    let names = ["self", "other"];
-    let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
-    let r = match name {
-        "fmax" | "fmin" => {
-            let m = e.ew(if name == "fmax" { "stablehlo.maximum" } else { "stablehlo.minimum" }, &[&a, &b], out)?;
-            if !out.is_float() {
-                m
-            } else {
-                // A NaN loses to a number: take the other operand where one is NaN.
-                let a_nan = e.compare(&a, &a, Cmp::Ne)?;
-                let b_nan = e.compare(&b, &b, Cmp::Ne)?;
-                let m = e.select(&a_nan, &b, &m)?;
-                e.select(&b_nan, &a, &m)?
-            }
-        }
-        "shift_left" => e.ew("stablehlo.shift_left", &[&a, &b], out)?,
-        "shift_right_arithmetic" => e.ew("stablehlo.shift_right_arithmetic", &[&a, &b], out)?,
-        "zeta" => e.ew("chlo.zeta", &[&a, &b], out)?,
-        "hypot" => {
-            let aa = e.ew("stablehlo.multiply", &[&a, &a], out)?;
-            let bb = e.ew("stablehlo.multiply", &[&b, &b], out)?;
-            let s = e.ew("stablehlo.add", &[&aa, &bb], out)?;
-            e.ew("stablehlo.sqrt", &[&s], out)?
-        }
-        other => return unsupported!("no binary prim rule for '{other}'"),
-    };
-    Ok(vec![r])
+    let op = if n.param()? == "max" { "stablehlo.maximum" } else { "stablehlo.minimum" };
+    let m = e.ew(op, &[&a, &b], out)?;
+    if !out.is_float() {
+        return Ok(vec![m]);
+    }
+    // Take the other operand where one is NaN.
+    let a_nan = e.compare(&a, &a, Cmp::Ne)?;
+    let b_nan = e.compare(&b, &b, Cmp::Ne)?;
+    let m = e.select(&a_nan, &b, &m)?;
+    Ok(vec![e.select(&b_nan, &a, &m)?])
+}
+
+/// hypot(a, b) = sqrt(a^2 + b^2).
+pub fn hypot<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let (a, b) = both(e, n)?;
+    let out = n.out_dtype();
+    let aa = e.ew("stablehlo.multiply", &[&a, &a], out)?;
+    let bb = e.ew("stablehlo.multiply", &[&b, &b], out)?;
+    let s = e.ew("stablehlo.add", &[&aa, &bb], out)?;
+    Ok(vec![e.ew("stablehlo.sqrt", &[&s], out)?])
 }
 
 /// polygamma(n, self): chlo.polygamma with the order as a tensor. CHLO is inaccurate for
@@ -231,7 +224,7 @@ pub fn copy<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// Special functions built from CHLO and elementary ops: erfcx, ndtri, spherical_bessel_j0,
 /// bessel_i1 / modified_bessel_i1 (from CHLO's exponentially scaled i1e).
 pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = op_name(n).trim_start_matches("special_");
+    let name = n.param()?;
     let d = n.out_dtype();
     let x = e.convert(n.arg(0)?, d)?;
     let dims = x.dims.clone();
@@ -305,17 +298,30 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
                 direct
             }
         }
-        other => return unsupported!("no special-function rule for '{other}'"),
+        other => return bad!("no special function {other}"),
     };
     Ok(vec![r])
+}
+
+/// prims.div and prims.fma: not of bools.
+pub fn not_bool_legal(c: &Check) -> Result<(), String> {
+    match c.out_dtype() {
+        Some(DType::Bool) => Err("of bools".into()),
+        _ => Ok(()),
+    }
+}
+
+/// gcd / lcm: of integers only.
+pub fn integer_legal(c: &Check) -> Result<(), String> {
+    match c.out_dtype() {
+        Some(d) if !d.is_integer() => Err(format!("of a non-integer dtype {d}")),
+        _ => Ok(()),
+    }
 }
 
 /// gcd / lcm of integers: Euclid's algorithm as one while loop over the whole tensor.
 pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
-    if !out.is_integer() {
-        return unsupported!("gcd of a non-integer dtype");
-    }
     let names = ["self", "other"];
     let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
     let (a0, b0) = (e.ew("stablehlo.abs", &[&a], out)?, e.ew("stablehlo.abs", &[&b], out)?);
@@ -337,7 +343,7 @@ pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         },
     )?;
     let g = done[0].clone();
-    if op_name(n) != "lcm" {
+    if n.param()? != "lcm" {
         return Ok(vec![g]);
     }
     // lcm = |a / gcd * b|, 0 when gcd is 0.

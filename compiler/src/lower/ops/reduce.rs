@@ -3,10 +3,11 @@
 //! honoured through the declared result shape.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
-use crate::lower::error::{unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::{dim, product, NodeCtx};
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -94,23 +95,19 @@ pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], 
     Ok(out.into_iter().next().expect("one result"))
 }
 
+/// sum, prod, amax, amin, any, all and mean; the registry's parameter is the reduction
+/// (`sum`, `prod`, `max`, `min`, `or`, `and`, `mean`).
 pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let name = n.param()?;
     let x = n.arg(0)?;
     let out = n.out_dtype();
     let (kind, compute, empty_all) = match name {
-        "sum" => ("sum", accumulator(out), true),
+        "sum" | "mean" => ("sum", accumulator(out), true),
         "prod" => ("prod", accumulator(out), false),
-        "amax" => ("max", out, true),
-        "amin" => ("min", out, true),
-        "any" => ("or", DType::Bool, false),
-        "all" => ("and", DType::Bool, false),
-        "mean" => ("sum", accumulator(out), true),
-        _ => return unsupported!("no reduction rule for '{name}'"),
+        "max" | "min" => (name, out, true),
+        "or" | "and" => (name, DType::Bool, false),
+        other => return bad!("no reduction {other}"),
     };
-    if name == "mean" && !out.is_float() && !out.is_complex() {
-        return unsupported!("mean of an integer result");
-    }
     let dims = reduced_dims(n, x.rank(), empty_all)?;
     let xc = e.convert(x, compute)?;
     let mut r = reduce_with(e, &xc, &dims, kind)?;
@@ -121,6 +118,22 @@ pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     }
     let r = e.convert(&r, out)?;
     Ok(vec![e.reshape(&r, n.out_dims())?])
+}
+
+/// mean: of a floating or complex result only (PyTorch raises for integers).
+pub fn mean_legal(c: &Check) -> Result<(), String> {
+    match c.out_dtype() {
+        Some(d) if !d.is_float() && !d.is_complex() => Err("mean of an integer result".into()),
+        _ => Ok(()),
+    }
+}
+
+/// var (and prims.var): of a floating result only.
+pub fn float_result(c: &Check) -> Result<(), String> {
+    match c.out_dtype() {
+        Some(d) if !d.is_float() => Err(format!("a {d} result (floating results only)")),
+        _ => Ok(()),
+    }
 }
 
 /// (value, index) reduction picking the max (or min) with the first index on ties and NaN
@@ -160,7 +173,7 @@ fn arg_reduce<'c, 'a>(
 
 /// argmax/argmin(self, dim=None, keepdim=False) and max.dim/min.dim (values, indices).
 pub fn arg<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.node.op().map(|o| o.name.as_str()).unwrap_or("");
+    let name = n.param()?;
     let want_max = matches!(name, "argmax" | "max");
     let x = n.arg(0)?;
     if matches!(name, "max" | "min") && n.results.len() == 1 {
@@ -195,9 +208,6 @@ pub fn arg<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let out = n.out_dtype();
-    if !out.is_float() {
-        return unsupported!("var of a non-float result");
-    }
     let dims = reduced_dims(n, x.rank(), true)?;
     let correction = match n.attr("correction") {
         Some(a) if !a.is_none() => n.float_or("correction", 1.0)?,

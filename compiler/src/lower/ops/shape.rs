@@ -133,7 +133,7 @@ pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let d = axis(n.int_or("dim", 0)?, x.rank())?;
-    let unbind = n.node.op().is_some_and(|o| o.name == "unbind");
+    let unbind = n.param()? == "unbind";
     let mut start: i64 = 0;
     let mut outs = Vec::with_capacity(n.results.len());
     for (_, rdims) in &n.results {
@@ -179,7 +179,7 @@ pub fn constant_pad<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
         high[r - 1 - i] = pair[1];
     }
     let value = n.float_or("value", 0.0)?;
-    let value = e.constant(x.dtype, &[], crate::passes::patterns::Scalar::F(value))?;
+    let value = e.constant(x.dtype, &[], crate::ir::Scalar::F(value))?;
     let out = e.pad(&x, &value, &low, &high, &vec![0; r])?;
     Ok(vec![e.reshape(&out, n.out_dims())?])
 }

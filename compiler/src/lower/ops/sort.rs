@@ -4,12 +4,13 @@
 //! descending; equal values keep their original order.
 
 use crate::ir::DType;
+use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
-use crate::lower::error::{bad, unsupported, RuleResult};
+use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::ops::indexing::{coordinates, gather_at};
 use crate::lower::ops::reduce::reduce_with;
-use crate::passes::patterns::Scalar;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -122,7 +123,7 @@ pub fn kthvalue<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 /// median / nanmedian, whole tensor or along `dim`: the lower median of an ascending sort.
 /// median returns the first NaN when a row has one; nanmedian skips NaNs.
 pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let skip_nan = n.node.op().is_some_and(|o| o.name == "nanmedian");
+    let skip_nan = n.param()? == "nanmedian";
     let x0 = n.arg(0)?;
     let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
         Some(_) if x0.rank() > 0 => (x0.clone(), dim(n.int("dim")?, x0.rank())?),
@@ -162,15 +163,20 @@ pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     Ok(outs)
 }
 
+/// searchsorted with a `sorter` (a third tensor operand) is not lowered.
+pub fn searchsorted_legal(c: &Check) -> Result<(), String> {
+    match c.operands.len() {
+        0..=2 => Ok(()),
+        _ => Err("searchsorted with a sorter".into()),
+    }
+}
+
 /// searchsorted(sorted_sequence, self, out_int32, right, side, sorter) and
 /// bucketize(self, boundaries, out_int32, right): how many sequence values lie below each
 /// value (at or below with right=True), by comparing every pair; NaN sorts last.
 pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let bucketize = n.node.op().is_some_and(|o| o.name == "bucketize");
+    let bucketize = n.param()? == "bucketize";
     let (seq, vals) = if bucketize { (n.arg(1)?, n.arg(0)?) } else { (n.arg(0)?, n.arg(1)?) };
-    if n.args.len() > 2 {
-        return unsupported!("searchsorted with a sorter");
-    }
     let right = n.bool_or("right", false)? || n.str_or("side", "left")? == "right";
     let common = crate::lower::promote::result_type(
         &[crate::lower::promote::Operand::Dim(seq.dtype), crate::lower::promote::Operand::Dim(vals.dtype)],
@@ -207,7 +213,7 @@ pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
 /// cummax / cummin (self, dim): running extreme and the index where it was last reached
 /// (later equal values win; NaN wins and sticks), as one prefix reduce_window of pairs.
 pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let want_max = n.node.op().is_some_and(|o| o.name == "cummax");
+    let want_max = n.param()? == "max";
     let x = n.arg(0)?;
     if x.rank() == 0 {
         return scalar_with_index(e, x);

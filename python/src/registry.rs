@@ -1,0 +1,38 @@
+//! The op registry as Python sees it: what is lowered, each op's traits and decomposition
+//! policy (`torchtpu.decompositions` derives its table from them), and the per-node legality
+//! check the backend's partitioner asks before compiling a graph.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use torchtpu_engine::legality::{self, registry};
+
+/// One dict per registry entry: name, traits (list), lowered (bool), rule, param,
+/// decomposition ("none", "lowering" or "python").
+#[pyfunction]
+pub fn op_registry(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    registry::all()
+        .iter()
+        .map(|d| {
+            let e = PyDict::new(py);
+            e.set_item("name", d.name)?;
+            e.set_item("traits", d.traits.names())?;
+            e.set_item("lowered", d.is_lowered())?;
+            e.set_item("rule", d.lowering.map(|l| l.rule_name))?;
+            e.set_item("param", d.lowering.and_then(|l| l.param))?;
+            e.set_item("decomposition", d.decomposition.name())?;
+            Ok(e)
+        })
+        .collect()
+}
+
+/// One refused node as Python sees it: (line, op, reason).
+type Refused = (Option<u32>, String, Option<String>);
+
+/// The nodes of IR `text` the lowering refuses, as `(line, op, reason)`: `reason` is None
+/// for an op with no lowering, else the form its legality check refused. A parse error is
+/// an internal error (the text comes from torchtpu's exporter).
+#[pyfunction]
+pub fn check_lowerable(py: Python<'_>, text: &str) -> PyResult<Vec<Refused>> {
+    let refused = legality::refusals(text).map_err(|e| crate::internal(py, "parse", &format!("parse error at {e}")))?;
+    Ok(refused.into_iter().map(|r| (r.loc.map(|l| l.line), r.op, r.reason)).collect())
+}

@@ -1,0 +1,62 @@
+"""The op registry (compiler/src/registry/table.rs) is the one list of what torchtpu knows per
+op: Python's supported set and its decomposition table are derived from it, and an op that
+is both decomposed in Python and lowered must say in the registry which one wins."""
+
+from __future__ import annotations
+
+import torch
+
+from torchtpu import _C
+from torchtpu.decompositions import base_name, decomposition_table, registry_policies
+
+
+def _decomposed() -> set[str]:
+    return {base_name(op) for op in decomposition_table() if isinstance(op, torch._ops.OpOverload)}
+
+
+def test_supported_set_is_the_registry():
+    lowered = [e["name"] for e in _C.op_registry() if e["lowered"]]
+    assert _C.supported_ops() == lowered
+    assert len(lowered) == len(set(lowered))
+
+
+def test_every_op_both_decomposed_and_lowered_has_a_policy():
+    """Fails when PyTorch (or torchtpu) starts decomposing an op the registry lowers, or the
+    registry lowers an op AOTAutograd decomposes, without the registry saying which wins."""
+    policies = registry_policies()
+    undecided = sorted(op for op in _decomposed() if policies.get(op) == "none")
+    assert not undecided, f"decomposed in Python and lowered, with no decomposition policy in the registry: {undecided}"
+
+
+def test_lowering_policy_keeps_the_op_whole():
+    policies = registry_policies()
+    taken = sorted(op for op in _decomposed() if policies.get(op) == "lowering")
+    assert not taken, f"the registry says the lowering wins, but Python decomposes: {taken}"
+    assert policies["aten.hardtanh"] == "lowering"  # the core table would decompose it
+
+
+def test_python_policy_is_not_stale():
+    """An op marked "python" must have a decomposition in the table (else the mark is stale and
+    the lowering is what runs)."""
+    decomposed = _decomposed()
+    stale = sorted(op for op, p in registry_policies().items() if p == "python" and op not in decomposed)
+    assert not stale, f"registry says Python decomposes these, but no decomposition is taken: {stale}"
+
+
+def test_traits_are_reported():
+    by_name = {e["name"]: e for e in _C.op_registry()}
+    assert by_name["aten.add"]["traits"] == ["elementwise"]
+    assert by_name["aten.view"]["traits"] == ["view"]
+    assert "random" in by_name["aten.native_dropout"]["traits"]
+    assert by_name["aten.exp"]["param"] == "stablehlo.exponential"
+    assert not by_name["aten.bernoulli"]["lowered"]
+
+
+def test_check_lowerable_names_line_op_and_reason():
+    text = """graph @g(%x: f32[4]) -> (f32[4], f32[4]) {
+  %0 = aten.round.decimals(%x) {decimals = 3} : f32[4]
+  %1 = aten.exp.default(%0) : f32[4]
+  return %0, %1
+}
+"""
+    assert _C.check_lowerable(text) == [(2, "aten.round", "round with decimals != 0")]
