@@ -325,13 +325,20 @@ pub fn index_reduce_legal(c: &Check) -> Result<(), String> {
     Ok(())
 }
 
-/// index / index_put with boolean (or uint8) mask indices: the result shape depends on the
-/// data. `index`'s indices are operands 1..; `index_put`'s are between `self` and `values`.
+/// index with boolean (or uint8) mask indices: the result shape depends on the data. The
+/// indices are operands 1...
 pub fn index_legal(c: &Check) -> Result<(), String> {
-    let puts = c.node.op().is_some_and(|o| o.name.ends_with("index_put"));
-    let end = if puts { c.operands.len().saturating_sub(1) } else { c.operands.len() };
-    let masks = c.operands.iter().take(end).skip(1).any(|t| matches!(t.dtype, DType::Bool | DType::U8));
-    match masks {
+    no_masks(&c.operands[1.min(c.operands.len())..])
+}
+
+/// index_put with mask indices (between `self` and `values`): not lowered either.
+pub fn index_put_legal(c: &Check) -> Result<(), String> {
+    let end = c.operands.len().saturating_sub(1).max(1.min(c.operands.len()));
+    no_masks(&c.operands[1.min(c.operands.len())..end])
+}
+
+fn no_masks(indices: &[&crate::ir::TensorType]) -> Result<(), String> {
+    match indices.iter().any(|t| matches!(t.dtype, DType::Bool | DType::U8)) {
         true => Err("indexing with boolean mask indices (data-dependent shape)".into()),
         false => Ok(()),
     }

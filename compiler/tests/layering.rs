@@ -1,0 +1,55 @@
+//! The structure docs/architecture.md describes, checked on the sources: lowering does not
+//! reach into the passes, no lowering rule picks its behaviour by reading its op's name (the
+//! registry's parameter says it), and the Python extension reaches the compiler only through
+//! the engine.
+
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("source dir") {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            out.push((path, text));
+        }
+    }
+    out
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn offenders(dir: &str, needles: &[&str]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (path, text) in sources(&root().join(dir)) {
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if needles.iter().any(|n| code.contains(n)) {
+                bad.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn lowering_does_not_depend_on_passes() {
+    let bad = offenders("compiler/src/lower", &["crate::passes", "passes::"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn no_rule_reads_its_op_name() {
+    let bad = offenders("compiler/src/lower/ops", &["o.name", ".name ==", "op_name("]);
+    assert!(bad.is_empty(), "rules take the registry's `param` instead: {bad:#?}");
+}
+
+#[test]
+fn the_extension_reaches_the_compiler_only_through_the_engine() {
+    let bad = offenders("python/src", &["torchtpu_compiler"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
