@@ -223,8 +223,8 @@ fn memory_dict<'py>(py: Python<'py>, m: &MemorySummary) -> PyResult<Bound<'py, P
 impl Program {
     /// `(dtype name, dims)` of each input.
     #[getter]
-    fn input_types(&self) -> Vec<(String, Vec<i64>)> {
-        types_of(self.compiled.input_types())
+    fn input_types(&self, py: Python<'_>) -> PyResult<Vec<(String, Vec<i64>)>> {
+        guarded(py, "execute", || Ok(types_of(self.compiled.input_types())))
     }
 
     /// Dense byte length of each input.
@@ -235,8 +235,8 @@ impl Program {
 
     /// `(dtype name, dims)` of each output.
     #[getter]
-    fn output_types(&self) -> Vec<(String, Vec<i64>)> {
-        types_of(self.compiled.output_types())
+    fn output_types(&self, py: Python<'_>) -> PyResult<Vec<(String, Vec<i64>)>> {
+        guarded(py, "execute", || Ok(types_of(self.compiled.output_types())))
     }
 
     /// Where the executable came from: "compiled", "memory" or "disk".
@@ -266,20 +266,22 @@ impl Program {
     /// peak_bytes_without_donation, has_symbolic.
     #[getter]
     fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        memory_dict(py, self.compiled.memory())
+        guarded(py, "analyses", || memory_dict(py, self.compiled.memory()))
     }
 
     /// Seconds per stage of this compile (parse, graph_cache, verify, passes, analyses,
     /// lower, compile; those that ran) and their total.
     #[getter]
     fn timings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let t = self.compiled.timings();
-        let d = PyDict::new(py);
-        for (stage, dt) in &t.stages {
-            d.set_item(*stage, dt.as_secs_f64())?;
-        }
-        d.set_item("total", t.total().as_secs_f64())?;
-        Ok(d)
+        guarded(py, "compile", || {
+            let t = self.compiled.timings();
+            let d = PyDict::new(py);
+            for (stage, dt) in &t.stages {
+                d.set_item(*stage, dt.as_secs_f64())?;
+            }
+            d.set_item("total", t.total().as_secs_f64())?;
+            Ok(d)
+        })
     }
 
     /// Executes on `inputs`: one torch tensor (or DLPack capsule) per input. Rust checks
@@ -336,6 +338,7 @@ static EXECUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 
 #[pyfunction]
 fn executions() -> u64 {
+    // An atomic load: nothing to panic.
     EXECUTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -400,20 +403,20 @@ fn cache_warnings(py: Python<'_>) -> PyResult<Vec<String>> {
 
 /// The ATen ops the lowering table covers (`aten.add`, ...), without overloads.
 #[pyfunction]
-fn supported_ops() -> Vec<&'static str> {
-    torchtpu_engine::supported_ops()
+fn supported_ops(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    guarded(py, "lower", || Ok(torchtpu_engine::supported_ops()))
 }
 
 /// The PJRT plugin the default engine loads (or would load).
 #[pyfunction]
-fn plugin_path() -> String {
-    torchtpu_runtime::plugin_path().display().to_string()
+fn plugin_path(py: Python<'_>) -> PyResult<String> {
+    guarded(py, "compile", || Ok(torchtpu_runtime::plugin_path().display().to_string()))
 }
 
 /// `(name, description)` of every registered pass.
 #[pyfunction]
-fn list_passes() -> Vec<(&'static str, &'static str)> {
-    torchtpu_engine::list_passes()
+fn list_passes(py: Python<'_>) -> PyResult<Vec<(&'static str, &'static str)>> {
+    guarded(py, "passes", || Ok(torchtpu_engine::list_passes()))
 }
 
 /// Panics inside Rust, for the test that checks a panic becomes `InternalError`.

@@ -10,19 +10,21 @@ use torchtpu_engine::legality::{self, registry};
 /// decomposition ("none", "lowering" or "python").
 #[pyfunction]
 pub fn op_registry(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
-    registry::all()
-        .iter()
-        .map(|d| {
-            let e = PyDict::new(py);
-            e.set_item("name", d.name)?;
-            e.set_item("traits", d.traits.names())?;
-            e.set_item("lowered", d.is_lowered())?;
-            e.set_item("rule", d.lowering.map(|l| l.rule_name))?;
-            e.set_item("param", d.lowering.and_then(|l| l.param))?;
-            e.set_item("decomposition", d.decomposition.name())?;
-            Ok(e)
-        })
-        .collect()
+    crate::guarded(py, "lower", || {
+        registry::all()
+            .iter()
+            .map(|d| {
+                let e = PyDict::new(py);
+                e.set_item("name", d.name)?;
+                e.set_item("traits", d.traits.names())?;
+                e.set_item("lowered", d.is_lowered())?;
+                e.set_item("rule", d.lowering.map(|l| l.rule_name))?;
+                e.set_item("param", d.lowering.and_then(|l| l.param))?;
+                e.set_item("decomposition", d.decomposition.name())?;
+                Ok(e)
+            })
+            .collect()
+    })
 }
 
 /// One refused node as Python sees it: (line, op, reason).
@@ -33,6 +35,9 @@ type Refused = (Option<u32>, String, Option<String>);
 /// an internal error (the text comes from torchtpu's exporter).
 #[pyfunction]
 pub fn check_lowerable(py: Python<'_>, text: &str) -> PyResult<Vec<Refused>> {
-    let refused = legality::refusals(text).map_err(|e| crate::internal(py, "parse", &format!("parse error at {e}")))?;
-    Ok(refused.into_iter().map(|r| (r.loc.map(|l| l.line), r.op, r.reason)).collect())
+    crate::guarded(py, "lower", || {
+        let refused =
+            legality::refusals(text).map_err(|e| crate::internal(py, "parse", &format!("parse error at {e}")))?;
+        Ok(refused.into_iter().map(|r| (r.loc.map(|l| l.line), r.op, r.reason)).collect())
+    })
 }
