@@ -283,11 +283,13 @@ impl Engine {
                 let c = with_driver(|cx| {
                     cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
                 })?;
+                let seconds = c.timings.total().as_secs_f64();
                 timings.stages.extend(c.timings.stages);
                 timings.passes = c.timings.passes;
                 let memory = c.analyses.memory.unwrap_or_default();
                 let code = c.hlo.expect("the driver lowers when asked to emit").code;
-                (self.graphs.put_entry(&key, code, &memory.to_meta()).code, memory)
+                let entry = self.graphs.put_entry_named(&key, code, &memory.to_meta(), Some(&graph.name), seconds);
+                (entry.code, memory)
             }
         };
         if fault_injected("compile") {
