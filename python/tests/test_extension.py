@@ -152,3 +152,22 @@ def test_a_rust_panic_is_an_internal_error():
     with pytest.raises(InternalError, match="a deliberate panic") as e:
         _C._panic_for_tests()
     assert e.value.stage == "execute"
+
+
+def test_a_missing_plugin_is_a_plugin_error():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from torchtpu import _C\n"
+        "from torchtpu.errors import PluginError\n"
+        "try:\n"
+        "    _C.compile('graph @g(%x: f32[2]) -> (f32[2]) {\\n  return %x\\n}\\n')\n"
+        "except PluginError as e:\n"
+        "    print('PluginError', e)\n"
+    )
+    env = dict(os.environ, TORCHTPU_PJRT_PLUGIN="/nonexistent/pjrt_plugin.so")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PluginError") and "/nonexistent/pjrt_plugin.so" in r.stdout, r.stdout
