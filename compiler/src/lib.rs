@@ -1,10 +1,15 @@
-//! torchtpu's compiler: the graph IR and its text form, the verifier, and the pass manager.
-//! Lowering to StableHLO comes in `lower/` (see docs/architecture.md).
+//! torchtpu's compiler: models in, StableHLO out, no device knowledge (see
+//! docs/architecture.md). Module map:
 //!
+//! - `ir`: the graph IR (petgraph), its text form (printer, parser) and the verifier;
 //! - `registry`: the op registry, what the compiler knows per op (traits, verifier signature,
 //!   lowering rule and legality check, decomposition policy, sharding slot), declared once;
+//! - `passes`: the pass registry and manager, one file per pass;
+//! - `analysis`: analyses that change nothing (liveness, the peak-memory estimate, donation);
+//! - `lower`: StableHLO through melior, one rule per op family, dispatched by the registry;
 //! - `driver`: the one way through the compiler (parse -> verify -> passes -> analyses ->
-//!   lower), one result and one error type per compile.
+//!   lower), one result and one error type per compile;
+//! - `testing`: `torchtpu-opt`'s `--split-input-file` and `--verify-diagnostics`.
 
 pub mod analysis;
 pub mod driver;
