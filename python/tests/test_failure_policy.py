@@ -110,3 +110,24 @@ def test_fallback_env_makes_the_default_strict(fresh_torchtpu, monkeypatch):
     monkeypatch.setenv("TORCHTPU_FALLBACK", "eager")
     torch.compile(_round_in_the_middle, backend="torchtpu")(torch.randn(3))
     assert torchtpu.stats()["fallback_kinds"] == {"unsupported": 1}
+
+
+def test_late_refusal_names_its_line_for_the_partitioner():
+    """A refusal only emission finds (a complex operand brought to a real compute dtype) is
+    an UnsupportedError carrying the node's IR line, which the backend maps to its FX node."""
+    from torchtpu import _C
+    from torchtpu.backend import unsupported_node
+    from torchtpu.exporter import Exported
+
+    text = """graph @g(%z: c64[4]) -> (f32[4]) {
+  %0 = aten.relu.default(%z) : f32[4]
+  return %0
+}
+"""
+    assert _C.check_lowerable(text) == []  # nothing the legality checks can see
+    with pytest.raises(UnsupportedError) as info:
+        _C.compile(text, "canonicalize", True)
+    assert info.value.op == "aten.relu" and info.value.line == 2, vars(info.value)
+    marker = object()
+    exported = Exported(text, [], [], False, [], {2: marker})
+    assert unsupported_node(info.value, exported) is marker
