@@ -131,3 +131,9 @@ def test_late_refusal_names_its_line_for_the_partitioner():
     marker = object()
     exported = Exported(text, [], [], False, [], {2: marker})
     assert unsupported_node(info.value, exported) is marker
+
+
+def test_explain_reports_refused_forms():
+    report = torchtpu.explain(_round_in_the_middle, torch.randn(4))
+    assert report["fallback_ops"] == {"aten.round": 1}, report
+    assert any("round with decimals != 0" in r for r in report["reasons"])

@@ -72,7 +72,8 @@ def explain(model, *args, **kwargs) -> dict:
     """Traces `model(*args, **kwargs)` the way the backend would and reports, without compiling:
     the number of graphs (Dynamo graph breaks and their reasons) and the ops that would run
     eagerly for want of a lowering. Prints a summary and returns it as a dict."""
-    from torchtpu.explain import explain as _explain
+    # A private module: a submodule named `explain` would replace this function on import.
+    from torchtpu._explain import explain as _explain
 
     return _explain(model, *args, **kwargs)
 

@@ -10,7 +10,25 @@ from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
 from torchtpu.decompositions import decomposition_table
-from torchtpu.exporter import base_name, unsupported_nodes
+from torchtpu.exporter import base_name, export, unsupported_nodes
+
+
+def _not_taken(g: torch.fx.GraphModule, supported: set) -> dict:
+    """The nodes the backend would run eagerly: ops without a lowering, else the nodes whose
+    form the registry's legality checks refuse or whose arguments the exporter cannot write
+    (what the backend asks before compiling; a graph with symbolic sizes is checked per op
+    only, since it is exported per size)."""
+    from torchtpu.backend import refused_nodes
+    from torchtpu.errors import UnsupportedError
+
+    bad = unsupported_nodes(g, supported)
+    if bad:
+        return bad
+    try:
+        return refused_nodes(export(g, "explain"))
+    except UnsupportedError as e:
+        node = getattr(e, "fx_node", None)
+        return {node: str(e)} if node is not None else {}
 
 
 def explain(model, *args, **kwargs) -> dict:
@@ -22,7 +40,7 @@ def explain(model, *args, **kwargs) -> dict:
         for node in g.graph.nodes:
             if node.op == "call_function" and base_name(node.target):
                 report["ops"][base_name(node.target)] += 1
-        for node, reason in unsupported_nodes(g, supported).items():
+        for node, reason in _not_taken(g, supported).items():
             report["fallback_ops"][base_name(node.target) or str(node.target)] += 1
             report["reasons"].append(f"{node.name}: {reason}")
         return make_boxed_func(g.forward)
