@@ -5,7 +5,8 @@
 //!
 //! Module map: `graph_cache` (canonical IR + options -> StableHLO bytecode and its memory
 //! estimate, memory and disk), `host` (`HostTensor`), `resident` (input buffers kept between
-//! calls). The Python extension reaches the compiler only through this crate: `driver`, `ir`,
+//! calls), `legality` (the op registry and the per-node legality check, for the backend).
+//! The Python extension reaches the compiler only through this crate: `driver`, `ir`,
 //! `list_passes` and `supported_ops` are re-exported for it.
 
 mod graph_cache;

@@ -3,7 +3,8 @@
 //! `torchtpu.errors` (made by `errors.from_rust`), and a Rust panic becomes
 //! `torchtpu.errors.InternalError`, never pyo3's `PanicException`.
 //!
-//! Module map: `dlpack` (capsules in and out; the ABI is the runtime's).
+//! Module map: `dlpack` (capsules in and out; the ABI is the runtime's), `registry` (the op
+//! registry and the per-node legality check, for `decompositions.py` and the partitioner).
 
 // The module must be called `_C` (torchtpu._C), which is not snake case.
 #![allow(non_snake_case)]
