@@ -429,6 +429,10 @@ fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The default PJRT plugin is looked for in this interpreter's environment first
+    // (`make setup` installs it under `.venv/pjrt`); the runtime knows no source folder.
+    let prefix: String = m.py().import("sys")?.getattr("prefix")?.extract()?;
+    torchtpu_runtime::set_python_environment(std::path::Path::new(&prefix));
     m.add("FAULT_ENV", torchtpu_engine::FAULT_ENV)?;
     m.add_function(wrap_pyfunction!(canonical_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;

@@ -79,6 +79,20 @@ impl RuntimeError {
         RuntimeError::PluginNotFound { path, hint }
     }
 
+    /// The not-found error after a search: names the first path and every other one tried.
+    pub fn plugin_not_found_in(tried: Vec<PathBuf>) -> Self {
+        let mut tried = tried.into_iter();
+        let first = tried.next().unwrap_or_default();
+        let mut e = RuntimeError::plugin_not_found(first);
+        let others: Vec<String> = tried.map(|p| p.display().to_string()).collect();
+        if let RuntimeError::PluginNotFound { hint, .. } = &mut e {
+            if !others.is_empty() {
+                *hint = format!("also tried {}; {hint}", others.join(", "));
+            }
+        }
+        e
+    }
+
     /// The PJRT error code, if this error came from the plugin.
     pub fn pjrt_code(&self) -> Option<i32> {
         match self {

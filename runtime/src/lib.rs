@@ -5,8 +5,6 @@
 //! [`Executable`]s; [`ExecutableCache`] avoids recompiling the same module, in memory and (with
 //! a [`DiskCache`]) across processes. See `docs/runtime.md` and `docs/cache.md`.
 
-use std::path::PathBuf;
-
 mod buffer;
 mod cache;
 mod cache_key;
@@ -20,6 +18,7 @@ mod ffi;
 mod options;
 mod plugin;
 mod plugin_file;
+mod plugin_search;
 mod serialize;
 pub mod store;
 
@@ -34,32 +33,13 @@ pub use options::CompileOptions;
 pub use plugin::{Plugin, SUPPORTED_API_MAJOR};
 pub use store::{Level, Store};
 
-/// Environment variable that overrides the PJRT plugin path.
-pub const PLUGIN_ENV: &str = "TORCHTPU_PJRT_PLUGIN";
-
-/// Where `scripts/setup.sh` installs the XLA CPU plugin, relative to the repository root.
-pub const DEFAULT_PLUGIN_RELATIVE: &str = ".venv/pjrt/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so";
-
-/// The plugin path: `$TORCHTPU_PJRT_PLUGIN`, else the setup location in this checkout.
-pub fn plugin_path() -> PathBuf {
-    match std::env::var_os(PLUGIN_ENV) {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(DEFAULT_PLUGIN_RELATIVE),
-    }
-}
+pub use plugin_search::{
+    find_plugin, plugin_candidates, plugin_path, set_python_environment, PLUGIN_ENV, PLUGIN_IN_ENVIRONMENT,
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_plugin_path_points_into_the_venv() {
-        if std::env::var_os(PLUGIN_ENV).is_none() {
-            let p = plugin_path();
-            assert!(p.ends_with("pjrt_c_api_cpu_plugin.so"), "{}", p.display());
-            assert!(p.to_string_lossy().contains(".venv/pjrt"));
-        }
-    }
 
     fn assert_send_sync<T: Send + Sync>() {}
 

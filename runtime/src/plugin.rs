@@ -118,9 +118,13 @@ impl Plugin {
         Ok(plugin)
     }
 
-    /// Loads the plugin named by `$TORCHTPU_PJRT_PLUGIN`, else the one `make setup` installs.
+    /// Loads the plugin named by `$TORCHTPU_PJRT_PLUGIN`, else the one `make setup` installs,
+    /// looked for where `plugin_candidates` says; the error names every path tried.
     pub fn load_default() -> Result<Arc<Plugin>> {
-        Self::load(&crate::plugin_path())
+        match crate::find_plugin() {
+            Some(path) => Self::load(&path),
+            None => Err(RuntimeError::plugin_not_found_in(crate::plugin_candidates())),
+        }
     }
 
     /// The plugin's reported PJRT C API version, `(major, minor)`.
