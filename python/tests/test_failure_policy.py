@@ -116,7 +116,7 @@ def test_late_refusal_names_its_line_for_the_partitioner():
     """A refusal only emission finds (a complex operand brought to a real compute dtype) is
     an UnsupportedError carrying the node's IR line, which the backend maps to its FX node."""
     from torchtpu import _C
-    from torchtpu.backend import unsupported_node
+    from torchtpu.fallback import unsupported_node
     from torchtpu.exporter import Exported
 
     text = """graph @g(%z: c64[4]) -> (f32[4]) {

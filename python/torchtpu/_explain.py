@@ -18,7 +18,7 @@ def _not_taken(g: torch.fx.GraphModule, supported: set) -> dict:
     form the registry's legality checks refuse or whose arguments the exporter cannot write
     (what the backend asks before compiling; a graph with symbolic sizes is checked per op
     only, since it is exported per size)."""
-    from torchtpu.backend import refused_nodes
+    from torchtpu.fallback import refused_nodes
     from torchtpu.errors import UnsupportedError
 
     bad = unsupported_nodes(g, supported)

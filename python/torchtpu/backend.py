@@ -20,11 +20,12 @@ from functorch.compile import make_boxed_func
 from torchtpu import _C, _stats, policy
 from torchtpu._log import warn_once
 from torchtpu.decompositions import decomposition_table
-from torchtpu.errors import FallbackError, InternalError, UnsupportedError
+from torchtpu.errors import FallbackError, UnsupportedError
 from torchtpu.executor import compile_exported
 from torchtpu.exporter import export, unsupported_nodes
-from torchtpu.fallback import partition_and_compile
+from torchtpu.fallback import partition_and_compile, refused_nodes, unsupported_node
 from torchtpu.options import Options
+from torchtpu.specialize import NotSpecializable
 
 log = logging.getLogger("torchtpu")
 _graph_ids = itertools.count()
@@ -169,6 +170,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
             policy.on_failure(e, f"graph {name}", opts.strict)
             _stats.bump("graphs_fallback")
             return make_boxed_func(gm.forward)
+        except NotSpecializable:
+            raise  # sizes a binding cannot give: `_PerShape` re-traces with them instead
         except Exception as e:  # noqa: BLE001 - a bug in torchtpu, never a quiet fallback
             error = policy.as_internal(e, "export" if exported is None else "compile")
             policy.on_failure(
@@ -183,8 +186,6 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
             _stats.bump("graphs_fallback")
             return make_boxed_func(gm.forward)
         if binding is not None:
-            from torchtpu.specialize import NotSpecializable
-
             raise NotSpecializable(f"nodes the lowering refuses: {sorted(set(bad.values()))}")
     reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(sorted({r for r in bad.values()}))
     ops = [_short(n.target) for n in bad]
@@ -192,26 +193,6 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     policy.on_failure(UnsupportedError(message, ops), f"graph {name}", opts.strict)
     _stats.bump("graphs_fallback")
     return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
-
-
-def refused_nodes(exported) -> dict:
-    """The FX nodes whose IR the registry's legality checks refuse, with the reason."""
-    bad = {}
-    for line, op, reason in _C.check_lowerable(exported.text):
-        node = exported.nodes_by_line.get(line)
-        if node is None:  # an IR line the exporter did not write for a node: a bug
-            raise InternalError(f"the compiler refused {op} at line {line}, which no FX node wrote", stage="export")
-        bad[node] = f"{op}: {reason}" if reason else f"no lowering for {op}"
-    return bad
-
-
-def unsupported_node(error, exported):
-    """The FX node an UnsupportedError is about, when it can be told: the node the exporter
-    was writing, or the IR line the compiler refused (`line`)."""
-    node = getattr(error, "fx_node", None)
-    if node is None and exported is not None and getattr(error, "line", None) is not None:
-        node = exported.nodes_by_line.get(error.line)
-    return node
 
 
 def _short(target) -> str:

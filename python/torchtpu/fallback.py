@@ -48,16 +48,25 @@ class _CompiledPartition(torch.nn.Module):
         return self.fn(*args)
 
 
-def _refused(exported) -> set:
-    """The region's nodes the registry's legality checks refuse (mapped back through the
-    exporter's line table)."""
-    out = set()
+def refused_nodes(exported) -> dict:
+    """The FX nodes whose IR the registry's legality checks refuse, with the reason (asked
+    once per graph or region, before compiling it)."""
+    bad = {}
     for line, op, reason in _C.check_lowerable(exported.text):
         node = exported.nodes_by_line.get(line)
-        if node is None:
+        if node is None:  # an IR line the exporter did not write for a node: a bug
             raise InternalError(f"the compiler refused {op} at line {line}, which no FX node wrote", stage="export")
-        out.add(node)
-    return out
+        bad[node] = f"{op}: {reason}" if reason else f"no lowering for {op}"
+    return bad
+
+
+def unsupported_node(error, exported):
+    """The FX node an UnsupportedError is about, when it can be told: the node the exporter
+    was writing, or the IR line the compiler refused (`line`)."""
+    node = getattr(error, "fx_node", None)
+    if node is None and exported is not None and getattr(error, "line", None) is not None:
+        node = exported.nodes_by_line.get(error.line)
+    return node
 
 
 def _compile_region(sub: torch.fx.GraphModule, opts, name: str, depth: int):
@@ -66,13 +75,11 @@ def _compile_region(sub: torch.fx.GraphModule, opts, name: str, depth: int):
     exported = None
     try:
         exported = export(sub, name)
-        refused = _refused(exported)
+        refused = set(refused_nodes(exported))
         if not refused:
             return compile_exported(exported, opts, name, eager=sub.forward)
     except UnsupportedError as e:
-        node = getattr(e, "fx_node", None)
-        if node is None and exported is not None and getattr(e, "line", None) is not None:
-            node = exported.nodes_by_line.get(e.line)
+        node = unsupported_node(e, exported)
         if node is None or depth >= MAX_ROUNDS:
             policy.on_failure(e, f"partition {name}", opts.strict)
             return None

@@ -163,10 +163,12 @@ impl OpDef {
         self
     }
 
-    /// The legality check of the lowering set before (`rule`/`rule_with` come first).
+    /// The legality check of the lowering set before (`rule`/`rule_with` come first: the
+    /// table does not compile otherwise).
     pub const fn legal(mut self, legal: LegalFn) -> OpDef {
-        if let Some(l) = &mut self.lowering {
-            l.legal = Some(legal);
+        match &mut self.lowering {
+            Some(l) => l.legal = Some(legal),
+            None => panic!("OpDef::legal before OpDef::rule"),
         }
         self
     }
