@@ -137,3 +137,16 @@ def test_explain_reports_refused_forms():
     report = torchtpu.explain(_round_in_the_middle, torch.randn(4))
     assert report["fallback_ops"] == {"aten.round": 1}, report
     assert any("round with decimals != 0" in r for r in report["reasons"])
+
+
+def test_refused_form_under_dynamic_shapes(fresh_torchtpu):
+    """A symbolic graph is specialised per size; a refused node makes that size re-trace to
+    static shapes and partition around it, instead of running the whole graph eagerly."""
+    f = torch.compile(_round_in_the_middle, backend="torchtpu", dynamic=True, options={"strict": False})
+    for n in (5, 7):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(f(x), _round_in_the_middle(x), **TOL)
+    s = torchtpu.stats()
+    assert s["fallback_ops"] == {"aten.round": 2}, s["fallback_reasons"]
+    assert set(s["fallback_kinds"]) == {"unsupported"}
+    assert s["partitions_compiled"] == 4, s
