@@ -158,8 +158,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
             if not bad:
                 compiled = compile_exported(exported, opts, name, eager=gm.forward)
                 return make_boxed_func(compiled)
-            # An emission-time refusal names its node: that node runs eagerly, the rest compiles.
         except UnsupportedError as e:
+            # The exporter's refusal names the node it was writing, a late (emission-time) one
+            # its IR line: that node runs eagerly alone, the rest compiles.
             node = unsupported_node(e, exported)
             if node is None:
                 policy.on_failure(e, f"graph {name}", opts.strict, ir_text=exported and exported.text, passes=opts.passes, donate=opts.donate)
