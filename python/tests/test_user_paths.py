@@ -245,3 +245,17 @@ def test_unsupported_mode_warns_once():
             assert torch.compile(lambda t: t + 1, backend="torchtpu", mode="max-autotune")(x).tolist() == [2.0, 2.0]
     mode_warnings = [w for w in caught if "mode='max-autotune'" in str(w.message)]
     assert len(mode_warnings) == 1, [str(w.message) for w in caught]
+
+
+def test_indexing_an_empty_tensor(fresh_torchtpu):
+    """Advanced indexing and unfold of a tensor with a zero-size dim: StableHLO refuses a
+    gather slice from an empty dim, so the lowering gives the (empty) result directly.
+    Before, XLA refused the module (a CompileError that fell back)."""
+    idx = torch.tensor([0, 2])
+    x = torch.zeros(0, 3, 5)
+    out = torch.compile(lambda t: t[:, idx] + 1, backend="torchtpu")(x)
+    assert out.shape == (0, 2, 5)
+    img = torch.zeros(0, 1, 5, 5)
+    out = torch.compile(lambda t: F.unfold(t, 2, 1, 0, 1), backend="torchtpu")(img)
+    torch.testing.assert_close(out, F.unfold(img, 2, 1, 0, 1))
+    assert_compiled_cleanly()

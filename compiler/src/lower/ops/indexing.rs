@@ -45,6 +45,11 @@ pub(crate) fn coordinates<'c, 'a>(
 pub(crate) fn gather_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
     let rank = x.rank();
     let out: Vec<i64> = coords.dims[..coords.rank() - 1].to_vec();
+    if x.dims.contains(&0) {
+        // Nothing to read (StableHLO refuses a slice of 1 from an empty dim): every coordinate
+        // would be out of range, so the result is empty, as eager's; zeros of its shape.
+        return e.constant(x.dtype, &out, Scalar::I(0));
+    }
     let dn = format!(
         "#stablehlo.gather<offset_dims = [], collapsed_slice_dims = [{0}], start_index_map = [{0}], index_vector_dim = {1}>",
         list(0..rank),
