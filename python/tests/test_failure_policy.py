@@ -150,3 +150,17 @@ def test_refused_form_under_dynamic_shapes(fresh_torchtpu):
     assert s["fallback_ops"] == {"aten.round": 2}, s["fallback_reasons"]
     assert set(s["fallback_kinds"]) == {"unsupported"}
     assert s["partitions_compiled"] == 4, s
+
+
+def test_a_user_input_error_from_torchtpus_own_ir_is_internal(fresh_torchtpu, monkeypatch):
+    """An IRError raised for IR the exporter wrote is a torchtpu bug, not a user error:
+    recorded as internal with a repro (and raised as InternalError under strict)."""
+    from torchtpu import policy
+    from torchtpu.errors import IRError
+
+    with pytest.raises(InternalError):
+        policy.on_failure(IRError("invalid IR: 2:3: ..."), "graph g", True)
+    with pytest.warns(RuntimeWarning, match="torchtpu bug"):
+        policy.on_failure(IRError("invalid IR: 2:3: ..."), "graph g", False, ir_text="graph @g() -> () {\n  return\n}\n")
+    (entry,) = torchtpu.stats()["fallback_reasons"]
+    assert entry["kind"] == "internal" and entry["repro"].endswith(".repro.py")

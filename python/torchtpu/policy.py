@@ -19,7 +19,7 @@ import os
 
 from torchtpu import _stats
 from torchtpu._log import log, warn_once
-from torchtpu.errors import InternalError, TorchTPUError
+from torchtpu.errors import FallbackError, InternalError, TorchTPUError
 
 FALLBACK_ENV = "TORCHTPU_FALLBACK"
 
@@ -30,9 +30,10 @@ def fallback_is_error() -> bool:
 
 
 def as_internal(error: BaseException, stage: str) -> TorchTPUError:
-    """`error` if it is one of torchtpu's, else an InternalError wrapping it (a Python
-    exception escaping the exporter or the compiler is a torchtpu bug)."""
-    if isinstance(error, TorchTPUError):
+    """`error` if it is a fallback or an internal error, else an InternalError wrapping it: a
+    Python exception escaping the exporter or the compiler, or a user-input error type
+    (`IRError`, `InputError`) raised for what torchtpu itself produced, is a torchtpu bug."""
+    if isinstance(error, (FallbackError, InternalError)):
         return error
     wrapped = InternalError(f"{type(error).__name__} in torchtpu ({stage}): {error}", stage=stage)
     wrapped.__cause__ = error
@@ -51,9 +52,10 @@ def on_failure(
 ) -> None:
     """Returns when `where` (a graph or partition name) is to run eagerly, after recording and
     warning; raises `error` under strict. `ops` of a FallbackError name what ran eagerly."""
+    error = as_internal(error, getattr(error, "stage", None) or "compile")
     if strict:
         raise error
-    kind = getattr(error, "kind", "internal")
+    kind = error.kind
     ops = list(getattr(error, "ops", []) or [])
     if isinstance(error, InternalError):
         from torchtpu import repro
