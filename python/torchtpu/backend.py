@@ -17,15 +17,12 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from functorch.compile import make_boxed_func
 
-from torchtpu import _C, _stats, policy
+from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.decompositions import decomposition_table
-from torchtpu.errors import FallbackError, UnsupportedError
-from torchtpu.executor import compile_exported
-from torchtpu.exporter import export, unsupported_nodes
-from torchtpu.fallback import partition_and_compile, refused_nodes, unsupported_node
+from torchtpu.exporter import unsupported_nodes
+from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
-from torchtpu.specialize import NotSpecializable
 
 log = logging.getLogger("torchtpu")
 _graph_ids = itertools.count()
@@ -150,56 +147,13 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     name = f"{kind}_{next(_graph_ids)}"
     # A binding comes only with a graph `_PerShape` found free of unsupported ops.
     bad = {} if binding is not None else unsupported_nodes(gm, _supported())
-    exported = None
-    if not bad:
-        try:
-            exported = export(gm, name, binding)
-            bad = refused_nodes(exported)
-            if not bad:
-                compiled = compile_exported(exported, opts, name, eager=gm.forward)
-                return make_boxed_func(compiled)
-        except UnsupportedError as e:
-            # The exporter's refusal names the node it was writing, a late (emission-time) one
-            # its IR line: that node runs eagerly alone, the rest compiles.
-            node = unsupported_node(e, exported)
-            if node is None:
-                policy.on_failure(e, f"graph {name}", opts.strict, ir_text=exported and exported.text, passes=opts.passes, donate=opts.donate)
-                _stats.bump("graphs_fallback")
-                return make_boxed_func(gm.forward)
-            bad = {node: str(e)}
-        except FallbackError as e:  # the plugin refused or failed: eager by policy
-            policy.on_failure(e, f"graph {name}", opts.strict)
-            _stats.bump("graphs_fallback")
-            return make_boxed_func(gm.forward)
-        except NotSpecializable:
-            raise  # sizes a binding cannot give: `_PerShape` re-traces with them instead
-        except Exception as e:  # noqa: BLE001 - a bug in torchtpu, never a quiet fallback
-            error = policy.as_internal(e, "export" if exported is None else "compile")
-            policy.on_failure(
-                error,
-                f"graph {name}",
-                opts.strict,
-                ir_text=exported and exported.text,
-                passes=opts.passes,
-                donate=opts.donate,
-                fx_code=gm.code,
-            )
-            _stats.bump("graphs_fallback")
-            return make_boxed_func(gm.forward)
-        if binding is not None:
-            raise NotSpecializable(f"nodes the lowering refuses: {sorted(set(bad.values()))}")
-    reason = f"graph {name}: ops without a lowering run eagerly: " + ", ".join(sorted({r for r in bad.values()}))
-    ops = [_short(n.target) for n in bad]
-    message = f"torchtpu (strict): {reason}" if opts.strict else reason
-    policy.on_failure(UnsupportedError(message, ops), f"graph {name}", opts.strict)
-    _stats.bump("graphs_fallback")
-    return make_boxed_func(partition_and_compile(gm, set(bad), opts, name))
-
-
-def _short(target) -> str:
-    from torchtpu.exporter import base_name
-
-    return base_name(target) or str(getattr(target, "__name__", target))
+    if bad:
+        return make_boxed_func(partition_around(gm, bad, opts, name, f"graph {name}"))
+    compiled = compile_graph(gm, opts, name, f"graph {name}", binding=binding)
+    if compiled is None:
+        _stats.bump("graphs_fallback")
+        return make_boxed_func(gm.forward)
+    return make_boxed_func(compiled)
 
 
 def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):

@@ -20,10 +20,11 @@ from torchtpu import _C, _stats, policy
 from torchtpu._log import log, warn_once  # noqa: F401 - warn_once re-exported for callers
 from torchtpu.errors import FallbackError, InternalError, UnsupportedError  # noqa: F401 - FallbackError re-exported
 from torchtpu.executor import compile_exported
-from torchtpu.exporter import export
+from torchtpu.exporter import base_name, export
+from torchtpu.specialize import NotSpecializable
 
-# Partitioning again around nodes found only while compiling a region stops after this many
-# rounds (each round removes at least one node, so this bounds pathological graphs only).
+# Partitioning a region again around a node found only while compiling it stops after this
+# many nested rounds (each removes at least one node, so this bounds pathological graphs only).
 MAX_ROUNDS = 16
 
 
@@ -69,36 +70,60 @@ def unsupported_node(error, exported):
     return node
 
 
-def _compile_region(sub: torch.fx.GraphModule, opts, name: str, depth: int):
-    """A compiled callable for region `sub`, or its own partitioning around the nodes found
-    unsupported in it, or None (it runs eagerly: `policy.on_failure` decided so)."""
+def op_label(target) -> str:
+    """How `stats()["fallback_ops"]` names a node's op: `namespace.name`, else its callable."""
+    return base_name(target) or str(getattr(target, "__name__", target))
+
+
+def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding=None, depth: int = 0):
+    """Compiles `gm` (a whole ATen graph, or a region of one) for the backend. Returns its
+    compiled callable, or its partitioning around the nodes the compiler does not take, or
+    None: it is to run eagerly as a whole (`policy.on_failure` decided so; strict raised).
+    Under a `binding`, a refused node raises NotSpecializable: the caller re-traces that size."""
     exported = None
     try:
-        exported = export(sub, name)
-        refused = set(refused_nodes(exported))
+        exported = export(gm, name, binding)
+        refused = refused_nodes(exported)
         if not refused:
-            return compile_exported(exported, opts, name, eager=sub.forward)
+            return compile_exported(exported, opts, name, eager=gm.forward)
     except UnsupportedError as e:
+        # The exporter's refusal names the node it was writing, a late (emission-time) one
+        # its IR line: that node runs eagerly alone, the rest compiles.
         node = unsupported_node(e, exported)
-        if node is None or depth >= MAX_ROUNDS:
-            policy.on_failure(e, f"partition {name}", opts.strict)
+        if node is None or depth > MAX_ROUNDS:
+            text = exported and exported.text
+            policy.on_failure(e, where, opts.strict, ir_text=text, passes=opts.passes, donate=opts.donate)
             return None
-        refused = {node}
-    except FallbackError as e:
-        policy.on_failure(e, f"partition {name}", opts.strict)
+        refused = {node: str(e)}
+    except FallbackError as e:  # the plugin refused or failed: eager by policy
+        policy.on_failure(e, where, opts.strict)
         return None
+    except NotSpecializable:
+        raise  # sizes a binding cannot give: the caller re-traces with them instead
     except Exception as e:  # noqa: BLE001 - a bug in torchtpu: loud, with a reproduction
         error = policy.as_internal(e, "export" if exported is None else "compile")
-        policy.on_failure(error, f"partition {name}", opts.strict, ir_text=exported and exported.text, passes=opts.passes, donate=opts.donate, fx_code=sub.code)
+        text = exported and exported.text
+        policy.on_failure(error, where, opts.strict, ir_text=text, passes=opts.passes, donate=opts.donate, fx_code=gm.code)
         return None
-    ops = sorted({str(getattr(n.target, "__name__", n.target)) for n in refused})
-    message = f"partition {name}: nodes the lowering refuses run eagerly: {ops}"
-    policy.on_failure(UnsupportedError(f"torchtpu (strict): {message}" if opts.strict else message, ops), f"partition {name}", opts.strict)
-    return partition_and_compile(sub, refused, opts, name, depth + 1)
+    if binding is not None:
+        raise NotSpecializable(f"nodes the lowering refuses: {sorted(set(refused.values()))}")
+    return partition_around(gm, refused, opts, name, where, depth)
+
+
+def partition_around(gm: torch.fx.GraphModule, bad: dict, opts, name: str, where: str, depth: int = 0):
+    """Records why the nodes `bad` (node -> reason) run eagerly (strict raises
+    UnsupportedError) and returns `gm` partitioned around them."""
+    reason = f"{where}: ops without a lowering run eagerly: " + ", ".join(sorted(set(bad.values())))
+    message = f"torchtpu (strict): {reason}" if opts.strict else reason
+    policy.on_failure(UnsupportedError(message, [op_label(n.target) for n in bad]), where, opts.strict)
+    if depth == 0:
+        _stats.bump("graphs_fallback")  # the graph runs partly eagerly
+    return partition_and_compile(gm, set(bad), opts, name, depth)
 
 
 def partition_and_compile(gm: torch.fx.GraphModule, unsupported: set, opts, name: str, depth: int = 0):
-    """Returns a callable running `gm` with supported regions compiled, the rest eager."""
+    """Returns a callable running `gm` with supported regions compiled (`compile_graph`, one
+    level deeper), the rest eager."""
     partitioner = CapabilityBasedPartitioner(gm, _Support(unsupported), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
@@ -107,7 +132,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, unsupported: set, opts, name
             continue
         sub = getattr(fused, node.target)
         part_name = f"{name}_{node.target}"
-        compiled = _compile_region(sub, opts, part_name, depth)
+        compiled = compile_graph(sub, opts, part_name, f"partition {part_name}", depth=depth + 1)
         if compiled is None:
             _stats.bump("partitions_eager")
             continue

@@ -20,8 +20,6 @@ import sys
 import tempfile
 import traceback
 
-_FAULT_ENV = "TORCHTPU_INJECT_FAULT"
-
 
 def repro_dir() -> str:
     return os.environ.get("TORCHTPU_REPRO_DIR") or os.path.join(tempfile.gettempdir(), "torchtpu-repro")
@@ -61,8 +59,10 @@ def write(name: str, ir_text: str | None, passes: str, donate: bool, error: Base
         return path
     with open(base + ".ir", "w") as f:
         f.write(f"// passes: {passes}\n// donate: {str(bool(donate)).lower()}\n" + ir_text)
-    fault = os.environ.get(_FAULT_ENV)
-    fault_line = f"os.environ.setdefault({_FAULT_ENV!r}, {fault!r})  # the fault injected when it failed\n" if fault else ""
+    from torchtpu._C import FAULT_ENV  # the engine's name for it, TORCHTPU_INJECT_FAULT
+
+    fault = os.environ.get(FAULT_ENV)
+    fault_line = f"os.environ.setdefault({FAULT_ENV!r}, {fault!r})  # the fault injected when it failed\n" if fault else ""
     script = base + ".repro.py"
     with open(script, "w") as f:
         f.write(_SCRIPT.format(summary=summary, stage=stage, script=os.path.basename(script), ir=os.path.basename(base + ".ir"), passes=passes, fault=fault_line))

@@ -37,11 +37,6 @@ impl<'g> Check<'g> {
         }
     }
 
-    /// Whether the attribute is present and not `none`.
-    pub fn has(&self, name: &str) -> bool {
-        self.attr(name).is_some_and(|a| !a.is_none())
-    }
-
     pub fn out_dtype(&self) -> Option<DType> {
         self.node.results.first().map(|t| t.dtype)
     }

@@ -231,10 +231,6 @@ pub fn has_side_effects(op: &OpName) -> bool {
     }
 }
 
-pub fn has_trait(op: &OpName, t: Traits) -> bool {
-    lookup(op).is_some_and(|d| d.traits.contains(t))
-}
-
 /// One line per op: name, traits, lowering (rule and parameter), decomposition policy,
 /// signature. What `torchtpu-opt --list-ops` prints.
 pub fn listing() -> String {
