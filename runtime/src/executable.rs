@@ -145,17 +145,38 @@ impl Executable {
     /// Like [`Executable::execute`], but the arguments at `keep` (indices) are not donated even
     /// where the program aliases them to an output: XLA writes that output elsewhere.
     pub fn execute_keeping(&self, args: &[&Buffer], keep: &[i64]) -> Result<Vec<Buffer>> {
-        if let Some(i) = args.iter().position(|b| !Arc::ptr_eq(&b.client, &self.client)) {
+        let mut outs = self.execute_partitioned(&[args.to_vec()], keep)?;
+        Ok(outs.pop().unwrap_or_default())
+    }
+
+    /// Runs an SPMD program: `args[d]` are partition `d`'s arguments (each buffer on the d-th
+    /// device of the executable, holding that partition's shard), and the result's row `d` is
+    /// partition `d`'s outputs. Waits for every partition. Arguments at `keep` are not donated.
+    pub fn execute_partitioned(&self, args: &[Vec<&Buffer>], keep: &[i64]) -> Result<Vec<Vec<Buffer>>> {
+        let num_args = args.first().map_or(0, Vec::len);
+        if args.is_empty() || args.iter().any(|row| row.len() != num_args) {
             return Err(RuntimeError::InvalidArgument(format!(
-                "argument {i} is a buffer of a different client than the executable"
+                "argument lists must be one per partition, of equal length; got {:?}",
+                args.iter().map(Vec::len).collect::<Vec<_>>()
+            )));
+        }
+        if let Some((d, i)) = args
+            .iter()
+            .enumerate()
+            .find_map(|(d, row)| row.iter().position(|b| !Arc::ptr_eq(&b.client, &self.client)).map(|i| (d, i)))
+        {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "argument {i} of partition {d} is a buffer of a different client than the executable"
             )));
         }
         let plugin = &self.client.plugin;
-        let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|b| b.raw).collect();
-        let arg_lists: [*const *mut ffi::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
-        let mut outputs: Vec<*mut ffi::PJRT_Buffer> = vec![std::ptr::null_mut(); self.num_outputs];
-        let output_lists: [*mut *mut ffi::PJRT_Buffer; 1] = [outputs.as_mut_ptr()];
-        let mut complete: [*mut ffi::PJRT_Event; 1] = [std::ptr::null_mut()];
+        let arg_ptrs: Vec<Vec<*mut ffi::PJRT_Buffer>> =
+            args.iter().map(|row| row.iter().map(|b| b.raw).collect()).collect();
+        let arg_lists: Vec<*const *mut ffi::PJRT_Buffer> = arg_ptrs.iter().map(|row| row.as_ptr()).collect();
+        let mut outputs: Vec<Vec<*mut ffi::PJRT_Buffer>> =
+            (0..args.len()).map(|_| vec![std::ptr::null_mut(); self.num_outputs]).collect();
+        let output_lists: Vec<*mut *mut ffi::PJRT_Buffer> = outputs.iter_mut().map(|row| row.as_mut_ptr()).collect();
+        let mut complete: Vec<*mut ffi::PJRT_Event> = vec![std::ptr::null_mut(); args.len()];
         let mut options = ffi::PJRT_ExecuteOptions::new();
         options.non_donatable_input_indices = keep.as_ptr();
         options.num_non_donatable_input_indices = keep.len();
@@ -164,15 +185,23 @@ impl Executable {
         exec.executable = self.raw;
         exec.options = &mut options;
         exec.argument_lists = arg_lists.as_ptr();
-        exec.num_devices = 1;
-        exec.num_args = arg_ptrs.len();
+        exec.num_devices = args.len();
+        exec.num_args = num_args;
         exec.output_lists = output_lists.as_ptr();
         exec.device_complete_events = complete.as_mut_ptr();
         pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
 
         // Take ownership of every output before anything else can fail.
-        let owned: Vec<Result<Buffer>> = outputs.iter().map(|&raw| Buffer::from_raw(&self.client, raw)).collect();
-        plugin.await_event("PJRT_LoadedExecutable_Execute", complete[0])?;
-        owned.into_iter().collect()
+        let owned: Vec<Vec<Result<Buffer>>> =
+            outputs.iter().map(|row| row.iter().map(|&raw| Buffer::from_raw(&self.client, raw)).collect()).collect();
+        let mut waited = Ok(());
+        for &event in &complete {
+            let r = plugin.await_event("PJRT_LoadedExecutable_Execute", event);
+            if waited.is_ok() {
+                waited = r;
+            }
+        }
+        waited?;
+        owned.into_iter().map(|row| row.into_iter().collect()).collect()
     }
 }

@@ -133,7 +133,7 @@ pub struct PJRT_Api {
     pub PJRT_Executable_SizeOfGeneratedCodeInBytes: Unused,
     pub PJRT_Executable_GetCostAnalysis: Unused,
     pub PJRT_Executable_OutputMemoryKinds: Unused,
-    pub PJRT_Executable_OptimizedProgram: Unused,
+    pub PJRT_Executable_OptimizedProgram: PjrtFn<PJRT_Executable_OptimizedProgram_Args>,
     pub PJRT_Executable_Serialize: PjrtFn<PJRT_Executable_Serialize_Args>,
 
     pub PJRT_LoadedExecutable_Destroy: PjrtFn<PJRT_LoadedExecutable_Destroy_Args>,
@@ -381,6 +381,17 @@ pub struct PJRT_Executable_NumOutputs_Args {
     pub num_outputs: usize,
 }
 
+/// The optimised (for SPMD: partitioned) program. Called twice: with `program.code` null the
+/// plugin sets `code_size`; then with a buffer of that size it writes the code (and sets
+/// `format`, "hlo_with_config": a serialized `xla.HloModuleProtoWithConfig`).
+#[repr(C)]
+pub struct PJRT_Executable_OptimizedProgram_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub executable: *mut PJRT_Executable,
+    pub program: *mut PJRT_Program,
+}
+
 /// Frees the plugin-owned memory behind `PJRT_Executable_Serialize_Args::serialized_bytes`.
 pub type PJRT_SerializedExecutable_Deleter = Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
 
@@ -532,6 +543,7 @@ impl_args!(
     PJRT_LoadedExecutable_Destroy_Args,
     PJRT_LoadedExecutable_GetExecutable_Args,
     PJRT_Executable_NumOutputs_Args,
+    PJRT_Executable_OptimizedProgram_Args,
     PJRT_Executable_Serialize_Args,
     PJRT_Executable_DeserializeAndLoad_Args,
     PJRT_ExecuteOptions,
@@ -577,6 +589,8 @@ mod tests {
         assert_eq!(offset_of!(PJRT_ExecuteOptions, launch_id), 48);
         assert_eq!(size_of::<PJRT_LoadedExecutable_Execute_Args>(), 80);
         assert_eq!(size_of::<PJRT_Buffer_ToHostBuffer_Args>(), 56);
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Executable_OptimizedProgram), 40 + 48 * 8);
+        assert_eq!(size_of::<PJRT_Executable_OptimizedProgram_Args>(), 32);
     }
 
     #[test]

@@ -24,6 +24,29 @@ struct ExecutableBuildOptionsProto {
     num_partitions: i64,
     #[prost(bool, tag = "6")]
     use_spmd_partitioning: bool,
+    #[prost(message, optional, tag = "9")]
+    device_assignment: Option<DeviceAssignmentProto>,
+    /// Shardy (`sdy.*` attributes) instead of GSPMD (`mhlo.sharding`).
+    #[prost(bool, tag = "19")]
+    use_shardy_partitioner: bool,
+}
+
+/// `xla.DeviceAssignmentProto`: which device runs each (replica, partition).
+#[derive(Clone, PartialEq, prost::Message)]
+struct DeviceAssignmentProto {
+    #[prost(int32, tag = "1")]
+    replica_count: i32,
+    #[prost(int32, tag = "2")]
+    computation_count: i32,
+    #[prost(message, repeated, tag = "3")]
+    computation_devices: Vec<ComputationDevice>,
+}
+
+/// One partition's devices, one per replica.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ComputationDevice {
+    #[prost(int64, repeated, tag = "1")]
+    replica_device_ids: Vec<i64>,
 }
 
 /// How a program is compiled. `Default` is one replica, one partition.
@@ -40,14 +63,33 @@ impl Default for CompileOptions {
 }
 
 impl CompileOptions {
-    /// The serialized `CompileOptionsProto`; SPMD partitioning is on when `num_partitions > 1`.
+    /// One replica partitioned over `n` devices by Shardy (the module's `sdy.*` shardings).
+    pub fn spmd(n: i64) -> CompileOptions {
+        CompileOptions { num_replicas: 1, num_partitions: n }
+    }
+
+    /// The serialized `CompileOptionsProto`. With `num_partitions > 1`, SPMD partitioning by
+    /// Shardy is on and partition `d` runs on device id `d` (the device assignment XLA needs;
+    /// without `use_shardy_partitioner` it drops `sdy` shardings without a word).
     pub fn serialize(&self) -> Vec<u8> {
+        let spmd = self.num_partitions > 1;
+        let device_assignment = spmd.then(|| DeviceAssignmentProto {
+            replica_count: self.num_replicas as i32,
+            computation_count: self.num_partitions as i32,
+            computation_devices: (0..self.num_partitions)
+                .map(|p| ComputationDevice {
+                    replica_device_ids: (0..self.num_replicas).map(|r| p * self.num_replicas + r).collect(),
+                })
+                .collect(),
+        });
         CompileOptionsProto {
             executable_build_options: Some(ExecutableBuildOptionsProto {
                 device_ordinal: -1,
                 num_replicas: self.num_replicas,
                 num_partitions: self.num_partitions,
-                use_spmd_partitioning: self.num_partitions > 1,
+                use_spmd_partitioning: spmd,
+                device_assignment,
+                use_shardy_partitioner: spmd,
             }),
         }
         .encode_to_vec()
@@ -85,9 +127,17 @@ mod tests {
     #[test]
     fn spmd_flag_follows_partitions() {
         let one = CompileOptions::default().serialize();
-        let four = CompileOptions { num_replicas: 1, num_partitions: 4 }.serialize();
+        let four = CompileOptions::spmd(4).serialize();
         assert_ne!(one, four);
-        assert!(four.ends_with(&[0x28, 0x04, 0x30, 0x01]), "{four:x?}");
+        // field 5 = 4, field 6 = true, then the device assignment (field 9), then field 19 = true.
+        let at = four.windows(4).position(|w| w == [0x28, 0x04, 0x30, 0x01]).expect("partitions, spmd");
+        assert_eq!(four[at + 4], 0x4a, "device assignment follows: {four:x?}");
+        assert!(four.ends_with(&[0x98, 0x01, 0x01]), "use_shardy_partitioner last: {four:x?}");
+        let decoded = CompileOptionsProto::decode(four.as_slice()).unwrap().executable_build_options.unwrap();
+        let assignment = decoded.device_assignment.unwrap();
+        assert_eq!((assignment.replica_count, assignment.computation_count), (1, 4));
+        let ids: Vec<Vec<i64>> = assignment.computation_devices.into_iter().map(|c| c.replica_device_ids).collect();
+        assert_eq!(ids, vec![vec![0], vec![1], vec![2], vec![3]]);
     }
 
     #[test]
