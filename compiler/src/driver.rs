@@ -17,7 +17,7 @@ pub use crate::passes::{PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELIN
 use crate::analysis::memory;
 use crate::ir::{parse_graph, verify, Graph};
 use crate::lower::{Lowering, MAX_TENSOR_BYTES};
-use crate::passes::PassManager;
+use crate::passes::{PassManager, PropagateSharding};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -137,12 +137,7 @@ impl Timings {
     }
 }
 
-/// The result of a sharding analysis. Empty for now: the sharding issue fills it (a
-/// placement per value, propagated by the registry's per-op rules) and the driver's
-/// `analyze` computes it next to the memory estimate.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[non_exhaustive]
-pub struct ShardingPlan {}
+pub use crate::sharding::{PlannedCollective, ShardingPlan};
 
 /// What the analyses found, on the IR after the passes.
 #[derive(Clone, Debug, Default)]
@@ -153,7 +148,7 @@ pub struct Analyses {
     pub memory_before: Option<MemorySummary>,
     /// `(input, output)` pairs lowered as donations (empty without donation).
     pub donation: Vec<(usize, usize)>,
-    /// Where the sharding analysis goes (always None until it exists).
+    /// The layouts and collectives of a graph with a mesh (`ShardingPlan::of`).
     pub sharding: Option<ShardingPlan>,
 }
 
@@ -236,16 +231,25 @@ impl Context {
         let pm = PassManager::from_pipeline(&options.pipeline, options.pipeline_options.clone())
             .map_err(DriverError::Pipeline)?;
         timings.passes = pm.run(&mut graph, dump).map_err(DriverError::Pipeline)?;
+        // A graph with a mesh is always propagated last, whatever the pipeline: lowering
+        // needs every layout decided.
+        let sharded = graph.mesh.is_some();
+        if sharded && !pm.contains(PropagateSharding::NAME) {
+            let more = PassManager::from_pipeline(PropagateSharding::NAME, options.pipeline_options.clone())
+                .map_err(DriverError::Pipeline)?;
+            timings.passes.extend(more.run(&mut graph, dump).map_err(DriverError::Pipeline)?);
+        }
         timings.record("passes", t.elapsed());
 
         let t = Instant::now();
-        if options.donate_inputs {
+        // SPMD inputs are built per device from host memory each call: nothing to donate.
+        if options.donate_inputs && !sharded {
             analyses.donation = memory::donation_pairs(&graph);
         }
         if options.analyze {
             let donated: Vec<usize> = analyses.donation.iter().map(|&(i, _)| i).collect();
             analyses.memory = Some(MemorySummary::with_donation(&graph, &donated).map_err(cycle)?);
-            // The sharding analysis runs here (`analyses.sharding`) once it exists.
+            analyses.sharding = ShardingPlan::of(&graph);
         }
         timings.record("analyses", t.elapsed());
 

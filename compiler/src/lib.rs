@@ -17,6 +17,7 @@ pub mod ir;
 pub mod lower;
 pub mod passes;
 pub mod registry;
+pub mod sharding;
 pub mod testing;
 
 /// A hash of this build's compiler sources (build.rs): part of every key under which lowered

@@ -13,6 +13,7 @@ mod graph_cache;
 mod host;
 pub mod legality;
 mod resident;
+pub mod spmd;
 
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
 pub use host::HostTensor;
@@ -51,6 +52,9 @@ pub enum EngineError {
     Input { index: usize, expected: String, got: String },
     #[error("expected {expected} inputs, got {got}")]
     Arity { expected: usize, got: usize },
+    /// An SPMD program the devices cannot run as asked (a mesh larger than the devices).
+    #[error("{0}")]
+    Sharding(String),
     /// `TORCHTPU_INJECT_FAULT` named this stage (`compile` or `execute`; `lower` comes as
     /// `DriverError::Injected`).
     #[error("fault injected at stage '{stage}' ({FAULT_ENV})")]
@@ -72,6 +76,8 @@ pub enum ErrorKind {
     Execution,
     /// The caller's inputs do not match the program (count, dtype, shape, layout, size).
     Input,
+    /// A mesh or sharding the devices cannot run (too few devices, a bad layout).
+    Sharding,
     /// A bug in torchtpu, or a fault injected at `stage` (parse, verify, passes, analyses,
     /// lower, compile, execute).
     Internal { stage: &'static str },
@@ -98,6 +104,7 @@ impl EngineError {
             EngineError::Compile(_) => ErrorKind::Compile,
             EngineError::Execute(_) => ErrorKind::Execution,
             EngineError::Input { .. } | EngineError::Arity { .. } => ErrorKind::Input,
+            EngineError::Sharding(_) => ErrorKind::Sharding,
             EngineError::Injected { stage } => ErrorKind::Internal { stage },
         }
     }
@@ -199,6 +206,9 @@ pub fn supported_ops() -> Vec<&'static str> {
     torchtpu_compiler::registry::lowered_ops()
 }
 
+/// The variable that sets the CPU plugin's device count (`cpu_device_count`).
+pub const CPU_DEVICES_ENV: &str = "TORCHTPU_CPU_DEVICES";
+
 /// A PJRT client on the first device, with its executable cache.
 pub struct Engine {
     client: Client,
@@ -213,7 +223,15 @@ impl Engine {
         // still use XLA's pool) instead of being handed to a worker and waited for. Measured on
         // the test MLP: ~120 instead of ~170 us per call. Plugins without the option (it is the
         // CPU plugin's) get their defaults.
-        let client = Client::with_options(Arc::clone(&plugin), &[("asynchronous", ClientOption::Bool(false))])
+        // TORCHTPU_CPU_DEVICES=N asks the CPU plugin for N devices (its default is 4); SPMD
+        // programs run on the first `mesh.devices()` of them.
+        let mut options = vec![("asynchronous", ClientOption::Bool(false))];
+        if let Some(n) =
+            std::env::var(CPU_DEVICES_ENV).ok().and_then(|v| v.trim().parse::<i64>().ok()).filter(|&n| n > 0)
+        {
+            options.push(("cpu_device_count", ClientOption::Int(n)));
+        }
+        let client = Client::with_options(Arc::clone(&plugin), &options)
             .or_else(|_| Client::new(plugin))
             .map_err(|e| EngineError::Plugin(e.to_string()))?;
         let device = client.first_device().map_err(|e| EngineError::Plugin(e.to_string()))?;
@@ -276,6 +294,7 @@ impl Engine {
         let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, MemorySummary::from_meta(&e.meta)?)));
         timings.record("graph_cache", t.elapsed());
         let graph_cache_hit = cached.is_some();
+        let mut plan = None;
         let (code, memory) = match cached {
             Some(hit) => hit,
             // A miss, or an entry without a readable estimate (written before entries had
@@ -288,18 +307,49 @@ impl Engine {
                 timings.stages.extend(c.timings.stages);
                 timings.passes = c.timings.passes;
                 let memory = c.analyses.memory.unwrap_or_default();
+                plan = c.analyses.sharding;
                 let code = c.hlo.expect("the driver lowers when asked to emit").code;
                 let entry = self.graphs.put_entry_named(&key, code, &memory.to_meta(), Some(&graph.name), seconds);
                 (entry.code, memory)
+            }
+        };
+        let spmd = match &graph.mesh {
+            None => None,
+            Some(mesh) => {
+                let devices = self.client.addressable_devices();
+                let n = mesh.devices();
+                if n as usize > devices.len() {
+                    return Err(EngineError::Sharding(format!(
+                        "the {mesh} needs {n} devices but the {} plugin has {} (the CPU plugin's count is set with \
+                         {CPU_DEVICES_ENV}=N)",
+                        self.client.platform_name(),
+                        devices.len()
+                    )));
+                }
+                // A graph-cache hit skipped the analyses: the plan is cheap to recompute.
+                let plan = match plan.take() {
+                    Some(p) => p,
+                    None => {
+                        with_driver(|cx| cx.compile_graph(graph.clone(), &options.driver(None), &mut std::io::sink()))?
+                            .analyses
+                            .sharding
+                            .expect("a graph with a mesh has a sharding plan")
+                    }
+                };
+                Some(Spmd { plan, devices: devices[..n as usize].to_vec() })
             }
         };
         if fault_injected("compile") {
             return Err(EngineError::Injected { stage: "compile" });
         }
         let t = Instant::now();
+        let compile_options = match &spmd {
+            Some(s) => CompileOptions::spmd(s.devices.len() as i64),
+            None => CompileOptions::default(),
+        };
         let (exe, source) = self
             .cache
-            .lookup_or_compile(&self.client, &code, &CompileOptions::default(), Some(&graph.name))
+            .lookup_or_compile(&self.client, &code, &compile_options, Some(&graph.name))
             .map_err(EngineError::Compile)?;
         timings.record("compile", t.elapsed());
         // The passes keep the signature, so it is the input graph's.
@@ -320,8 +370,22 @@ impl Engine {
             graph_cache_hit,
             memory,
             timings,
+            spmd,
         })
     }
+}
+
+/// What an SPMD program needs at run time: its layouts and the devices of its partitions.
+struct Spmd {
+    plan: torchtpu_compiler::driver::ShardingPlan,
+    devices: Vec<Device>,
+}
+
+/// One output of an SPMD program, assembled on the host from the devices' pieces.
+pub struct HostOutput {
+    pub ty: ElementType,
+    pub dims: Vec<i64>,
+    pub data: Vec<u8>,
 }
 
 /// Bytes of a dense value of `t` (0 for symbolic types, which do not lower).
@@ -347,9 +411,101 @@ pub struct CompiledGraph {
     graph_cache_hit: bool,
     memory: MemorySummary,
     timings: Timings,
+    spmd: Option<Spmd>,
 }
 
 impl CompiledGraph {
+    /// The layouts and planned collectives of an SPMD program (None on one device).
+    pub fn sharding(&self) -> Option<&torchtpu_compiler::driver::ShardingPlan> {
+        self.spmd.as_ref().map(|s| &s.plan)
+    }
+
+    /// The collectives XLA put in the partitioned program.
+    pub fn compiled_collectives(&self) -> Result<Vec<torchtpu_runtime::Collective>, EngineError> {
+        self.exe.collectives().map_err(EngineError::Execute)
+    }
+
+    /// Runs an SPMD program on row-major host memory (`inputs[i]` is input i whole): each
+    /// device gets its block of every input (read in place when contiguous, else copied),
+    /// and each output is assembled from the devices' blocks.
+    pub fn execute_sharded(&self, inputs: &[&[u8]]) -> Result<Vec<HostOutput>, EngineError> {
+        if fault_injected("execute") {
+            return Err(EngineError::Injected { stage: "execute" });
+        }
+        let Some(spmd) = &self.spmd else {
+            return Err(EngineError::Sharding("execute_sharded on a program without a mesh".into()));
+        };
+        if inputs.len() != self.inputs.len() {
+            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
+        }
+        let mesh = &spmd.plan.mesh;
+        let mut rows: Vec<Vec<Buffer>> = Vec::with_capacity(spmd.devices.len());
+        for (d, device) in spmd.devices.iter().enumerate() {
+            let mut row = Vec::with_capacity(inputs.len());
+            for (i, (&data, ty)) in inputs.iter().zip(&self.inputs).enumerate() {
+                let global = ty.static_dims().unwrap_or_default();
+                if data.len() != self.input_bytes[i] {
+                    return Err(EngineError::Input {
+                        index: i,
+                        expected: format!("{} bytes ({ty})", self.input_bytes[i]),
+                        got: format!("{} bytes", data.len()),
+                    });
+                }
+                let elem = ty.dtype.size_bytes();
+                let (offsets, local) = spmd::block(mesh, &spmd.plan.inputs[i], &global, d as i64);
+                let et = element_type(ty.dtype);
+                let buffer = match spmd::contiguous_range(&global, &offsets, &local, elem) {
+                    // SAFETY: the aliasing buffer reads `data` only during this call's
+                    // execution (it is dropped with `rows` before returning), which borrows
+                    // `inputs`; it is never donated (SPMD programs donate nothing).
+                    Some((start, len)) => unsafe {
+                        self.client.buffer_aliasing_host(&data[start..start + len], et, &local, device).map(|(b, _)| b)
+                    },
+                    None => {
+                        let piece = spmd::gather_block(data, &global, &offsets, &local, elem);
+                        self.client.buffer_from_host(&piece, et, &local, device)
+                    }
+                };
+                row.push(buffer.map_err(EngineError::Execute)?);
+            }
+            rows.push(row);
+        }
+        let args: Vec<Vec<&Buffer>> = rows.iter().map(|r| r.iter().collect()).collect();
+        let keep: Vec<i64> = (0..inputs.len() as i64).collect();
+        let outs = self.exe.execute_partitioned(&args, &keep).map_err(EngineError::Execute)?;
+        drop(args);
+        drop(rows);
+        self.outputs
+            .iter()
+            .enumerate()
+            .map(|(o, ty)| {
+                let global = ty.static_dims().unwrap_or_default();
+                let elem = ty.dtype.size_bytes();
+                let layout = &spmd.plan.outputs[o];
+                let mut data = vec![0u8; self.output_bytes(o)];
+                for (d, row) in outs.iter().enumerate() {
+                    if !spmd::is_block_owner(mesh, layout, d as i64) {
+                        continue;
+                    }
+                    let (offsets, local) = spmd::block(mesh, layout, &global, d as i64);
+                    if row[o].dims() != local.as_slice() {
+                        return Err(EngineError::Sharding(format!(
+                            "output {o}: partition {d} returned shape {:?}, the plan says {local:?}",
+                            row[o].dims()
+                        )));
+                    }
+                    let piece = row[o].to_host().map_err(EngineError::Execute)?;
+                    spmd::scatter_block(&mut data, &global, &offsets, &local, elem, &piece);
+                }
+                Ok(HostOutput { ty: element_type(ty.dtype), dims: global, data })
+            })
+            .collect()
+    }
+
+    fn output_bytes(&self, o: usize) -> usize {
+        dense_bytes(&self.outputs[o])
+    }
+
     /// The lowered module as given to PJRT (MLIR bytecode).
     pub fn bytecode(&self) -> &[u8] {
         &self.code

@@ -239,6 +239,17 @@ impl Exported {
             let mut host = buffer.to_host()?;
             (host.as_mut_ptr() as usize, Memory::Host(host))
         };
+        Ok(Exported::build(data, memory, shape, dtype))
+    }
+
+    /// Over host memory torchtpu owns (an SPMD program's outputs, assembled from the devices'
+    /// pieces): dense row-major `ty[dims]`.
+    pub fn from_host(mut host: Vec<u8>, ty: ElementType, dims: Vec<i64>) -> Exported {
+        let data = host.as_mut_ptr() as usize;
+        Exported::build(data, Memory::Host(host), dims, dl_dtype(ty))
+    }
+
+    fn build(data: usize, memory: Memory, shape: Vec<i64>, dtype: DLDataType) -> Exported {
         // Row-major strides, in elements.
         let mut strides = vec![1i64; shape.len()];
         for d in (0..shape.len().saturating_sub(1)).rev() {
@@ -263,7 +274,7 @@ impl Exported {
         // heap arrays do not move with it).
         unsafe { (*managed).manager_ctx = Box::into_raw(owner) as *mut c_void };
         // SAFETY: Box::into_raw never returns null.
-        Ok(Exported { ptr: unsafe { NonNull::new_unchecked(managed) } })
+        Exported { ptr: unsafe { NonNull::new_unchecked(managed) } }
     }
 
     /// The `DLManagedTensor*`, now the caller's: freed by calling its deleter once

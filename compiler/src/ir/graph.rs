@@ -2,6 +2,7 @@
 //! `StableGraph` whose edges mirror node operands (producer -> consumer).
 
 use super::attr::Attr;
+use super::sharding::{Mesh, Sharding};
 use super::types::{SymRange, TensorType};
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, NodeIndexable};
@@ -153,6 +154,10 @@ pub struct Graph {
     outputs: Vec<Value>,
     /// Declared ranges of symbolic dims (`s0` -> 0). Undeclared symbols are unbounded.
     pub symbols: BTreeMap<u32, SymRange>,
+    /// The device mesh of an SPMD program (None: one device).
+    pub mesh: Option<Mesh>,
+    /// Per-value layouts over the mesh (a value without one is not yet decided).
+    shardings: HashMap<Value, Sharding>,
     next_seq: u64,
 }
 
@@ -351,14 +356,38 @@ impl Graph {
     pub fn remove_node(&mut self, id: NodeId) {
         debug_assert!(!self.has_uses(id), "removing a node that still has uses");
         debug_assert!(matches!(self.g[id].kind, NodeKind::Op(_)), "inputs cannot be removed");
+        self.shardings.retain(|v, _| v.node != id);
         self.g.remove_node(id);
+    }
+
+    // ---- sharding -------------------------------------------------------------------------
+
+    pub fn sharding(&self, v: Value) -> Option<&Sharding> {
+        self.shardings.get(&v)
+    }
+
+    pub fn set_sharding(&mut self, v: Value, s: Sharding) {
+        self.shardings.insert(v, s);
+    }
+
+    pub fn clear_sharding(&mut self, v: Value) {
+        self.shardings.remove(&v);
+    }
+
+    /// Whether any value has a sharding.
+    pub fn has_shardings(&self) -> bool {
+        !self.shardings.is_empty()
     }
 
     /// Structural equality: same name, symbols, input types, outputs, and the same nodes in
     /// canonical order with the same ops, attributes, result types and operands (compared by
     /// canonical position, not by petgraph index).
     pub fn structurally_equal(&self, other: &Graph) -> bool {
-        if self.name != other.name || self.symbols != other.symbols || self.inputs.len() != other.inputs.len() {
+        if self.name != other.name
+            || self.symbols != other.symbols
+            || self.mesh != other.mesh
+            || self.inputs.len() != other.inputs.len()
+        {
             return false;
         }
         let (Ok(a), Ok(b)) = (self.topo_order(), other.topo_order()) else { return false };
@@ -375,8 +404,10 @@ impl Graph {
             order.iter().enumerate().map(|(i, n)| (*n, i)).chain(inputs).collect()
         };
         let (pos_a, pos_b) = (positions(self, &a), positions(other, &b));
-        let inputs_equal =
-            self.inputs.iter().zip(&other.inputs).all(|(x, y)| self.g[*x].results == other.g[*y].results);
+        let inputs_equal = self.inputs.iter().zip(&other.inputs).all(|(x, y)| {
+            self.g[*x].results == other.g[*y].results
+                && self.sharding(Value::new(*x, 0)) == other.sharding(Value::new(*y, 0))
+        });
         if !inputs_equal {
             return false;
         }
@@ -386,6 +417,8 @@ impl Graph {
             x.kind == y.kind
                 && x.attrs == y.attrs
                 && x.results == y.results
+                && (0..x.results.len() as u32)
+                    .all(|r| self.sharding(Value::new(na, r)) == other.sharding(Value::new(nb, r)))
                 && x.operands.len() == y.operands.len()
                 && x.operands.iter().zip(&y.operands).all(|(p, q)| same_value(p, q))
         });

@@ -6,6 +6,7 @@ pub mod ops;
 pub mod parser;
 pub mod printer;
 pub mod scalar;
+pub mod sharding;
 pub mod types;
 pub mod verifier;
 
@@ -14,5 +15,6 @@ pub use graph::{Graph, Node, NodeId, NodeKind, OpName, SourceLoc, Value};
 pub use parser::{parse_graph, ParseError};
 pub use printer::print_graph;
 pub use scalar::Scalar;
+pub use sharding::{Mesh, Origin, Sharding};
 pub use types::{DType, Dim, SymRange, TensorType};
 pub use verifier::{verify, VerifyError};

@@ -3,6 +3,7 @@
 
 use super::attr::{Attr, Elements, Literal};
 use super::graph::{Graph, OpName, SourceLoc, Value};
+use super::sharding::{Mesh, Origin, Sharding};
 use super::types::{DType, Dim, SymRange, TensorType};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -324,8 +325,12 @@ impl<'a> Parser<'a> {
             p.advance()?;
             p.expect_punct(":")?;
             let ty = p.tensor_type()?;
+            let sharding = p.opt_sharding()?;
             let v = p.graph.add_input(ty);
             p.graph.set_loc(v.node, pos.into());
+            if let Some(s) = sharding {
+                p.graph.set_sharding(v, s);
+            }
             p.define(pos, name, v, 1)
         })?;
         self.expect_punct("->")?;
@@ -334,6 +339,9 @@ impl<'a> Parser<'a> {
         self.expect_punct("{")?;
         while self.is_keyword("sym") {
             self.sym_decl()?;
+        }
+        if self.is_keyword("mesh") {
+            self.mesh_decl()?;
         }
         while !self.is_keyword("return") {
             if self.tok == Tok::Eof || self.is_punct("}") {
@@ -411,6 +419,72 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    /// `mesh<["dp"=2, "tp"=2]>`.
+    fn mesh_decl(&mut self) -> PResult<()> {
+        let pos = self.pos;
+        self.advance()?;
+        self.expect_punct("<")?;
+        self.expect_punct("[")?;
+        let axes = self.list("]", |p| {
+            let Tok::Str(name) = p.tok.clone() else { return Err(p.expected("a mesh axis like '\"dp\"=2'")) };
+            p.advance()?;
+            p.expect_punct("=")?;
+            Ok((name, p.int()?))
+        })?;
+        self.expect_punct(">")?;
+        let mesh = Mesh { axes };
+        mesh.check().map_err(|m| self.err_at(pos, m))?;
+        self.graph.mesh = Some(mesh);
+        Ok(())
+    }
+
+    /// `{"dp", "tp"}`: a set of mesh axes.
+    fn axis_set(&mut self) -> PResult<Vec<String>> {
+        self.expect_punct("{")?;
+        self.list("}", |p| {
+            let Tok::Str(a) = p.tok.clone() else { return Err(p.expected("a mesh axis name like '\"dp\"'")) };
+            p.advance()?;
+            Ok(a)
+        })
+    }
+
+    /// An optional `sharding<[{"dp"}, {}], partial = {"tp"}, origin = "rule:dot">` after a type.
+    fn opt_sharding(&mut self) -> PResult<Option<Sharding>> {
+        if !self.is_keyword("sharding") {
+            return Ok(None);
+        }
+        self.advance()?;
+        self.expect_punct("<")?;
+        self.expect_punct("[")?;
+        let dims = self.list("]", |p| p.axis_set())?;
+        let mut s = Sharding { dims, partial: Vec::new(), origin: Origin::User };
+        while self.eat_punct(",")? {
+            let pos = self.pos;
+            let key = match &self.tok {
+                Tok::Ident(k) => k.clone(),
+                _ => return Err(self.expected("'partial' or 'origin'")),
+            };
+            self.advance()?;
+            self.expect_punct("=")?;
+            match key.as_str() {
+                "partial" => s.partial = self.axis_set()?,
+                "origin" => {
+                    let Tok::Str(text) = self.tok.clone() else { return Err(self.expected("an origin string")) };
+                    s.origin = Origin::from_text(&text).ok_or_else(|| {
+                        self.err_at(
+                            self.pos,
+                            format!("unknown origin '{text}' (user, reshard, no-rule, unannotated, rule:NAME)"),
+                        )
+                    })?;
+                    self.advance()?;
+                }
+                _ => return Err(self.err_at(pos, format!("unknown sharding field '{key}' (partial, origin)"))),
+            }
+        }
+        self.expect_punct(">")?;
+        Ok(Some(s))
+    }
+
     fn node(&mut self) -> PResult<()> {
         let def_pos = self.pos;
         let mut def: Option<(String, Option<(usize, Pos)>)> = None;
@@ -457,8 +531,9 @@ impl<'a> Parser<'a> {
         }
         self.expect_punct(":")?;
         let types_pos = self.pos;
-        let results =
-            if self.eat_punct("(")? { self.list(")", |p| p.tensor_type())? } else { vec![self.tensor_type()?] };
+        let typed = |p: &mut Self| Ok((p.tensor_type()?, p.opt_sharding()?));
+        let typed_results = if self.eat_punct("(")? { self.list(")", typed)? } else { vec![typed(self)?] };
+        let (results, shardings): (Vec<TensorType>, Vec<Option<Sharding>>) = typed_results.into_iter().unzip();
         match def {
             None if !results.is_empty() => {
                 return Err(self.err_at(def_pos, format!("op with {} results needs a name: '%x = ...'", results.len())))
@@ -477,6 +552,11 @@ impl<'a> Parser<'a> {
         let n = results.len();
         let id = self.graph.add_op(op, operands, attrs, results);
         self.graph.set_loc(id, def_pos.into());
+        for (r, s) in shardings.into_iter().enumerate() {
+            if let Some(s) = s {
+                self.graph.set_sharding(Value::new(id, r as u32), s);
+            }
+        }
         if let Some((name, _)) = def {
             self.define(def_pos, name, Value::new(id, 0), n)?;
         }

@@ -69,6 +69,9 @@ pub fn print_graph(g: &Graph) -> String {
             out.push_str(", ");
         }
         write!(out, "{}: {}", names.node(id), g.node(id).results[0]).unwrap();
+        if let Some(sh) = g.sharding(Value::new(id, 0)) {
+            write!(out, " {sh}").unwrap();
+        }
     }
     out.push_str(") -> (");
     for (i, &v) in g.outputs().iter().enumerate() {
@@ -87,6 +90,9 @@ pub fn print_graph(g: &Graph) -> String {
             Some(m) => writeln!(out, "{m}]").unwrap(),
             None => out.push_str("inf]\n"),
         }
+    }
+    if let Some(mesh) = &g.mesh {
+        writeln!(out, "  {mesh}").unwrap();
     }
     for &id in &order {
         let node = g.node(id);
@@ -117,15 +123,21 @@ pub fn print_graph(g: &Graph) -> String {
             out.push('}');
         }
         out.push_str(" : ");
+        let typed = |out: &mut String, r: usize| {
+            write!(out, "{}", node.results[r]).unwrap();
+            if let Some(sh) = g.sharding(Value::new(id, r as u32)) {
+                write!(out, " {sh}").unwrap();
+            }
+        };
         if node.results.len() == 1 {
-            write!(out, "{}", node.results[0]).unwrap();
+            typed(&mut out, 0);
         } else {
             out.push('(');
-            for (i, t) in node.results.iter().enumerate() {
-                if i > 0 {
+            for r in 0..node.results.len() {
+                if r > 0 {
                     out.push_str(", ");
                 }
-                write!(out, "{t}").unwrap();
+                typed(&mut out, r);
             }
             out.push(')');
         }

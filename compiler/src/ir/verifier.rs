@@ -73,9 +73,12 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
             return Err(graph_err(format!("output {i} refers to a value that does not exist")));
         }
     }
+    if let Some(mesh) = &g.mesh {
+        mesh.check().map_err(graph_err)?;
+    }
     for id in g.petgraph().node_indices() {
         // Names are computed only on failure: printing every name costs more than verifying.
-        verify_node(g, id).map_err(|message| VerifyError {
+        verify_node(g, id).and_then(|()| verify_shardings(g, id)).map_err(|message| VerifyError {
             node: Some(ValueNames::for_graph(g).node(id).to_string()),
             op: g.node(id).op().map(|o| o.to_string()),
             message,
@@ -91,6 +94,21 @@ fn check_type(t: &TensorType) -> Result<(), String> {
     }
     if !t.size_fits() {
         return Err(format!("type {t} is too large: its size in bytes overflows i64"));
+    }
+    Ok(())
+}
+
+/// Each sharding of `id`'s results names the graph's mesh axes, once each, and divides its dims.
+fn verify_shardings(g: &Graph, id: NodeId) -> Result<(), String> {
+    if !g.has_shardings() {
+        return Ok(());
+    }
+    for (r, ty) in g.node(id).results.iter().enumerate() {
+        let Some(s) = g.sharding(Value::new(id, r as u32)) else { continue };
+        let Some(mesh) = &g.mesh else {
+            return Err(format!("result {r} has a sharding but the graph declares no mesh"));
+        };
+        s.check(mesh, ty).map_err(|m| format!("result {r}: {m}"))?;
     }
     Ok(())
 }

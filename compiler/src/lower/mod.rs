@@ -249,21 +249,38 @@ impl Lowering {
         region.append_block(block);
         let arg_tys: Vec<Type> = arg_types.iter().map(|(t, _)| *t).collect();
         let fn_type = FunctionType::new(ctx, &arg_tys, &result_types);
-        let module = Module::new(loc);
+        let mut module = Module::new(loc);
         let mut fn_attrs = Vec::new();
-        if !aliases.is_empty() {
-            let per_arg: Vec<String> = (0..arg_tys.len())
-                .map(|i| match aliases.iter().find(|(input, _)| *input == i) {
-                    Some((_, out)) => format!("{{tf.aliasing_output = {out} : i32}}"),
-                    None => "{}".to_string(),
-                })
-                .collect();
-            let text = format!("[{}]", per_arg.join(", "));
-            let attr = melior::ir::Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Mlir {
-                context: "arg_attrs".into(),
-                message: format!("cannot parse {text}"),
-            })?;
-            fn_attrs.push((melior::ir::Identifier::new(ctx, "arg_attrs"), attr));
+        let sharding_of = |v: Value| -> Option<String> {
+            g.mesh.as_ref()?;
+            g.sharding(v).map(|s| format!("sdy.sharding = #sdy.sharding<@{}, {}>", ops::layout::MESH, s.sdy_dims()))
+        };
+        let per_arg: Vec<Vec<String>> = g
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let mut entries = Vec::new();
+                if let Some((_, out)) = aliases.iter().find(|(input, _)| *input == i) {
+                    entries.push(format!("tf.aliasing_output = {out} : i32"));
+                }
+                entries.extend(sharding_of(Value::new(id, 0)));
+                entries
+            })
+            .collect();
+        let per_result: Vec<Vec<String>> = g.outputs().iter().map(|&v| sharding_of(v).into_iter().collect()).collect();
+        for (name, entries) in [("arg_attrs", per_arg), ("res_attrs", per_result)] {
+            if entries.iter().all(Vec::is_empty) {
+                continue;
+            }
+            let dicts: Vec<String> = entries.iter().map(|e| format!("{{{}}}", e.join(", "))).collect();
+            let text = format!("[{}]", dicts.join(", "));
+            let attr = melior::ir::Attribute::parse(ctx, &text)
+                .ok_or_else(|| LowerError::Mlir { context: name.into(), message: format!("cannot parse {text}") })?;
+            fn_attrs.push((melior::ir::Identifier::new(ctx, name), attr));
+        }
+        if let Some(mesh) = &g.mesh {
+            mesh_declaration(ctx, &mut module, mesh, loc)?;
         }
         module.body().append_operation(func::func(
             ctx,
@@ -285,6 +302,34 @@ impl Lowering {
         };
         Ok(StableHlo { format, code, inputs: input_types, outputs: output_types })
     }
+}
+
+/// An SPMD module's mesh: `sdy.mesh @mesh = <["dp"=2, "tp"=2]>` (generic form) and the
+/// partition count on the module, which XLA reads with the compile options' device assignment.
+fn mesh_declaration<'c>(
+    ctx: &'c melior::Context,
+    module: &mut Module<'c>,
+    mesh: &crate::ir::Mesh,
+    loc: Location<'c>,
+) -> Result<(), LowerError> {
+    use melior::ir::operation::{OperationBuilder, OperationMutLike};
+    let parse = |text: &str| {
+        melior::ir::Attribute::parse(ctx, text)
+            .ok_or_else(|| LowerError::Mlir { context: "mesh".into(), message: format!("cannot parse {text}") })
+    };
+    let axes: Vec<String> = mesh.axes.iter().map(|(a, n)| format!("\"{a}\"={n}")).collect();
+    let op = OperationBuilder::new("sdy.mesh", loc)
+        .add_attributes(&[
+            (melior::ir::Identifier::new(ctx, "sym_name"), StringAttribute::new(ctx, ops::layout::MESH).into()),
+            (melior::ir::Identifier::new(ctx, "mesh"), parse(&format!("#sdy.mesh<[{}]>", axes.join(", ")))?),
+        ])
+        .build()
+        .map_err(|e| mlir("sdy.mesh", e))?;
+    module.body().append_operation(op);
+    let mut m = module.as_operation_mut();
+    m.set_attribute("mhlo.num_partitions", parse(&format!("{} : i32", mesh.devices()))?);
+    m.set_attribute("mhlo.num_replicas", parse("1 : i32")?);
+    Ok(())
 }
 
 /// Bytes of a static type, without overflow (the verifier bounds them by i64::MAX).

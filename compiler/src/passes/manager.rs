@@ -135,6 +135,11 @@ impl PassManager {
     }
 
     /// Runs every pass in order; IR dumps go to `dump`. Returns per-pass results and timings.
+    /// Whether the pipeline runs the pass `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.passes.iter().any(|p| p.name() == name)
+    }
+
     pub fn run(&self, g: &mut Graph, dump: &mut dyn Write) -> Result<Vec<PassRun>, PipelineError> {
         if self.options.verify_each && !self.passes.is_empty() {
             verify(g).map_err(PipelineError::InvalidInput)?;

@@ -24,6 +24,7 @@ mod fuse_matmuls;
 mod fuse_softmax;
 mod manager;
 pub mod patterns;
+mod propagate_sharding;
 mod schedule;
 
 pub use canonicalize::Canonicalize;
@@ -34,6 +35,7 @@ pub use form_regions::FormRegions;
 pub use fuse_matmuls::FuseMatmuls;
 pub use fuse_softmax::FuseSoftmax;
 pub use manager::{PassManager, PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
+pub use propagate_sharding::PropagateSharding;
 pub use schedule::ScheduleMemory;
 
 use crate::ir::Graph;
@@ -103,6 +105,12 @@ pub static REGISTRY: &[PassInfo] = &[
         description: FormRegions::DESCRIPTION,
         options: &[],
         create: no_options::<FormRegions>,
+    },
+    PassInfo {
+        name: PropagateSharding::NAME,
+        description: PropagateSharding::DESCRIPTION,
+        options: &[],
+        create: no_options::<PropagateSharding>,
     },
     PassInfo {
         name: ScheduleMemory::NAME,

@@ -111,10 +111,14 @@ impl Decomposition {
     }
 }
 
-/// How an op's result sharding follows from its operands' (filled by the sharding work;
-/// no op has one yet, so every entry holds `None`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShardingRule {}
+/// How an op's layouts over a device mesh follow from its operands' (`sharding::rules`):
+/// the family rule and its name (`elementwise`, `dot`, ...), which explain reports as the
+/// origin of every layout it decides. Ops without one are replicated.
+#[derive(Clone, Copy)]
+pub struct ShardingRule {
+    pub rule: crate::sharding::rules::ShardingFn,
+    pub name: &'static str,
+}
 
 /// One op, declared once.
 #[derive(Clone, Copy)]
@@ -170,6 +174,12 @@ impl OpDef {
             Some(l) => l.legal = Some(legal),
             None => panic!("OpDef::legal before OpDef::rule"),
         }
+        self
+    }
+
+    /// Sharded by the family rule `s` (the table's `S::*` constants).
+    pub const fn shard(mut self, s: ShardingRule) -> OpDef {
+        self.sharding = Some(s);
         self
     }
 

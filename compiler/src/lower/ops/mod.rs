@@ -5,6 +5,7 @@ pub mod elementwise;
 pub mod factory;
 pub mod fft;
 pub mod indexing;
+pub mod layout;
 pub mod linalg;
 pub mod nn;
 pub mod polynomial;

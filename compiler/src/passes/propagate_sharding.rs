@@ -1,0 +1,150 @@
+//! `propagate-sharding`: gives every value of a graph with a mesh its layout over the
+//! devices, from the annotations (inputs, `tpu.sharding_constraint`) forward through each
+//! op's sharding rule in the op registry. Where an operand's layout is not what its consumer
+//! needs, a `tpu.reshard` node is inserted that records its collective and the bytes each
+//! device receives; outputs with pending partial sums get their all-reduce the same way.
+//! Graphs without a mesh are left alone.
+
+use std::collections::HashMap;
+
+use super::{Pass, PassError};
+use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
+use crate::registry;
+use crate::sharding::rules::{replicated, OpView};
+use crate::sharding::{reshard, Reshard};
+
+#[derive(Default)]
+pub struct PropagateSharding;
+
+impl PropagateSharding {
+    pub const NAME: &'static str = "propagate-sharding";
+    pub const DESCRIPTION: &'static str =
+        "give every value a layout over the mesh from the annotations and the registry's sharding rules; insert reshards";
+}
+
+/// `tpu.reshard` and `tpu.sharding_constraint`: layout changes whose result layout is fixed.
+fn is_layout_op(op: &OpName) -> bool {
+    op.is("tpu", "reshard") || op.is("tpu", "sharding_constraint")
+}
+
+/// Writes what a layout change costs onto its node (the lowering reads `sharding`).
+fn record(g: &mut Graph, id: NodeId, r: &Reshard, to: &Sharding) {
+    let attrs = g.node_attrs_mut(id);
+    attrs.insert("collective".into(), Attr::Str(if r.is_noop() { "none".into() } else { r.collective.clone() }));
+    attrs.insert("bytes".into(), Attr::Int(r.bytes_per_device as i64));
+    attrs.insert("sharding".into(), Attr::Str(to.sdy_dims()));
+}
+
+struct Propagation<'g> {
+    g: &'g mut Graph,
+    mesh: Mesh,
+    /// (value, wanted layout) -> the reshard already made for it.
+    made: HashMap<(Value, Vec<Vec<String>>, Vec<String>), Value>,
+}
+
+impl Propagation<'_> {
+    fn layout(&self, v: Value) -> Sharding {
+        self.g
+            .sharding(v)
+            .cloned()
+            .unwrap_or_else(|| Sharding::replicated(self.g.value_type(v).shape.len(), Origin::Unannotated))
+    }
+
+    /// `v` in layout `want`: `v` itself when it already is, else a (shared) reshard of it.
+    fn resharded(&mut self, v: Value, want: &Sharding, at: Option<NodeId>) -> Value {
+        let have = self.layout(v);
+        if have.same_layout(want) {
+            return v;
+        }
+        let key = (v, want.dims.clone(), want.partial.clone());
+        if let Some(&done) = self.made.get(&key) {
+            return done;
+        }
+        let ty = self.g.value_type(v).clone();
+        let cost = reshard(&self.mesh, &ty, &have, want);
+        let id = self.g.add_op(OpName::new("tpu", "reshard", None), vec![v], Default::default(), vec![ty]);
+        let to = Sharding { origin: Origin::Reshard, ..want.clone() };
+        record(self.g, id, &cost, &to);
+        // The reshard is reported at the line of the node that needed it.
+        if let Some(loc) = at.and_then(|n| self.g.node(n).loc) {
+            self.g.set_loc(id, loc);
+        }
+        let out = Value::new(id, 0);
+        self.g.set_sharding(out, to);
+        self.made.insert(key, out);
+        out
+    }
+
+    fn node(&mut self, id: NodeId) {
+        let node = self.g.node(id);
+        let NodeKind::Op(op) = &node.kind else { return };
+        let operands = node.operands.clone();
+        if is_layout_op(op) {
+            // Its result layout is given (a constraint's by the user); record what it costs.
+            let from = self.layout(operands[0]);
+            let out = Value::new(id, 0);
+            let to = self.g.sharding(out).cloned().unwrap_or_else(|| Sharding { origin: Origin::User, ..from.clone() });
+            let cost = reshard(&self.mesh, self.g.value_type(out), &from, &to);
+            record(self.g, id, &cost, &to);
+            self.g.set_sharding(out, to);
+            return;
+        }
+        let layouts: Vec<Sharding> = operands.iter().map(|&v| self.layout(v)).collect();
+        let decision = {
+            let node = self.g.node(id);
+            let view = OpView {
+                node,
+                types: operands.iter().map(|&v| self.g.value_type(v)).collect(),
+                layouts,
+                mesh: &self.mesh,
+            };
+            match registry::lookup(op).and_then(|d| d.sharding) {
+                Some(rule) => (rule.rule)(&view, rule.name),
+                None => replicated(&view, Origin::NoRule),
+            }
+        };
+        for (slot, (v, want)) in operands.iter().zip(&decision.operands).enumerate() {
+            let moved = self.resharded(*v, want, Some(id));
+            if moved != *v {
+                self.g.set_operand(id, slot as u32, moved);
+            }
+        }
+        for (r, s) in decision.results.into_iter().enumerate() {
+            self.g.set_sharding(Value::new(id, r as u32), s);
+        }
+    }
+}
+
+impl Pass for PropagateSharding {
+    pass_identity!();
+    fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
+        let Some(mesh) = g.mesh.clone() else { return Ok(false) };
+        let order = g.topo_order().map_err(|_| PassError("the graph has a cycle".into()))?;
+        for &id in g.inputs().to_vec().iter() {
+            let v = Value::new(id, 0);
+            if g.sharding(v).is_none() {
+                g.set_sharding(v, Sharding::replicated(g.value_type(v).shape.len(), Origin::Unannotated));
+            }
+        }
+        let mut p = Propagation { g, mesh, made: HashMap::new() };
+        for id in order {
+            p.node(id);
+        }
+        // Outputs leave complete: pending sums are all-reduced.
+        let outputs = p.g.outputs().to_vec();
+        let done: Vec<Value> = outputs
+            .iter()
+            .map(|&v| {
+                let have = p.layout(v);
+                if have.partial.is_empty() {
+                    v
+                } else {
+                    let want = Sharding { partial: Vec::new(), ..have };
+                    p.resharded(v, &want, None)
+                }
+            })
+            .collect();
+        p.g.set_outputs(done);
+        Ok(true)
+    }
+}
