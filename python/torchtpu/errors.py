@@ -13,8 +13,10 @@ from it. All are RuntimeErrors; `OptionsError` is also a ValueError.
     ├── OptionsError           a bad `options={...}` or pass pipeline (also a ValueError)
     ├── IRError                IR text a user handed in that does not parse or verify
     │                          (`canonical_ir`, `run_pipeline`): line, col (also a ValueError)
-    └── InputError             inputs that do not match a compiled program (count, dtype,
-                               shape, device, strides): index (also a ValueError)
+    ├── InputError             inputs that do not match a compiled program (count, dtype,
+    │                          shape, device, strides): index (also a ValueError)
+    └── ShardingError          a bad Mesh, sharding spec or plan, or a dim its axes do not
+                               divide (torchtpu.sharding; also a ValueError)
 
 The Rust extension raises these (`from_rust` maps its error enums onto them), so callers tell
 cases apart by type, not by parsing messages. `kind` names the case in
@@ -130,6 +132,13 @@ class InputError(TorchTPUError, ValueError):
     def __init__(self, message: str, index: int | None = None):
         super().__init__(message)
         self.index = index
+
+
+class ShardingError(TorchTPUError, ValueError):
+    """A bad `torchtpu.Mesh`, sharding spec or `parallelize` plan, or a tensor dim that is not
+    divisible by the mesh axes splitting it: the message names the tensor, dim and axis."""
+
+    kind = "sharding"
 
 
 _BY_KIND = {

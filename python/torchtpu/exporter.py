@@ -77,6 +77,8 @@ class Exported:
     # The FX node each IR line was written for (line 1 is the graph's header): maps the
     # compiler's per-node refusals (`_C.check_lowerable`) back to the FX graph.
     nodes_by_line: dict = dataclasses.field(default_factory=dict)
+    # The device mesh of the graph's sharding constraints (torchtpu.sharding.Mesh), or None.
+    mesh: Any = None
 
 
 def op_name(target) -> str | None:
@@ -220,6 +222,7 @@ class _Writer:
         self.arg_index: dict[torch.fx.Node, int] = {}  # placeholder -> positional input index
         self.ops: list[str] = []
         self.line_nodes: list[torch.fx.Node] = []  # the FX node of each entry of `lines`
+        self.mesh = None  # the one mesh of the graph's sharding constraints
         self.counter = 0
 
     def fresh(self) -> str:
@@ -297,6 +300,8 @@ class _Writer:
                 return
             raise Unsupported(f"getitem on {src.name}, which is not a multi-result op")
         full = op_name(target)
+        if full == "torchtpu.sharding_constraint.default":
+            return self.sharding_constraint(node)
         if full is None:
             raise Unsupported(f"call to {getattr(target, '__name__', target)} is not an ATen op", [str(getattr(target, "__name__", target))])
         self.ops.append(".".join(full.split(".")[:2]))
@@ -364,6 +369,27 @@ class _Writer:
             lhs = f"{name} = "
             ty = types[0]
         self.lines.append(f"  {lhs}{full}({', '.join(operands)}){attr_part} : {ty}  // {node.name}")
+        self.line_nodes.append(node)
+        self.values[node] = name
+
+    def sharding_constraint(self, node):
+        """`%v = tpu.sharding_constraint(%x) : f32[8, 4] sharding<[{"dp"}, {}]>`; the graph
+        declares the constraint's mesh once (`mesh<...>` after the header)."""
+        from torchtpu.errors import ShardingError
+        from torchtpu.sharding import ShardSpec
+
+        x = node.args[0]
+        spec = node.args[1] if len(node.args) > 1 else node.kwargs["spec"]
+        s = ShardSpec.decode(spec)
+        val = node.meta.get("val")
+        ty = tensor_type(val, self.binding)
+        s.check(self.binding.shape(val) if self.binding is not None else val.shape, f"sharding_constraint {node.name}")
+        if self.mesh is not None and self.mesh != s.mesh:
+            raise ShardingError(f"one graph uses two meshes: {self.mesh!r} and {s.mesh!r} (at {node.name})")
+        self.mesh = s.mesh
+        self.ops.append("tpu.sharding_constraint")
+        name = self.fresh()
+        self.lines.append(f"  {name} = tpu.sharding_constraint({self.ref(x)}) : {ty} {s.ir_text()}  // {node.name}")
         self.line_nodes.append(node)
         self.values[node] = name
 
@@ -438,13 +464,15 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
         else:
             raise Unsupported(f"FX node kind {node.op} ({node.target}) is not supported", [str(node.target)])
     specs, refs, types, is_tuple = out
+    # The IR declares `sym` lines (none are written here), then the mesh, then the nodes.
+    header = [f"  {w.mesh.text()}"] if w.mesh is not None else []
     text = (
         f"graph @{name}({', '.join(w.params)}) -> ({', '.join(types)}) {{\n"
-        + "".join(line + "\n" for line in w.lines)
+        + "".join(line + "\n" for line in header + w.lines)
         + f"  return {', '.join(refs)}\n}}\n"
     ).replace("return \n", "return\n")
-    nodes_by_line = {i + 2: n for i, n in enumerate(w.line_nodes)}
-    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line)
+    nodes_by_line = {i + 2 + len(header): n for i, n in enumerate(w.line_nodes)}
+    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh)
 
 
 def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False) -> dict[torch.fx.Node, str]:
