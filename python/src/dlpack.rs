@@ -21,10 +21,25 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
     }
 }
 
+/// A "dltensor" capsule owning host memory torchtpu assembled (an SPMD program's output).
+pub fn host_capsule(
+    py: Python<'_>,
+    data: Vec<u8>,
+    ty: torchtpu_runtime::ElementType,
+    dims: Vec<i64>,
+) -> Result<Py<PyAny>, torchtpu_runtime::RuntimeError> {
+    capsule(py, Exported::from_host(data, ty, dims).into_raw())
+}
+
 /// A "dltensor" capsule over a PJRT buffer's memory when it is host memory (`on_host`: a CPU
 /// plugin), else over a host copy of it. PyTorch's tensor made from it keeps the buffer alive.
 pub fn to_capsule(py: Python<'_>, buffer: Buffer, on_host: bool) -> Result<Py<PyAny>, torchtpu_runtime::RuntimeError> {
-    let managed = Exported::new(buffer, on_host)?.into_raw();
+    capsule(py, Exported::new(buffer, on_host)?.into_raw())
+}
+
+/// Puts a `DLManagedTensor*` made by `Exported::into_raw` into a capsule (freed with it
+/// unless a consumer takes it over).
+fn capsule(py: Python<'_>, managed: *mut std::ffi::c_void) -> Result<Py<PyAny>, torchtpu_runtime::RuntimeError> {
     // SAFETY: a valid pointer and a static name; the destructor frees the tensor unless a
     // consumer took it over.
     let capsule = unsafe { pyo3::ffi::PyCapsule_New(managed, CAPSULE_NAME.as_ptr(), Some(capsule_destructor)) };

@@ -11,6 +11,7 @@
 
 mod dlpack;
 mod registry;
+mod sharding;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -63,6 +64,7 @@ fn engine_error(py: Python<'_>, e: &EngineError) -> PyErr {
         ErrorKind::Plugin => py_error(py, "plugin", &message, &[]),
         ErrorKind::Execution => py_error(py, "execution", &message, &[]),
         ErrorKind::Input => input_error(py, e),
+        ErrorKind::Sharding => py_error(py, "sharding", &message, &[]),
         ErrorKind::Internal { stage } => internal(py, stage, &message),
     }
 }
@@ -285,6 +287,21 @@ impl Program {
         })
     }
 
+    /// The SPMD plan (mesh, num_partitions, inputs, outputs, collectives,
+    /// total_bytes_per_device), or None for a one-device program.
+    #[getter]
+    fn sharding<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        guarded(py, "analyses", || self.compiled.sharding().map(|p| sharding::plan_dict(py, p)).transpose())
+    }
+
+    /// The collectives in XLA's optimised (partitioned) program: `[(kind, bytes_per_device)]`.
+    fn compiled_collectives(&self, py: Python<'_>) -> PyResult<Vec<(String, u64)>> {
+        guarded(py, "compile", || {
+            let found = self.compiled.compiled_collectives().map_err(|e| engine_error(py, &e))?;
+            Ok(found.into_iter().map(|c| (c.kind, c.bytes_per_device)).collect())
+        })
+    }
+
     /// Executes on `inputs`: one torch tensor (or DLPack capsule) per input. Rust checks
     /// each against the compiled type (host memory, dtype, shape, dense row-major strides,
     /// byte size) before reading it: a mismatch is `torchtpu.errors.InputError`. Returns one
@@ -321,6 +338,15 @@ impl Program {
                 })
                 .collect::<PyResult<Vec<_>>>()?;
             let memory = self.compiled.check_dlpack(&views).map_err(|e| engine_error(py, &e))?;
+            if self.compiled.sharding().is_some() {
+                // SPMD: each device reads its block; outputs come back assembled on the host.
+                let outs = py.detach(|| self.compiled.execute_sharded(&memory)).map_err(|e| engine_error(py, &e))?;
+                EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return outs
+                    .into_iter()
+                    .map(|o| dlpack::host_capsule(py, o.data, o.ty, o.dims).map_err(|e| engine_error(py, &EngineError::Execute(e))))
+                    .collect();
+            }
             // `capsules` keeps every input alive (and its memory valid) until the call returns.
             let outs = py.detach(|| self.compiled.execute_host(&memory)).map_err(|e| engine_error(py, &e))?;
             EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -345,18 +371,44 @@ fn executions() -> u64 {
 
 /// Compiles IR text (after `pipeline`) on the default engine, through the graph and
 /// executable caches, in one driver run. Returns the `Program`; its `source`,
-/// `compile_seconds_saved`, `memory` and `timings` say how.
+/// `compile_seconds_saved`, `memory` and `timings` say how. With `mesh` (`[(axis, size)]`)
+/// the program is SPMD over that many devices, its inputs laid out by `input_shardings`
+/// (per input None or the axes of each dim); a bad layout or too few devices is
+/// `torchtpu.errors.ShardingError`.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true))]
-fn compile(py: Python<'_>, text: &str, pipeline: &str, donate: bool) -> PyResult<Program> {
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true, mesh = None, input_shardings = None))]
+fn compile(
+    py: Python<'_>,
+    text: &str,
+    pipeline: &str,
+    donate: bool,
+    mesh: Option<sharding::WireMesh>,
+    input_shardings: Option<sharding::WireShardings>,
+) -> PyResult<Program> {
     guarded(py, "compile", || {
         let options =
             torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
         let engine = default_engine(py)?;
-        let compiled = py.detach(|| engine.compile_text(text, &options)).map_err(|e| engine_error(py, &e))?;
+        let compiled = match mesh {
+            None => py.detach(|| engine.compile_text(text, &options)),
+            Some(mesh) => {
+                let mut graph = torchtpu_engine::ir::parse_graph(text)
+                    .map_err(|e| engine_error(py, &EngineError::Compiler(DriverError::Parse(e))))?;
+                let inputs = input_shardings.unwrap_or_else(|| vec![None; graph.inputs().len()]);
+                sharding::annotate(&mut graph, mesh, inputs).map_err(|m| py_error(py, "sharding", &m, &[]))?;
+                py.detach(|| engine.compile(&graph, &options))
+            }
+        }
+        .map_err(|e| engine_error(py, &e))?;
         let outputs_on_host = compiled.platform_name() == "cpu";
         Ok(Program { compiled, outputs_on_host })
     })
+}
+
+/// How many devices the default engine's plugin has (SPMD meshes use the first N).
+#[pyfunction]
+fn device_count(py: Python<'_>) -> PyResult<usize> {
+    guarded(py, "compile", || Ok(default_engine(py)?.client().addressable_devices().len()))
 }
 
 /// The executable caches' counters: memory_hits, disk_hits, misses, compile_seconds,
@@ -447,6 +499,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(registry::check_lowerable, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
     m.add_function(wrap_pyfunction!(executions, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_class::<Program>()?;
     Ok(())

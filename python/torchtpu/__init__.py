@@ -16,7 +16,9 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from torchtpu import _C  # noqa: E402
+from torchtpu import sharding
 from torchtpu._stats import reset_stats, stats
+from torchtpu.sharding import FSDP, Colwise, Mesh, Replicate, Rowwise, parallelize, shard, sharding_constraint
 from torchtpu.errors import (
     CompileError,
     ExecutionError,
@@ -26,6 +28,7 @@ from torchtpu.errors import (
     IRError,
     OptionsError,
     PluginError,
+    ShardingError,
     TorchTPUError,
     UnsupportedError,
 )
@@ -42,8 +45,10 @@ __all__ = [
     "IRError",
     "OptionsError",
     "PluginError",
+    "ShardingError",
     "TorchTPUError",
     "UnsupportedError",
+    "Colwise", "FSDP", "Mesh", "Replicate", "Rowwise", "parallelize", "shard", "sharding", "sharding_constraint",
     "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
 
 

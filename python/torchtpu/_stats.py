@@ -74,6 +74,13 @@ def record_graph(name: str, info: dict) -> None:
         _stats["graphs"][name] = dict(info)
 
 
+def record_sharding(name: str, plan: dict) -> None:
+    """The SPMD plan of graph `name` (mesh, num_partitions, layouts, collectives, bytes per
+    device) under `stats()["graphs"][name]["sharding"]`."""
+    with _lock:
+        _stats["graphs"].setdefault(name, {})["sharding"] = plan
+
+
 def stats() -> dict:
     """A snapshot of torchtpu's counters (a copy: mutate freely)."""
     with _lock:

@@ -143,7 +143,17 @@ class ShardingError(TorchTPUError, ValueError):
 
 _BY_KIND = {
     cls.kind: cls
-    for cls in (UnsupportedError, CompileError, PluginError, ExecutionError, InternalError, OptionsError, IRError, InputError)
+    for cls in (
+        UnsupportedError,
+        CompileError,
+        PluginError,
+        ExecutionError,
+        InternalError,
+        OptionsError,
+        IRError,
+        InputError,
+        ShardingError,
+    )
 }
 
 

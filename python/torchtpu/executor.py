@@ -11,7 +11,8 @@ import time
 import torch
 
 from torchtpu import _C, _stats, policy
-from torchtpu.errors import ExecutionError, InputError, InternalError
+from torchtpu import sharding as _sharding
+from torchtpu.errors import ExecutionError, InputError, InternalError, ShardingError
 from torchtpu.exporter import TORCH_DTYPES, Exported
 from torchtpu.options import Options
 
@@ -108,6 +109,9 @@ class CompiledGraph:
         self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
         # Per input: the positional argument it comes from, or -1 and the constant.
         self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
+        # The mesh the graph's own constraints use, and one SPMD program per input layout.
+        self.mesh = exported.mesh
+        self._spmd: dict = {}
         # The program's outputs are the results as they are (no None, value or restride).
         self._plain = len(self.outputs) == len(program.output_types) and all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
@@ -127,8 +131,45 @@ class CompiledGraph:
             tensors.append(t.contiguous())
         return tensors
 
+    def _spmd_program(self, layouts: tuple):
+        """The SPMD program for these input layouts (compiled once per layout signature: a
+        changed sharding is one new compile, and no Dynamo recompile) and its outputs' specs."""
+        entry = self._spmd.get(layouts)
+        if entry is not None:
+            return entry
+        meshes = {s.mesh for s in layouts if s is not None} | ({self.mesh} if self.mesh is not None else set())
+        if len(meshes) != 1:
+            raise ShardingError(f"{self.name}: inputs and constraints use {len(meshes)} meshes {sorted(map(repr, meshes))}; one per graph")
+        mesh = meshes.pop()
+        wire = [None if s is None else [list(d) for d in s.dims] for s in layouts]
+        start = time.perf_counter()
+        program = _C.compile(self.ir_text, self.passes, False, mesh=mesh.axes, input_shardings=wire)
+        _stats.bump("compile_seconds", time.perf_counter() - start)
+        _stats.bump("graphs_compiled")
+        plan = program.sharding
+        _stats.record_sharding(self.name, plan)
+        outs = [
+            None if not any(o["dims"]) else _sharding.ShardSpec(mesh, tuple(tuple(d) for d in o["dims"])) for o in plan["outputs"]
+        ]
+        log.info("%s: SPMD over %d devices, %d collectives planned", self.name, plan["num_partitions"], len(plan["collectives"]))
+        entry = self._spmd[layouts] = (program, outs)
+        return entry
+
+    def _run_spmd(self, args, tensors, layouts):
+        program, specs = self._spmd_program(layouts)
+        outs = [_from_dlpack(c) for c in program.run([t.contiguous() for t in tensors])]
+        # Outputs keep their layout, so a graph they feed (the backward) runs sharded too.
+        for out, spec in zip(outs, specs):
+            if spec is not None:
+                _sharding.tag(out, spec)
+        return self._results(args, outs)
+
     def __call__(self, *args):
         tensors = [args[i] if i >= 0 else c for i, c in self._sources]
+        if _sharding.ACTIVE:
+            layouts = tuple(_sharding.sharding_of(t) for t in tensors)
+            if self.mesh is not None or any(s is not None for s in layouts):
+                return self._run_spmd(args, tensors, layouts)
         try:
             try:
                 # `tensors` keeps every input alive until the call returns.
@@ -148,7 +189,10 @@ class CompiledGraph:
             )
             _stats.bump("graphs_fallback")
             return self.eager(*args)
-        outs = [_from_dlpack(c) for c in capsules]
+        return self._results(args, [_from_dlpack(c) for c in capsules])
+
+    def _results(self, args, outs: list):
+        """The graph's results from the program's outputs (None, values, inputs, restrides)."""
         if self._plain:
             return tuple(outs) if self.output_is_tuple else outs[0]
         results = []

@@ -487,6 +487,8 @@ def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known
         if sizes_known and is_size_node(node):
             continue
         base = base_name(node.target)
+        if base == "torchtpu.sharding_constraint":
+            continue  # written as tpu.sharding_constraint, a layout the compiler keeps
         if base is None:
             bad[node] = f"{getattr(node.target, '__name__', node.target)} is not an ATen op"
             continue

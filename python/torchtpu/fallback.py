@@ -18,7 +18,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from torchtpu import _C, _stats, policy
 from torchtpu._log import log, warn_once  # noqa: F401 - warn_once re-exported for callers
-from torchtpu.errors import FallbackError, InternalError, UnsupportedError  # noqa: F401 - FallbackError re-exported
+from torchtpu.errors import FallbackError, InternalError, ShardingError, UnsupportedError  # noqa: F401 - FallbackError re-exported
 from torchtpu.executor import compile_exported
 from torchtpu.exporter import base_name, export
 from torchtpu.specialize import NotSpecializable
@@ -100,6 +100,8 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
         return None
     except NotSpecializable:
         raise  # sizes a binding cannot give: the caller re-traces with them instead
+    except ShardingError:
+        raise  # the user's mesh or layout: theirs to fix, never a fallback
     except Exception as e:  # noqa: BLE001 - a bug in torchtpu: loud, with a reproduction
         error = policy.as_internal(e, "export" if exported is None else "compile")
         text = exported and exported.text

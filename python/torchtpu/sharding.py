@@ -230,6 +230,13 @@ def sharding_of(t) -> ShardSpec | None:
     return getattr(t, "_torchtpu_sharding", None)
 
 
+def tag(t: torch.Tensor, spec: ShardSpec) -> torch.Tensor:
+    """Marks an SPMD program's output with the layout it was computed in (no checks: the
+    compiler decided it)."""
+    t._torchtpu_sharding = spec
+    return t
+
+
 def unshard(t: torch.Tensor) -> torch.Tensor:
     if hasattr(t, "_torchtpu_sharding"):
         del t._torchtpu_sharding
