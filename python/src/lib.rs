@@ -294,6 +294,12 @@ impl Program {
         guarded(py, "analyses", || self.compiled.sharding().map(|p| sharding::plan_dict(py, p)).transpose())
     }
 
+    /// Per device, the shapes of the input buffers it read and the output buffers it returned
+    /// in the last execution (None for a one-device program).
+    fn partition_shapes(&self) -> Option<torchtpu_engine::PartitionShapes> {
+        self.compiled.partition_shapes()
+    }
+
     /// The collectives in XLA's optimised (partitioned) program: `[(kind, bytes_per_device)]`.
     fn compiled_collectives(&self, py: Python<'_>) -> PyResult<Vec<(String, u64)>> {
         guarded(py, "compile", || {
@@ -344,7 +350,10 @@ impl Program {
                 EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return outs
                     .into_iter()
-                    .map(|o| dlpack::host_capsule(py, o.data, o.ty, o.dims).map_err(|e| engine_error(py, &EngineError::Execute(e))))
+                    .map(|o| {
+                        dlpack::host_capsule(py, o.data, o.ty, o.dims)
+                            .map_err(|e| engine_error(py, &EngineError::Execute(e)))
+                    })
                     .collect();
             }
             // `capsules` keeps every input alive (and its memory valid) until the call returns.

@@ -20,7 +20,9 @@ pub fn annotate(g: &mut Graph, mesh: WireMesh, inputs: WireShardings) -> Result<
     mesh.check()?;
     if let Some(declared) = &g.mesh {
         if *declared != mesh {
-            return Err(format!("the graph's constraints use the {declared}, its inputs the {mesh}: one mesh per graph"));
+            return Err(format!(
+                "the graph's constraints use the {declared}, its inputs the {mesh}: one mesh per graph"
+            ));
         }
     }
     if inputs.len() != g.inputs().len() {

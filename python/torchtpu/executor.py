@@ -59,7 +59,9 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
     # The peak-memory estimate of the graph as lowered (after the passes), per graph.
     _stats.record_graph(name, program.memory)
-    return CompiledGraph(program, exported, name, None if opts.strict else eager, passes=opts.passes, donate=opts.donate)
+    return CompiledGraph(
+        program, exported, name, None if opts.strict else eager, passes=opts.passes, donate=opts.donate, reference=eager
+    )
 
 
 class IRProgram:
@@ -96,8 +98,13 @@ class CompiledGraph:
     eagerly with a "torchtpu bug" warning (`policy.on_failure`). With `eager` None (strict)
     both raise."""
 
-    def __init__(self, program, exported: Exported, name: str, eager=None, passes: str = "", donate: bool = True):
+    def __init__(
+        self, program, exported: Exported, name: str, eager=None, passes: str = "", donate: bool = True, reference=None
+    ):
         self.program = program
+        # The graph run eagerly: what `torchtpu.sharding.explain` computes with, running nothing.
+        self.reference = reference
+        self.nodes_by_line = exported.nodes_by_line
         # Runs the graph eagerly if PJRT fails at run time (None: raise, as in strict mode).
         self.eager = eager
         self.name = name
@@ -153,10 +160,19 @@ class CompiledGraph:
         ]
         log.info("%s: SPMD over %d devices, %d collectives planned", self.name, plan["num_partitions"], len(plan["collectives"]))
         entry = self._spmd[layouts] = (program, outs)
+        _sharding.RECENT_PROGRAMS.append((self.name, program))
         return entry
 
     def _run_spmd(self, args, tensors, layouts):
         program, specs = self._spmd_program(layouts)
+        if _sharding.EXPLAINING is not None and self.reference is not None:
+            # explain: the plan is made (compiled), nothing runs on the devices.
+            _sharding.EXPLAINING.append((self, program.sharding, tensors))
+            results = self.reference(*args)
+            for out, spec in zip(results if isinstance(results, (list, tuple)) else [results], specs):
+                if spec is not None and isinstance(out, torch.Tensor):
+                    _sharding.tag(out, spec)
+            return results
         outs = [_from_dlpack(c) for c in program.run([t.contiguous() for t in tensors])]
         # Outputs keep their layout, so a graph they feed (the backward) runs sharded too.
         for out, spec in zip(outs, specs):

@@ -15,6 +15,7 @@ A spec has one entry per tensor dim: a mesh axis name, None (replicated) or a tu
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fnmatch
 import math
@@ -398,3 +399,86 @@ def describe(model: torch.nn.Module) -> list[tuple[str, tuple, str]]:
         s = sharding_of(t)
         out.append((name, tuple(t.shape), "replicated" if s is None or s.is_replicated() else s.ir_text()))
     return out
+
+
+# --- explain -------------------------------------------------------------------------------
+
+# The SPMD programs compiled last, `(graph name, _C.Program)`: their `sharding` plan,
+# `partition_shapes()` and `compiled_collectives()` (for tests and debugging).
+RECENT_PROGRAMS: collections.deque = collections.deque(maxlen=64)
+
+# While `explain` runs: the (graph, plan, input tensors) of every SPMD program it met.
+EXPLAINING: list | None = None
+
+
+def _user_frame(node) -> str | None:
+    """The last `File "...", line N` of an FX node's stack trace: the user's code."""
+    trace = node.meta.get("stack_trace") if node is not None else None
+    if not trace:
+        return None
+    frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
+    if not frames:
+        return None
+    path, _, rest = frames[-1][len("File "):].partition(", line ")
+    return f"{path.strip(chr(34))}:{rest.split(',')[0]}"
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _layout_text(layout: dict) -> str:
+    origin = layout["origin"]
+    origin = {"user": "annotated", "unannotated": "replicated, not annotated"}.get(origin, origin.replace("rule:", "rule "))
+    return f"{layout['text']}  ({origin})"
+
+
+def explain(compiled, *args, **kwargs) -> dict:
+    """Plans `compiled(*args, **kwargs)` without running anything on the devices: traces and
+    compiles it (the SPMD programs are made and cached for the real call), computes the
+    results eagerly, and prints per graph every input, parameter and output with its layout
+    and origin, every collective with its bytes per device and the user code that needs it,
+    and the communication per call. Returns `{graph: plan}` (the dicts of
+    `torchtpu.stats()["graphs"][graph]["sharding"]`, with `input_names` and each
+    collective's `source` added)."""
+    global EXPLAINING
+    module = getattr(compiled, "_orig_mod", compiled)
+    names = {}
+    if isinstance(module, torch.nn.Module):
+        names.update({id(p): n for n, p in module.named_parameters()})
+        names.update({id(b): n for n, b in module.named_buffers()})
+    for i, a in enumerate(args):
+        names.setdefault(id(a), f"input {i}")
+    for k, a in kwargs.items():
+        names.setdefault(id(a), f"input {k!r}")
+    EXPLAINING = []
+    try:
+        with torch.no_grad():
+            compiled(*args, **kwargs)
+        met = EXPLAINING
+    finally:
+        EXPLAINING = None
+    report = {}
+    lines = []
+    for graph, plan, tensors in met:
+        plan = dict(plan)
+        plan["input_names"] = [names.get(id(t), f"arg {i}") for i, t in enumerate(tensors)]
+        for c in plan["collectives"]:
+            c["source"] = _user_frame(graph.nodes_by_line.get(c["line"])) if c["line"] else None
+        report[graph.name] = plan
+        mesh = ", ".join(f"{a}={n}" for a, n in plan["mesh"])
+        lines.append(f"graph {graph.name}: {plan['num_partitions']} devices, mesh ({mesh})")
+        for name, layout, t in zip(plan["input_names"], plan["inputs"], tensors):
+            lines.append(f"  in  {name:<40} {str(list(t.shape)):<14} {_layout_text(layout)}")
+        for i, layout in enumerate(plan["outputs"]):
+            lines.append(f"  out {i:<40} {'':<14} {_layout_text(layout)}")
+        for c in plan["collectives"]:
+            where = c["source"] or (f"IR line {c['line']}" if c["line"] else "graph output")
+            lines.append(f"  {c['collective']:<12} {_fmt_bytes(c['bytes_per_device']):>10}/device  before {c['consumer']}  at {where}")
+        lines.append(f"  communication per call: {_fmt_bytes(plan['total_bytes_per_device'])} per device")
+    print("\n".join(lines) if lines else "explain: no sharded graph (nothing is annotated)")
+    return report

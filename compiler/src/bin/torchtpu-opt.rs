@@ -7,8 +7,10 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use torchtpu_compiler::driver::{self, DriverError, Format, PipelineOptions, Timings};
-use torchtpu_compiler::ir::print_graph;
+use torchtpu_compiler::ir::printer::ValueNames;
+use torchtpu_compiler::ir::{print_graph, Graph};
 use torchtpu_compiler::passes::REGISTRY;
+use torchtpu_compiler::sharding::ShardingPlan;
 
 #[derive(Parser, Debug)]
 #[command(name = "torchtpu-opt", version, about = "Run torchtpu compiler passes over the graph IR")]
@@ -55,6 +57,12 @@ struct Args {
     /// donated inputs as freed after their last reader.
     #[arg(long = "donate-inputs")]
     donate_inputs: bool,
+    /// After the output, print the sharding plan of a graph with a mesh as `// sharding:`
+    /// comment lines: the mesh, each input's and output's layout and origin, each planned
+    /// collective (node, consumer, collective, bytes per device, line) and the total bytes
+    /// per device; a graph without a mesh gets a one-line note.
+    #[arg(long = "print-sharding")]
+    print_sharding: bool,
     /// What to print after the passes: the IR, or the StableHLO module it lowers to.
     #[arg(long = "emit", value_enum, default_value_t = Emit::Ir)]
     emit: Emit,
@@ -186,10 +194,59 @@ fn process(args: &Args, source_name: &str, text: &str) -> Result<String> {
             )?;
         }
     }
-    Ok(match &compiled.hlo {
+    let mut out = match &compiled.hlo {
         Some(module) => module.text().unwrap_or_default().to_owned(),
         None => print_graph(&compiled.graph),
-    })
+    };
+    if args.print_sharding {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&sharding_summary(&compiled.graph));
+    }
+    Ok(out)
+}
+
+/// The sharding plan of the graph after the passes, as `// sharding:` comment lines (so the
+/// IR or StableHLO before them still parses).
+fn sharding_summary(g: &Graph) -> String {
+    let Some(plan) = ShardingPlan::of(g) else {
+        return "// sharding: none (the graph declares no mesh)\n".to_string();
+    };
+    let names = ValueNames::for_graph(g);
+    let mut lines = vec![format!("{} ({} devices)", plan.mesh, plan.num_partitions())];
+    let layout = |s: &torchtpu_compiler::ir::Sharding| {
+        let mut text = s.sdy_dims();
+        if !s.partial.is_empty() {
+            let axes: Vec<String> = s.partial.iter().map(|a| format!("\"{a}\"")).collect();
+            text.push_str(&format!(" partial {{{}}}", axes.join(", ")));
+        }
+        format!("{text} ({})", s.origin.text())
+    };
+    for (i, (v, s)) in g.input_values().into_iter().zip(&plan.inputs).enumerate() {
+        lines.push(format!("input {i} {}: {} {}", names.value(g, v), g.value_type(v), layout(s)));
+    }
+    for (i, (&v, s)) in g.outputs().iter().zip(&plan.outputs).enumerate() {
+        lines.push(format!("output {i} {}: {} {}", names.value(g, v), g.value_type(v), layout(s)));
+    }
+    for c in &plan.collectives {
+        let line = c.line.map(|l| format!(", line {l}")).unwrap_or_default();
+        lines.push(format!(
+            "collective {} for {}: {} -> {}, {} bytes per device{line}",
+            c.node,
+            c.consumer,
+            c.collective,
+            c.to.sdy_dims(),
+            c.bytes_per_device
+        ));
+    }
+    lines.push(format!(
+        "total {} bytes per device in {} collective{}",
+        plan.total_bytes_per_device,
+        plan.collectives.len(),
+        if plan.collectives.len() == 1 { "" } else { "s" }
+    ));
+    lines.into_iter().map(|l| format!("// sharding: {l}\n")).collect()
 }
 
 /// A driver error as one line; parse and verifier errors name `file:line:col`.

@@ -140,7 +140,8 @@ impl Pass for PropagateSharding {
                     v
                 } else {
                     let want = Sharding { partial: Vec::new(), ..have };
-                    p.resharded(v, &want, None)
+                    // Reported at the line of the node whose result it completes.
+                    p.resharded(v, &want, Some(v.node))
                 }
             })
             .collect();

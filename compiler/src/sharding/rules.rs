@@ -406,12 +406,44 @@ pub fn reshape(v: &OpView<'_>, name: &'static str) -> Decision {
         if gi >= a.len() || gj >= b.len() {
             break;
         }
-        // The group's major input dim keeps its axes when the output's major dim divides.
-        let axes = input[gi].clone();
-        let splits: i64 = axes.iter().map(|x| v.mesh.axis_size(x).unwrap_or(1)).product();
-        if !axes.is_empty() && b[gj] % splits == 0 {
-            need[gi] = axes.clone();
-            result[gj] = axes;
+        // Flatten the group's input dims: an input dim's axes join (minor to the ones before)
+        // while every dim before it in the group is split down to pieces of size 1; the
+        // first dim with larger pieces ends it, and the dims after it are gathered.
+        let mut axes: Vec<String> = Vec::new();
+        for k in gi..i.min(a.len()) {
+            need[k] = input[k].clone();
+            axes.extend(input[k].iter().cloned());
+            let pieces: i64 = input[k].iter().map(|x| v.mesh.axis_size(x).unwrap_or(1)).product();
+            if a[k] / pieces.max(1) != 1 {
+                for rest in need.iter_mut().take(i.min(a.len())).skip(k + 1) {
+                    rest.clear();
+                }
+                break;
+            }
+        }
+        // Split the flattened axes over the group's output dims, major first.
+        let mut d = gj;
+        let mut left = b.get(d).copied().unwrap_or(1);
+        let mut placed = 0;
+        for x in &axes {
+            while d < j.min(b.len()) && left == 1 {
+                d += 1;
+                left = b.get(d).copied().unwrap_or(1);
+            }
+            let n = v.mesh.axis_size(x).unwrap_or(1);
+            if d >= j.min(b.len()) || left % n != 0 {
+                break;
+            }
+            result[d].push(x.clone());
+            left /= n;
+            placed += 1;
+        }
+        if placed < axes.len() {
+            // The axes that found no output dim are gathered from the input dims.
+            let dropped: Vec<String> = axes[placed..].to_vec();
+            for k in gi..i.min(a.len()) {
+                need[k].retain(|x| !dropped.contains(x));
+            }
         }
     }
     Decision { operands: vec![layout(need, &origin)], results: vec![layout(fit(v.mesh, result, &b), &origin)] }
