@@ -336,7 +336,7 @@ impl Engine {
                             .expect("a graph with a mesh has a sharding plan")
                     }
                 };
-                Some(Spmd { plan, devices: devices[..n as usize].to_vec() })
+                Some(Spmd { plan, devices: devices[..n as usize].to_vec(), last_shapes: Mutex::default() })
             }
         };
         if fault_injected("compile") {
@@ -379,7 +379,12 @@ impl Engine {
 struct Spmd {
     plan: torchtpu_compiler::driver::ShardingPlan,
     devices: Vec<Device>,
+    /// The buffer shapes of the last execution, per device: (inputs, outputs).
+    last_shapes: Mutex<PartitionShapes>,
 }
+
+/// Per device, the shapes of its input buffers and of the output buffers it returned.
+pub type PartitionShapes = (Vec<Vec<Vec<i64>>>, Vec<Vec<Vec<i64>>>);
 
 /// One output of an SPMD program, assembled on the host from the devices' pieces.
 pub struct HostOutput {
@@ -418,6 +423,11 @@ impl CompiledGraph {
     /// The layouts and planned collectives of an SPMD program (None on one device).
     pub fn sharding(&self) -> Option<&torchtpu_compiler::driver::ShardingPlan> {
         self.spmd.as_ref().map(|s| &s.plan)
+    }
+
+    /// The per-device buffer shapes of the last SPMD execution (what each device really held).
+    pub fn partition_shapes(&self) -> Option<PartitionShapes> {
+        self.spmd.as_ref().map(|s| s.last_shapes.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 
     /// The collectives XLA put in the partitioned program.
@@ -473,6 +483,10 @@ impl CompiledGraph {
         let args: Vec<Vec<&Buffer>> = rows.iter().map(|r| r.iter().collect()).collect();
         let keep: Vec<i64> = (0..inputs.len() as i64).collect();
         let outs = self.exe.execute_partitioned(&args, &keep).map_err(EngineError::Execute)?;
+        let shapes = |rows: &[Vec<Buffer>]| -> Vec<Vec<Vec<i64>>> {
+            rows.iter().map(|r| r.iter().map(|b| b.dims().to_vec()).collect()).collect()
+        };
+        *spmd.last_shapes.lock().unwrap_or_else(|p| p.into_inner()) = (shapes(&rows), shapes(&outs));
         drop(args);
         drop(rows);
         self.outputs
