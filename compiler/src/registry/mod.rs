@@ -259,8 +259,9 @@ pub fn listing() -> String {
             Some(s) => format!(" operands={} results={} shape={:?}", s.operands, s.results, s.shape),
             None => String::new(),
         };
+        let sharding = d.sharding.map_or("-", |r| r.name);
         out.push_str(&format!(
-            "{} traits=[{traits}] lowering={lowering}{legal} decomposition={}{sig}\n",
+            "{} traits=[{traits}] lowering={lowering}{legal} decomposition={} sharding={sharding}{sig}\n",
             d.name,
             d.decomposition.name()
         ));
@@ -277,11 +278,13 @@ pub fn markdown() -> String {
          check refuses some forms before emission (that node runs eagerly, the rest compiles).\n\
          - **decomposition**: where PyTorch also decomposes the op, which side wins (`lowering`: Python\n  \
          leaves it whole; `python`: AOTAutograd decomposes it, the lowering serves direct IR).\n\
+         - **sharding**: the rule `propagate-sharding` lays the op out over a mesh with (`docs/sharding.md`;\n  \
+         blank: no rule, its inputs are gathered and its results replicated).\n\
          - **verified**: the verifier's shape rule (blank: generic checks only).\n\n",
     );
     let lowered = all().iter().filter(|d| d.is_lowered()).count();
     out.push_str(&format!("{} ops, {lowered} lowered.\n\n", all().len()));
-    out.push_str("| op | traits | lowering | decomposition | verified |\n|---|---|---|---|---|\n");
+    out.push_str("| op | traits | lowering | decomposition | sharding | verified |\n|---|---|---|---|---|---|\n");
     for d in all() {
         let lowering = match &d.lowering {
             Some(l) => {
@@ -293,10 +296,11 @@ pub fn markdown() -> String {
         };
         let sig = d.signature.map(|s| format!("{:?}", s.shape)).unwrap_or_default();
         out.push_str(&format!(
-            "| `{}` | {} | {lowering} | {} | {sig} |\n",
+            "| `{}` | {} | {lowering} | {} | {} | {sig} |\n",
             d.name,
             d.traits.names().join(", "),
-            d.decomposition.name()
+            d.decomposition.name(),
+            d.sharding.map(|r| format!("`{}`", r.name)).unwrap_or_default()
         ));
     }
     out
