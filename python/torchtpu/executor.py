@@ -39,10 +39,22 @@ def _dump(exported: Exported, opts: Options, name: str) -> None:
 def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -> "CompiledGraph":
     if opts.dump_dir:
         _dump(exported, opts, name)
+    graph = CompiledGraph(
+        None, exported, name, None if opts.strict else eager, passes=opts.passes, donate=opts.donate, reference=eager
+    )
+    if _sharding.ACTIVE:
+        # A mesh exists: the first call says whether this graph runs SPMD (its inputs'
+        # layouts); the one-device program is compiled only if it does not.
+        return graph
+    graph.bind(_compile_one_device(exported.text, opts.passes, opts.donate, name))
+    return graph
+
+
+def _compile_one_device(text: str, passes: str, donate: bool, name: str):
     start = time.perf_counter()
     # One driver run (or a graph-cache hit, which keeps its estimate): the program says where
     # it came from and carries the memory estimate and the stage timings.
-    program = _C.compile(exported.text, opts.passes, opts.donate)
+    program = _C.compile(text, passes, donate)
     seconds = time.perf_counter() - start
     source = program.source
     _stats.bump("compile_seconds_saved", program.compile_seconds_saved)
@@ -59,9 +71,7 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
     # The peak-memory estimate of the graph as lowered (after the passes), per graph.
     _stats.record_graph(name, program.memory)
-    return CompiledGraph(
-        program, exported, name, None if opts.strict else eager, passes=opts.passes, donate=opts.donate, reference=eager
-    )
+    return program
 
 
 class IRProgram:
@@ -113,16 +123,23 @@ class CompiledGraph:
         self.inputs = exported.inputs
         self.outputs = exported.outputs
         self.output_is_tuple = exported.output_is_tuple
-        self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
         # Per input: the positional argument it comes from, or -1 and the constant.
         self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
         # The mesh the graph's own constraints use, and one SPMD program per input layout.
         self.mesh = exported.mesh
         self._spmd: dict = {}
         # The program's outputs are the results as they are (no None, value or restride).
-        self._plain = len(self.outputs) == len(program.output_types) and all(
+        self._plain = all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
         )
+        if program is not None:
+            self.bind(program)
+
+    def bind(self, program) -> None:
+        """Sets the one-device program (compiled at once, or at the first unsharded call)."""
+        self.program = program
+        self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
+        self._plain = self._plain and len(self.outputs) == len(program.output_types)
 
     def _checked(self, args) -> list:
         """The inputs as contiguous CPU tensors of the compiled types, or a clear error."""
@@ -186,6 +203,8 @@ class CompiledGraph:
             layouts = tuple(_sharding.sharding_of(t) for t in tensors)
             if self.mesh is not None or any(s is not None for s in layouts):
                 return self._run_spmd(args, tensors, layouts)
+        if self.program is None:
+            self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name))
         try:
             try:
                 # `tensors` keeps every input alive until the call returns.
