@@ -214,7 +214,10 @@ fn sharding_summary(g: &Graph) -> String {
         return "// sharding: none (the graph declares no mesh)\n".to_string();
     };
     let names = ValueNames::for_graph(g);
-    let mut lines = vec![format!("{} ({} devices)", plan.mesh, plan.num_partitions())];
+    // Not `num_partitions()`: the verifier does not bound the product of the axis sizes.
+    let devices = plan.mesh.axes.iter().try_fold(1i64, |n, (_, size)| n.checked_mul(*size));
+    let devices = devices.map_or_else(|| "more than i64::MAX".to_string(), |n| n.to_string());
+    let mut lines = vec![format!("{} ({devices} devices)", plan.mesh)];
     let layout = |s: &torchtpu_compiler::ir::Sharding| {
         let mut text = s.sdy_dims();
         if !s.partial.is_empty() {
