@@ -53,6 +53,9 @@ impl Mesh {
                 return Err(format!("mesh axis '{a}' is named twice"));
             }
         }
+        if self.axes.iter().try_fold(1i64, |acc, (_, n)| acc.checked_mul(*n)).is_none() {
+            return Err(format!("the {self} has more devices than fit in an i64"));
+        }
         Ok(())
     }
 }
@@ -112,7 +115,8 @@ impl Origin {
 pub struct Sharding {
     /// Per tensor dim, the mesh axes that split it, major to minor (empty: whole on every device).
     pub dims: Vec<Vec<String>>,
-    /// Axes over which each device holds a partial sum (completed by an all-reduce).
+    /// Axes over which each device holds a partial result (its piece's sum, max, ... as the
+    /// op reduces), completed by an all-reduce of that reduction where a consumer needs it.
     pub partial: Vec<String>,
     pub origin: Origin,
 }

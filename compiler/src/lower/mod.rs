@@ -238,7 +238,20 @@ impl Lowering {
                             ),
                         });
                     }
-                    values.insert(Value::new(id, r as u32), tv);
+                    let v = Value::new(id, r as u32);
+                    let tv = match g.mesh.as_ref().and(g.sharding(v)) {
+                        // Every decided layout is pinned, so XLA's partitioner follows the
+                        // plan (and its collectives are the ones predicted). Layout ops pin
+                        // themselves; a pending partial sum is left to the consumer's reshard.
+                        Some(s) if s.partial.is_empty() && !ops::layout::is_layout_op(op) => {
+                            ops::layout::pin(&e, tv, s).map_err(|err| LowerError::Mlir {
+                                context: format!("node {node_name} ({op_name}) layout"),
+                                message: format!("{err:?}"),
+                            })?
+                        }
+                        _ => tv,
+                    };
+                    values.insert(v, tv);
                 }
             }
             let outs: Vec<_> = g.outputs().iter().map(|v| values[v].v).collect();

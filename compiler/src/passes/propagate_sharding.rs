@@ -11,7 +11,7 @@ use super::{Pass, PassError};
 use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
 use crate::registry;
 use crate::sharding::rules::{replicated, OpView};
-use crate::sharding::{reshard, Reshard};
+use crate::sharding::{is_layout_op, reshard, Reshard};
 
 #[derive(Default)]
 pub struct PropagateSharding;
@@ -22,11 +22,6 @@ impl PropagateSharding {
         "give every value a layout over the mesh from the annotations and the registry's sharding rules; insert reshards";
 }
 
-/// `tpu.reshard` and `tpu.sharding_constraint`: layout changes whose result layout is fixed.
-fn is_layout_op(op: &OpName) -> bool {
-    op.is("tpu", "reshard") || op.is("tpu", "sharding_constraint")
-}
-
 /// Writes what a layout change costs onto its node (the lowering reads `sharding`).
 fn record(g: &mut Graph, id: NodeId, r: &Reshard, to: &Sharding) {
     let attrs = g.node_attrs_mut(id);
@@ -35,11 +30,14 @@ fn record(g: &mut Graph, id: NodeId, r: &Reshard, to: &Sharding) {
     attrs.insert("sharding".into(), Attr::Str(to.sdy_dims()));
 }
 
+/// A value and the layout (dims, partial axes) a consumer wants it in.
+type Wanted = (Value, Vec<Vec<String>>, Vec<String>);
+
 struct Propagation<'g> {
     g: &'g mut Graph,
     mesh: Mesh,
-    /// (value, wanted layout) -> the reshard already made for it.
-    made: HashMap<(Value, Vec<Vec<String>>, Vec<String>), Value>,
+    /// The reshard already made for each wanted layout of a value.
+    made: HashMap<Wanted, Value>,
 }
 
 impl Propagation<'_> {
@@ -65,8 +63,14 @@ impl Propagation<'_> {
         let id = self.g.add_op(OpName::new("tpu", "reshard", None), vec![v], Default::default(), vec![ty]);
         let to = Sharding { origin: Origin::Reshard, ..want.clone() };
         record(self.g, id, &cost, &to);
-        // The reshard is reported at the line of the node that needed it.
-        if let Some(loc) = at.and_then(|n| self.g.node(n).loc) {
+        // The reshard is reported for, and at the line of, the node that first needed it.
+        let (consumer, loc) = match at {
+            Some(n) if n == v.node => ("output".to_string(), self.g.node(n).loc),
+            Some(n) => (self.g.node(n).op().map(|o| o.to_string()).unwrap_or_default(), self.g.node(n).loc),
+            None => ("output".to_string(), None),
+        };
+        self.g.node_attrs_mut(id).insert("consumer".into(), Attr::Str(consumer));
+        if let Some(loc) = loc {
             self.g.set_loc(id, loc);
         }
         let out = Value::new(id, 0);
@@ -90,6 +94,9 @@ impl Propagation<'_> {
             return;
         }
         let layouts: Vec<Sharding> = operands.iter().map(|&v| self.layout(v)).collect();
+        if node.results.is_empty() {
+            return;
+        }
         let decision = {
             let node = self.g.node(id);
             let view = OpView {
@@ -99,8 +106,9 @@ impl Propagation<'_> {
                 mesh: &self.mesh,
             };
             match registry::lookup(op).and_then(|d| d.sharding) {
-                Some(rule) => (rule.rule)(&view, rule.name),
-                None => replicated(&view, Origin::NoRule),
+                // Rules read their first operand; an op without one (unverified IR) has none.
+                Some(rule) if !operands.is_empty() || rule.name == "factory" => (rule.rule)(&view, rule.name),
+                _ => replicated(&view, Origin::NoRule),
             }
         };
         for (slot, (v, want)) in operands.iter().zip(&decision.operands).enumerate() {

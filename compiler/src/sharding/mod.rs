@@ -13,7 +13,8 @@ pub mod rules;
 use crate::ir::printer::ValueNames;
 use crate::ir::{Graph, Mesh, NodeKind, Sharding, TensorType, Value};
 
-/// One collective the propagation planned (a `tpu.reshard` or a user's constraint).
+/// One collective the propagation planned (a `tpu.reshard` or a user's constraint; local
+/// slices, which move nothing, are not collectives).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedCollective {
     /// The layout node in the IR after the passes (`%12`).
@@ -68,13 +69,17 @@ impl ShardingPlan {
                 _ => None,
             });
             let Some(collective) = collective.filter(|c| c != "none") else { continue };
+            // A local slice moves nothing: it is a layout change, not a collective.
+            if collective == "slice" {
+                continue;
+            }
             let v = Value::new(id, 0);
             let consumer = if constraint {
                 "constraint".to_string()
             } else {
-                match g.uses(v).first() {
-                    Some(&(user, _)) => g.node(user).op().map(|o| o.to_string()).unwrap_or_default(),
-                    None => "output".to_string(),
+                match node.attr("consumer") {
+                    Some(crate::ir::Attr::Str(c)) => c.clone(),
+                    _ => "output".to_string(),
                 }
             };
             collectives.push(PlannedCollective {
@@ -89,6 +94,11 @@ impl ShardingPlan {
         let total_bytes_per_device = collectives.iter().map(|c| c.bytes_per_device).sum();
         Some(ShardingPlan { mesh, inputs, outputs, collectives, total_bytes_per_device })
     }
+}
+
+/// `tpu.reshard` and `tpu.sharding_constraint`: layout changes whose result layout is fixed.
+pub fn is_layout_op(op: &crate::ir::OpName) -> bool {
+    op.is("tpu", "reshard") || op.is("tpu", "sharding_constraint")
 }
 
 /// How one value moves from one layout to another.

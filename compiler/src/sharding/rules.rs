@@ -106,8 +106,8 @@ fn project(r: &Dims, shape: &[i64], out: &[i64]) -> Dims {
     shape
         .iter()
         .enumerate()
-        .map(|(j, &n)| match out.get(j + offset) {
-            Some(&m) if m == n => r[j + offset].clone(),
+        .map(|(j, &n)| match (out.get(j + offset), r.get(j + offset)) {
+            (Some(&m), Some(axes)) if m == n => axes.clone(),
             _ => Vec::new(),
         })
         .collect()
@@ -118,7 +118,7 @@ fn lift(dims: &Dims, shape: &[i64], out: &[i64]) -> Dims {
     let offset = out.len().saturating_sub(shape.len());
     let mut r = vec![Vec::new(); out.len()];
     for (j, axes) in dims.iter().enumerate() {
-        if shape.get(j) == out.get(j + offset) {
+        if j + offset < out.len() && shape.get(j) == out.get(j + offset) {
             r[j + offset] = axes.clone();
         }
     }
@@ -174,7 +174,7 @@ pub fn elementwise(v: &OpView<'_>, name: &'static str) -> Decision {
 fn norm_dim(d: i64, rank: usize) -> Option<usize> {
     let r = rank as i64;
     let d = if d < 0 { d + r } else { d };
-    (0..r.max(1)).contains(&d).then_some(d as usize)
+    (0..r).contains(&d).then_some(d as usize)
 }
 
 /// The dims a reduction reduces: `dim`/`dims` as an int or a list; none or `[]` is all.
@@ -254,6 +254,9 @@ pub fn dot(v: &OpView<'_>, name: &'static str) -> Decision {
         3 => (Some(0), 1, 2),
         _ => (None, 0, 1),
     };
+    if v.types.len() <= b || v.layouts[a].dims.len() < 2 || v.layouts[a].dims.len() != v.layouts[b].dims.len() {
+        return replicated(v, Origin::NoRule);
+    }
     let (la, lb) = (summed(v, a), summed(v, b));
     let ra = la.len();
     let batch = ra.saturating_sub(2);
@@ -369,8 +372,9 @@ pub fn broadcast(v: &OpView<'_>, name: &'static str) -> Decision {
 }
 
 /// view / reshape / squeeze / unsqueeze / flatten: dims are grouped where the products of
-/// input and output sizes meet; a group keeps the axes of its major input dim (on its major
-/// output dim) when the other input dims of the group are whole; the rest is gathered.
+/// input and output sizes meet. In a group, the input dims' axes concatenate (major to minor)
+/// while every dim before is split into pieces of size 1, then split over the output dims,
+/// major first, while they divide them; axes that cannot follow are gathered.
 pub fn reshape(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
     let input = summed(v, 0);
@@ -414,10 +418,8 @@ pub fn reshape(v: &OpView<'_>, name: &'static str) -> Decision {
             need[k] = input[k].clone();
             axes.extend(input[k].iter().cloned());
             let pieces: i64 = input[k].iter().map(|x| v.mesh.axis_size(x).unwrap_or(1)).product();
+            // Pieces larger than 1 end the flattening; the group's later dims stay gathered.
             if a[k] / pieces.max(1) != 1 {
-                for rest in need.iter_mut().take(i.min(a.len())).skip(k + 1) {
-                    rest.clear();
-                }
                 break;
             }
         }
@@ -441,8 +443,8 @@ pub fn reshape(v: &OpView<'_>, name: &'static str) -> Decision {
         if placed < axes.len() {
             // The axes that found no output dim are gathered from the input dims.
             let dropped: Vec<String> = axes[placed..].to_vec();
-            for k in gi..i.min(a.len()) {
-                need[k].retain(|x| !dropped.contains(x));
+            for axes in need.iter_mut().take(i.min(a.len())).skip(gi) {
+                axes.retain(|x| !dropped.contains(x));
             }
         }
     }
@@ -460,14 +462,26 @@ fn touched_dim(node: &Node, rank: usize) -> Option<usize> {
 /// shape follow it too, others are replicated.
 pub fn along_dim(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
+    if v.types.is_empty() {
+        return factory(v, name);
+    }
     let rank = v.types[0].shape.len();
     let touched = touched_dim(v.node, rank);
     let mut base = summed(v, 0);
     if let Some(d) = touched {
         base[d].clear();
     }
-    // Dims that differ in size between operands (cat's dim, an index's length) stay whole.
+    // Dims that differ in size between the operands and results of the same rank (cat's dim,
+    // a smaller index of gather) stay whole: their pieces would not line up.
     let first = static_shape(v.types[0]);
+    let shapes = v.types.iter().map(|t| static_shape(t)).chain(v.node.results.iter().map(static_shape));
+    for s in shapes.filter(|s| s.len() == rank) {
+        for (d, axes) in base.iter_mut().enumerate() {
+            if s[d] != first[d] {
+                axes.clear();
+            }
+        }
+    }
     let operands: Vec<Sharding> = v
         .types
         .iter()
@@ -510,6 +524,9 @@ pub fn along_dim(v: &OpView<'_>, name: &'static str) -> Decision {
 /// indices and the weight's feature dim.
 pub fn embedding(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
+    if v.types.len() < 2 || v.types[0].shape.len() != 2 {
+        return replicated(v, Origin::NoRule);
+    }
     let (w, idx) = (summed(v, 0), summed(v, 1));
     let mut feature = w.get(1).cloned().unwrap_or_default();
     feature.retain(|x| !idx.iter().flatten().any(|y| y == x));
@@ -553,12 +570,18 @@ pub fn normalize(v: &OpView<'_>, name: &'static str) -> Decision {
 }
 
 /// convolution(input [N, C, ...], weight [O, C/g, ...], bias [O]): the batch dim follows the
-/// input, the output-feature dim the weight; channels and spatial dims are gathered.
+/// input, the output-feature dim the weight (its dim 1 when `transposed`: [C, O/g, ...]);
+/// channels and spatial dims are gathered.
 pub fn convolution(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
+    if v.types.len() < 2 || v.types[0].shape.len() < 2 || v.types[1].shape.len() < 2 {
+        return replicated(v, Origin::NoRule);
+    }
+    let transposed = matches!(v.node.attr("transposed"), Some(Attr::Bool(true)));
+    let fdim = usize::from(transposed);
     let (x, w) = (summed(v, 0), summed(v, 1));
     let batch = x.first().cloned().unwrap_or_default();
-    let mut feature = w.first().cloned().unwrap_or_default();
+    let mut feature = w.get(fdim).cloned().unwrap_or_default();
     feature.retain(|a| !batch.contains(a));
     let with = |rank: usize, d: usize, axes: &Vec<String>| {
         let mut dims = vec![Vec::new(); rank];
@@ -567,7 +590,7 @@ pub fn convolution(v: &OpView<'_>, name: &'static str) -> Decision {
         }
         dims
     };
-    let mut operands = vec![layout(with(x.len(), 0, &batch), &origin), layout(with(w.len(), 0, &feature), &origin)];
+    let mut operands = vec![layout(with(x.len(), 0, &batch), &origin), layout(with(w.len(), fdim, &feature), &origin)];
     if v.types.len() > 2 {
         operands.push(layout(with(v.types[2].shape.len(), 0, &feature), &origin));
     }

@@ -4,6 +4,8 @@
 //! run) they are the identity.
 
 use super::{Emitter, NodeCtx, RuleResult, Tv};
+use crate::ir::Sharding;
+pub use crate::sharding::is_layout_op;
 
 /// The mesh symbol every sharding of a lowered module refers to.
 pub const MESH: &str = "mesh";
@@ -17,4 +19,11 @@ pub fn sharding_constraint<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>)
     let sharding = e.attr(&format!("#sdy.sharding<@{MESH}, {dims}>"))?;
     let dims_out = x.dims.clone();
     Ok(vec![e.op("sdy.sharding_constraint", &[x], x.dtype, &dims_out, &[("sharding", sharding)])?])
+}
+
+/// `x` constrained to layout `s` (the propagation's decision for it).
+pub fn pin<'c, 'a>(e: &Emitter<'c, 'a>, x: Tv<'c, 'a>, s: &Sharding) -> RuleResult<Tv<'c, 'a>> {
+    let sharding = e.attr(&format!("#sdy.sharding<@{MESH}, {}>", s.sdy_dims()))?;
+    let dims = x.dims.clone();
+    e.op("sdy.sharding_constraint", &[&x], x.dtype, &dims, &[("sharding", sharding)])
 }
