@@ -32,6 +32,7 @@ mod S {
     pub const EMBEDDING: ShardingRule = ShardingRule { rule: rules::embedding, name: "embedding" };
     pub const NORMALIZE: ShardingRule = ShardingRule { rule: rules::normalize, name: "normalize" };
     pub const CONVOLUTION: ShardingRule = ShardingRule { rule: rules::convolution, name: "convolution" };
+    pub const INDEX_PUT: ShardingRule = ShardingRule { rule: rules::index_put, name: "index-put" };
     pub const FACTORY: ShardingRule = ShardingRule { rule: rules::factory, name: "factory" };
 }
 
@@ -235,8 +236,8 @@ pub(super) static OPS: &[OpDef] = &[
     op("aten.scatter_add").rule_with(rule!(indexing::scatter), "add").shard(S::ALONG_DIM),
     op("aten.scatter_reduce").rule(rule!(indexing::scatter_reduce)).legal(indexing::scatter_reduce_legal),
     op("aten.index_reduce").rule(rule!(indexing::index_reduce)).legal(indexing::index_reduce_legal),
-    op("aten.index_put").rule(rule!(indexing::index_put)).legal(indexing::index_put_legal),
-    op("aten._unsafe_index_put").rule(rule!(indexing::index_put)).legal(indexing::index_put_legal).decomposition(D::Python),
+    op("aten.index_put").rule(rule!(indexing::index_put)).legal(indexing::index_put_legal).shard(S::INDEX_PUT),
+    op("aten._unsafe_index_put").rule(rule!(indexing::index_put)).legal(indexing::index_put_legal).shard(S::INDEX_PUT).decomposition(D::Python),
     op("aten.index").rule(rule!(indexing::index)).legal(indexing::index_legal),
     op("aten._unsafe_index").rule(rule!(indexing::index)).legal(indexing::index_legal).decomposition(D::Python),
     op("aten.slice_scatter").rule_with(rule!(indexing::slice_scatter), "slice").shard(S::ALONG_DIM).decomposition(D::Lowering),

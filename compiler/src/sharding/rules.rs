@@ -610,3 +610,33 @@ pub fn factory(v: &OpView<'_>, name: &'static str) -> Decision {
         results: v.node.results.iter().map(|t| Sharding::replicated(t.shape.len(), origin.clone())).collect(),
     }
 }
+
+/// index_put(self, [index], values, accumulate) indexing dim 0 with one index tensor (the
+/// embedding gradient: self [V, D...], index [I...], values [I..., D...]): the indexed dim is
+/// whole, the trailing dims follow `values`; with `accumulate`, values split along their index
+/// dims scatter into partial results (each device adds its rows; an all-reduce sums them),
+/// else those dims are gathered. Other forms gather.
+pub fn index_put(v: &OpView<'_>, name: &'static str) -> Decision {
+    let origin = rule_origin(name);
+    let one_index_on_dim0 = matches!(v.node.attr("indices"), Some(Attr::IntList(l)) if l.as_slice() == [0]);
+    if !one_index_on_dim0 || v.types.len() != 3 || v.types[0].shape.is_empty() {
+        return replicated(v, Origin::NoRule);
+    }
+    let (this, index, values) = (static_shape(v.types[0]), static_shape(v.types[1]), static_shape(v.types[2]));
+    let k = index.len();
+    if values.len() != k + this.len() - 1 || values[..k] != index[..] || values[k..] != this[1..] {
+        return replicated(v, Origin::NoRule);
+    }
+    let accumulate = matches!(v.node.attr("accumulate"), Some(Attr::Bool(true)));
+    let current = summed(v, 2);
+    let rows: Dims = if accumulate { current[..k].to_vec() } else { vec![Vec::new(); k] };
+    let mut trailing: Dims = vec![Vec::new()];
+    trailing.extend(current[k..].iter().cloned());
+    let mut wanted_values = rows.clone();
+    wanted_values.extend(current[k..].iter().cloned());
+    let partial: Vec<String> = rows.iter().flatten().cloned().collect();
+    Decision {
+        operands: vec![layout(trailing.clone(), &origin), layout(rows, &origin), layout(wanted_values, &origin)],
+        results: vec![Sharding { dims: trailing, partial, origin }],
+    }
+}
