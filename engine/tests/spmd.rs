@@ -36,6 +36,15 @@ fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
+/// Host memory holding `bytes` at a 64-byte aligned offset (what XLA's CPU client needs to
+/// read it in place; PyTorch's allocator gives that), and that offset.
+fn aligned(bytes: &[u8]) -> (Vec<u8>, usize) {
+    let mut v = vec![0u8; bytes.len() + 64];
+    let off = (64 - v.as_ptr() as usize % 64) % 64;
+    v[off..off + bytes.len()].copy_from_slice(bytes);
+    (v, off)
+}
+
 fn data(n: usize, seed: f32) -> Vec<f32> {
     (0..n).map(|i| (i as f32 * 0.37 + seed).sin() * 0.5).collect()
 }
@@ -55,8 +64,9 @@ fn single_device(text: &str) -> String {
 fn megatron_mlp_matches_one_device_and_the_plan_matches_xla() {
     isolated_cache();
     let inputs = [data(8 * 16, 0.1), data(32 * 16, 0.2), data(16 * 32, 0.3)];
-    let bytes: Vec<Vec<u8>> = inputs.iter().map(|v| f32_bytes(v)).collect();
-    let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    let held: Vec<(Vec<u8>, usize)> = inputs.iter().map(|v| aligned(&f32_bytes(v))).collect();
+    let sizes: Vec<usize> = inputs.iter().map(|v| v.len() * 4).collect();
+    let refs: Vec<&[u8]> = held.iter().zip(&sizes).map(|((v, off), &n)| &v[*off..off + n]).collect();
 
     let engine = torchtpu_engine::default_engine().unwrap();
     let sharded = engine.compile(&parse_graph(MLP).unwrap(), &Default::default()).unwrap();
@@ -77,6 +87,23 @@ fn megatron_mlp_matches_one_device_and_the_plan_matches_xla() {
     let mut want = vec![0u8; 8 * 16 * 4];
     one.run_into(&refs, &mut [&mut want]).unwrap();
     for (g, w) in f32s(&got[0].data).iter().zip(f32s(&want)) {
+        assert!((g - w).abs() <= 1e-5 + 1e-5 * w.abs(), "{g} vs {w}");
+    }
+    // x (dim 0 on dp) and the first weight (dim 0 on tp) are contiguous blocks, read in place
+    // and kept per device; the second weight (dim 1 on tp) is copied each call.
+    assert_eq!(sharded.resident_inputs(), 2 * 4);
+    let shapes = sharded.partition_shapes().unwrap();
+    assert_eq!(shapes.0[3], vec![vec![4, 16], vec![16, 16], vec![16, 16]], "device 3's input pieces");
+    assert_eq!(shapes.1[0], vec![vec![4, 16]]);
+
+    // An in-place update of the caller's memory is seen by the kept buffers.
+    let mut held = held;
+    let off = held[0].1;
+    held[0].0[off..off + sizes[0]].copy_from_slice(&f32_bytes(&data(8 * 16, 0.9)));
+    let refs: Vec<&[u8]> = held.iter().zip(&sizes).map(|((v, off), &n)| &v[*off..off + n]).collect();
+    let again = sharded.execute_sharded(&refs).unwrap();
+    one.run_into(&refs, &mut [&mut want]).unwrap();
+    for (g, w) in f32s(&again[0].data).iter().zip(f32s(&want)) {
         assert!((g - w).abs() <= 1e-5 + 1e-5 * w.abs(), "{g} vs {w}");
     }
 }
