@@ -203,45 +203,51 @@ fn reduce_result(dims: &Dims, reduced: &[usize], out_rank: usize) -> Dims {
     }
 }
 
-/// Sums, means, max/min, products, any/all: a reduced dim's axes become a pending partial
-/// result (each device reduces its piece; an all-reduce finishes it where it is needed).
-pub fn reduce(v: &OpView<'_>, name: &'static str) -> Decision {
+/// Operand 0 in layout `first`, any other operand (weights, bias) replicated.
+fn first_then_replicated(v: &OpView<'_>, first: Dims, origin: &Origin) -> Vec<Sharding> {
+    let mut operands = vec![layout(first, origin)];
+    operands.extend(v.types[1..].iter().map(|t| Sharding::replicated(t.shape.len(), origin.clone())));
+    operands
+}
+
+/// `dims` with the dims at `which` whole.
+fn cleared(dims: Dims, which: &[usize]) -> Dims {
+    dims.into_iter().enumerate().map(|(d, a)| if which.contains(&d) { Vec::new() } else { a }).collect()
+}
+
+/// A reduction's layouts: with `partial`, the reduced dims' axes become pending partial
+/// results; without, the reduced dims are gathered first.
+fn reduction(v: &OpView<'_>, name: &'static str, partial: bool) -> Decision {
     let origin = rule_origin(name);
     let rank = v.types[0].shape.len();
     let reduced = reduced_dims(v.node, rank);
     let input = summed(v, 0);
-    let partial: Vec<String> = reduced.iter().flat_map(|&d| input[d].clone()).collect();
-    let mut operands = vec![layout(input.clone(), &origin)];
-    operands.extend(v.types[1..].iter().map(|t| Sharding::replicated(t.shape.len(), origin.clone())));
+    let (input, pending): (Dims, Vec<String>) = match partial {
+        true => (input.clone(), reduced.iter().flat_map(|&d| input[d].clone()).collect()),
+        false => (cleared(input, &reduced), Vec::new()),
+    };
     let results = v
         .node
         .results
         .iter()
         .map(|t| {
-            let dims = reduce_result(&input, &reduced, t.shape.len());
-            Sharding { dims: fit(v.mesh, dims, &static_shape(t)), partial: partial.clone(), origin: origin.clone() }
+            let dims = fit(v.mesh, reduce_result(&input, &reduced, t.shape.len()), &static_shape(t));
+            Sharding { dims, partial: pending.clone(), origin: origin.clone() }
         })
         .collect();
-    Decision { operands, results }
+    Decision { operands: first_then_replicated(v, input, &origin), results }
+}
+
+/// Sums, means, max/min, products, any/all: a reduced dim's axes become a pending partial
+/// result (each device reduces its piece; an all-reduce finishes it where it is needed).
+pub fn reduce(v: &OpView<'_>, name: &'static str) -> Decision {
+    reduction(v, name, true)
 }
 
 /// Reductions that cannot finish with an all-reduce (variance, arg-max, median, k-th value):
 /// the reduced dims are gathered first.
 pub fn reduce_gathered(v: &OpView<'_>, name: &'static str) -> Decision {
-    let origin = rule_origin(name);
-    let rank = v.types[0].shape.len();
-    let reduced = reduced_dims(v.node, rank);
-    let input: Dims =
-        summed(v, 0).into_iter().enumerate().map(|(d, a)| if reduced.contains(&d) { Vec::new() } else { a }).collect();
-    let mut operands = vec![layout(input.clone(), &origin)];
-    operands.extend(v.types[1..].iter().map(|t| Sharding::replicated(t.shape.len(), origin.clone())));
-    let results = v
-        .node
-        .results
-        .iter()
-        .map(|t| layout(fit(v.mesh, reduce_result(&input, &reduced, t.shape.len()), &static_shape(t)), &origin))
-        .collect();
-    Decision { operands, results }
+    reduction(v, name, false)
 }
 
 /// mm / bmm / addmm: batch dims follow both sides, `m` the left, `n` the right; a contracting
@@ -549,13 +555,8 @@ pub fn normalize(v: &OpView<'_>, name: &'static str) -> Decision {
         Some(s) => (rank.saturating_sub(s.len())..rank).collect(),
         None => touched_dim(v.node, rank).into_iter().collect(),
     };
-    let input: Dims = summed(v, 0)
-        .into_iter()
-        .enumerate()
-        .map(|(d, a)| if normalized.contains(&d) { Vec::new() } else { a })
-        .collect();
-    let mut operands = vec![layout(input.clone(), &origin)];
-    operands.extend(v.types[1..].iter().map(|t| Sharding::replicated(t.shape.len(), origin.clone())));
+    let input = cleared(summed(v, 0), &normalized);
+    let operands = first_then_replicated(v, input.clone(), &origin);
     let results = v
         .node
         .results
