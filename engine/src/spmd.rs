@@ -56,7 +56,7 @@ fn rows(global: &[i64], offsets: &[i64], local: &[i64], elem: usize, mut f: impl
         f(0, 0, elem);
         return;
     }
-    if local.iter().any(|&n| n == 0) {
+    if local.contains(&0) {
         return;
     }
     let run = local[rank - 1] as usize * elem;
