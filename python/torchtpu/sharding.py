@@ -33,13 +33,11 @@ ACTIVE = False
 _LAST: Mesh | None = None
 
 _AXIS_NAME = re.compile(r"[A-Za-z0-9_]+\Z")
-_DEFAULT_DEVICES = 4  # until the extension can say (`_C.device_count`)
 
 
 def device_count() -> int:
     """The number of PJRT devices the engine has (the CPU plugin's is TORCHTPU_CPU_DEVICES)."""
-    fn = getattr(_C, "device_count", None)
-    return int(fn()) if fn is not None else _DEFAULT_DEVICES
+    return int(_C.device_count())
 
 
 def _check_axes(axes) -> tuple[tuple[str, int], ...]:
