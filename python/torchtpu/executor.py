@@ -12,7 +12,7 @@ import torch
 
 from torchtpu import _C, _stats, policy
 from torchtpu import sharding as _sharding
-from torchtpu.errors import ExecutionError, InputError, InternalError, ShardingError
+from torchtpu.errors import CompileError, ExecutionError, InputError, InternalError, ShardingError
 from torchtpu.exporter import TORCH_DTYPES, Exported
 from torchtpu.options import Options
 
@@ -181,16 +181,24 @@ class CompiledGraph:
         return entry
 
     def _run_spmd(self, args, tensors, layouts):
-        program, specs = self._spmd_program(layouts)
-        if _sharding.EXPLAINING is not None and self.reference is not None:
-            # explain: the plan is made (compiled), nothing runs on the devices.
-            _sharding.EXPLAINING.append((self, program.sharding, tensors))
-            results = self.reference(*args)
-            for out, spec in zip(results if isinstance(results, (list, tuple)) else [results], specs):
-                if spec is not None and isinstance(out, torch.Tensor):
-                    _sharding.tag(out, spec)
-            return results
-        outs = [_from_dlpack(c) for c in program.run([t.contiguous() for t in tensors])]
+        try:
+            program, specs = self._spmd_program(layouts)
+            if _sharding.EXPLAINING is not None and self.reference is not None:
+                # explain: the plan is made (compiled), nothing runs on the devices.
+                _sharding.EXPLAINING.append((self, program.sharding, tensors))
+                results = self.reference(*args)
+                if self._plain:  # results are the program's outputs, in order
+                    for out, spec in zip(results if isinstance(results, (list, tuple)) else [results], specs):
+                        if spec is not None:
+                            _sharding.tag(out, spec)
+                return results
+            outs = [_from_dlpack(c) for c in program.run([t.contiguous() for t in tensors])]
+        except (CompileError, ExecutionError) as e:
+            # The plugin refused or failed the SPMD program (one without SPMD support, say):
+            # eager by policy, as for one device; strict (`eager` None) raises.
+            policy.on_failure(e, f"SPMD graph {self.name}", self.eager is None)
+            _stats.bump("graphs_fallback")
+            return self.eager(*args)
         # Outputs keep their layout, so a graph they feed (the backward) runs sharded too.
         for out, spec in zip(outs, specs):
             if spec is not None:
