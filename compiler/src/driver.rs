@@ -90,6 +90,9 @@ pub struct Options {
     pub memory_before: bool,
     /// Lower to this format; None stops after the analyses.
     pub emit: Option<Format>,
+    /// What the target's partitioner does, for the `propagate-sharding` the driver adds to a
+    /// graph with a mesh (its costs are predictions of XLA's collectives).
+    pub sharding_target: crate::sharding::Target,
 }
 
 impl Default for Options {
@@ -102,6 +105,7 @@ impl Default for Options {
             analyze: true,
             memory_before: false,
             emit: Some(Format::Bytecode),
+            sharding_target: crate::sharding::Target::default(),
         }
     }
 }
@@ -235,8 +239,10 @@ impl Context {
         // needs every layout decided.
         let sharded = graph.mesh.is_some();
         if sharded && !pm.contains(PropagateSharding::NAME) {
-            let more = PassManager::from_pipeline(PropagateSharding::NAME, options.pipeline_options.clone())
-                .map_err(DriverError::Pipeline)?;
+            let pass =
+                format!("{}{{reduce-scatter={}}}", PropagateSharding::NAME, options.sharding_target.reduce_scatter);
+            let more =
+                PassManager::from_pipeline(&pass, options.pipeline_options.clone()).map_err(DriverError::Pipeline)?;
             timings.passes.extend(more.run(&mut graph, dump).map_err(DriverError::Pipeline)?);
         }
         timings.record("passes", t.elapsed());

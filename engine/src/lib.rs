@@ -122,6 +122,9 @@ pub struct Options {
     /// The largest tensor (value or lowering intermediate) the plugin is asked to compile;
     /// bigger ones are `LowerError::TooLarge` (see `DEFAULT_MAX_TENSOR_BYTES`).
     pub max_tensor_bytes: u64,
+    /// What the plugin's partitioner does with layout changes; `Engine::compile` sets it from
+    /// the platform (see `sharding_target`).
+    pub sharding_target: torchtpu_compiler::sharding::Target,
 }
 
 /// 256 GiB: more than any one device holds, and below what XLA's CPU compiler survives (an
@@ -141,13 +144,17 @@ impl Options {
             donate_inputs: self.donate_inputs,
             max_tensor_bytes: self.max_tensor_bytes,
             emit: format,
+            sharding_target: self.sharding_target,
             ..driver::Options::default()
         }
     }
 
     /// What of the options the lowered module depends on (part of the graph cache key).
     pub fn cache_component(&self) -> String {
-        format!("{};donate_inputs={};max_tensor_bytes={}", self.pipeline, self.donate_inputs, self.max_tensor_bytes)
+        format!(
+            "{};donate_inputs={};max_tensor_bytes={};reduce_scatter={}",
+            self.pipeline, self.donate_inputs, self.max_tensor_bytes, self.sharding_target.reduce_scatter
+        )
     }
 }
 
@@ -157,6 +164,7 @@ impl Default for Options {
             pipeline: DEFAULT_PIPELINE.to_string(),
             donate_inputs: true,
             max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES,
+            sharding_target: torchtpu_compiler::sharding::Target::default(),
         }
     }
 }
@@ -204,6 +212,13 @@ pub fn list_passes() -> Vec<(&'static str, &'static str)> {
 /// The ATen ops the lowering covers (`aten.add`, ...), without overloads.
 pub fn supported_ops() -> Vec<&'static str> {
     torchtpu_compiler::registry::lowered_ops()
+}
+
+/// What a platform's XLA partitioner does with layout changes, for the sharding plan's
+/// predictions: XLA's CPU compiler has no pass that turns an all-reduce and a slice into a
+/// reduce-scatter (measured: a sum pinned to a split layout moved the whole tensor).
+pub fn sharding_target(platform: &str) -> torchtpu_compiler::sharding::Target {
+    torchtpu_compiler::sharding::Target { reduce_scatter: platform != "cpu" }
 }
 
 /// The variable that sets the CPU plugin's device count (`cpu_device_count`).
@@ -282,6 +297,7 @@ impl Engine {
         options: &Options,
         mut timings: Timings,
     ) -> Result<CompiledGraph, EngineError> {
+        let options = &Options { sharding_target: sharding_target(self.client.platform_name()), ..options.clone() };
         // Faults are injected before the caches that would skip their stage.
         if fault_injected("lower") {
             return Err(DriverError::Injected { stage: "lower" }.into());

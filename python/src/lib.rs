@@ -382,10 +382,10 @@ fn executions() -> u64 {
 /// executable caches, in one driver run. Returns the `Program`; its `source`,
 /// `compile_seconds_saved`, `memory` and `timings` say how. With `mesh` (`[(axis, size)]`)
 /// the program is SPMD over that many devices, its inputs laid out by `input_shardings`
-/// (per input None or the axes of each dim); a bad layout or too few devices is
-/// `torchtpu.errors.ShardingError`.
+/// (per input None or the axes of each dim) and the outputs `output_shardings` names pinned
+/// to those layouts; a bad layout or too few devices is `torchtpu.errors.ShardingError`.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true, mesh = None, input_shardings = None))]
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true, mesh = None, input_shardings = None, output_shardings = None))]
 fn compile(
     py: Python<'_>,
     text: &str,
@@ -393,6 +393,7 @@ fn compile(
     donate: bool,
     mesh: Option<sharding::WireMesh>,
     input_shardings: Option<sharding::WireShardings>,
+    output_shardings: Option<sharding::WireShardings>,
 ) -> PyResult<Program> {
     guarded(py, "compile", || {
         let options =
@@ -404,7 +405,8 @@ fn compile(
                 let mut graph = torchtpu_engine::ir::parse_graph(text)
                     .map_err(|e| engine_error(py, &EngineError::Compiler(DriverError::Parse(e))))?;
                 let inputs = input_shardings.unwrap_or_else(|| vec![None; graph.inputs().len()]);
-                sharding::annotate(&mut graph, mesh, inputs).map_err(|m| py_error(py, "sharding", &m, &[]))?;
+                sharding::annotate(&mut graph, mesh, inputs, output_shardings)
+                    .map_err(|m| py_error(py, "sharding", &m, &[]))?;
                 py.detach(|| engine.compile(&graph, &options))
             }
         }

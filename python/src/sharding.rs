@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use torchtpu_engine::driver::ShardingPlan;
-use torchtpu_engine::ir::{Graph, Mesh, Origin, Sharding};
+use torchtpu_engine::ir::{Graph, Mesh, OpName, Origin, Sharding, Value};
 
 /// `(axis, size)` pairs as given by `torchtpu.Mesh.axes`.
 pub type WireMesh = Vec<(String, i64)>;
@@ -13,9 +13,15 @@ pub type WireMesh = Vec<(String, i64)>;
 pub type WireShardings = Vec<Option<Vec<Vec<String>>>>;
 
 /// Puts `mesh` and the inputs' layouts (user annotations) on `g`, checking each against its
-/// input's type. A graph that already declares a mesh (a `sharding_constraint` in it) must
-/// declare the same one.
-pub fn annotate(g: &mut Graph, mesh: WireMesh, inputs: WireShardings) -> Result<(), String> {
+/// input's type, and pins the outputs given a layout in `outputs` (a backward graph's
+/// gradients, in their parameters' layouts) with a `tpu.sharding_constraint` each. A graph
+/// that already declares a mesh (a `sharding_constraint` in it) must declare the same one.
+pub fn annotate(
+    g: &mut Graph,
+    mesh: WireMesh,
+    inputs: WireShardings,
+    outputs: Option<WireShardings>,
+) -> Result<(), String> {
     let mesh = Mesh { axes: mesh };
     mesh.check()?;
     if let Some(declared) = &g.mesh {
@@ -33,6 +39,24 @@ pub fn annotate(g: &mut Graph, mesh: WireMesh, inputs: WireShardings) -> Result<
         let s = Sharding { dims, partial: Vec::new(), origin: Origin::User };
         s.check(&mesh, g.value_type(v)).map_err(|m| format!("input {i}: {m}"))?;
         g.set_sharding(v, s);
+    }
+    if let Some(outputs) = outputs {
+        if outputs.len() != g.outputs().len() {
+            return Err(format!("{} output shardings for {} outputs", outputs.len(), g.outputs().len()));
+        }
+        let mut pinned = g.outputs().to_vec();
+        for (k, dims) in outputs.into_iter().enumerate() {
+            let Some(dims) = dims else { continue };
+            let v = pinned[k];
+            let ty = g.value_type(v).clone();
+            let s = Sharding { dims, partial: Vec::new(), origin: Origin::User };
+            s.check(&mesh, &ty).map_err(|m| format!("output {k}: {m}"))?;
+            let op = OpName::new("tpu", "sharding_constraint", None);
+            let id = g.add_op(op, vec![v], Default::default(), vec![ty]);
+            pinned[k] = Value::new(id, 0);
+            g.set_sharding(pinned[k], s);
+        }
+        g.set_outputs(pinned);
     }
     g.mesh = Some(mesh);
     Ok(())

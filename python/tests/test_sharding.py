@@ -132,6 +132,33 @@ def test_megatron_mlp_inference_and_training_match_eager():
         assert predicted_bytes(program) == compiled_bytes(program), program.sharding["collectives"]
 
 
+def test_fsdp_gradients_take_their_parameters_layouts():
+    torch.manual_seed(0)
+    ref = MLP()
+    model = copy.deepcopy(ref)
+    mesh = torchtpu.Mesh((4,), ("dp",))
+    torchtpu.parallelize(model, mesh, {"*": torchtpu.FSDP("dp")})
+    assert S.sharding_of(model.up.weight).dims == (("dp",), ())  # [32, 16]: dim 0
+    x = S.shard(torch.randn(8, 16), mesh, ("dp", None))
+    compiled = torch.compile(model, backend="torchtpu")
+    compiled(x).pow(2).mean().backward()
+    ref(x).pow(2).mean().backward()
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+    backward = next(p for k, p in spmd_graphs().items() if k.startswith("backward"))
+    # Each weight's gradient (a partial sum over dp) is pinned to its parameter's layout: on
+    # a target with reduce-scatter that is one; XLA's CPU compiler all-reduces and slices,
+    # and the plan predicts what this plugin does (engine::sharding_target).
+    pinned = [c for c in backward["collectives"] if c["consumer"] == "constraint"]
+    layouts = {tuple(tuple(d) for d in c["to"]["dims"]) for c in pinned}
+    want = {S.sharding_of(model.up.weight).dims, S.sharding_of(model.down.weight).dims}
+    assert len(pinned) >= 2 and want <= layouts, (want, backward["collectives"])
+    assert all(c["collective"] == "all-reduce" for c in pinned), pinned
+    for name, program in S.RECENT_PROGRAMS:
+        if name.startswith("backward"):
+            assert predicted_bytes(program) == compiled_bytes(program), program.sharding["collectives"]
+
+
 class Attention(torch.nn.Module):
     def __init__(self, d=32, heads=4):
         super().__init__()

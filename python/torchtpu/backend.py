@@ -21,6 +21,7 @@ from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.decompositions import decomposition_table
 from torchtpu.exporter import unsupported_nodes
+from torchtpu.executor import CompiledGraph
 from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
 
@@ -132,7 +133,7 @@ class _PerShape:
         return compile_aten_graph(static, args, self.opts, self.kind)
 
 
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str, binding=None):
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str, binding=None, link=None):
     """Compiles one ATen graph; returns a boxed callable. A graph with symbolic shapes is
     compiled per input signature (`_PerShape`), or for the one `binding` gives.
 
@@ -140,7 +141,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     refuses, an argument the IR cannot express) run eagerly, each alone, and every maximal
     region around them is compiled (`fallback.partition_and_compile`). What else fails is
     decided by `policy.on_failure`: a plugin failure runs the graph eagerly by policy, a bug
-    inside torchtpu warns with a reproduction, strict raises either."""
+    inside torchtpu warns with a reproduction, strict raises either. `link` (a dict shared by
+    one Dynamo graph's forward and backward) lets the backward lay its gradients out as the
+    forward's inputs were (FSDP: gradients reduce-scattered to their parameters' shards)."""
     if binding is None and _is_symbolic(gm):
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
@@ -150,6 +153,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     if bad:
         return make_boxed_func(partition_around(gm, bad, opts, name, f"graph {name}"))
     compiled = compile_graph(gm, opts, name, f"graph {name}", binding=binding)
+    if link is not None and isinstance(compiled, CompiledGraph):
+        if kind == "forward":
+            link["forward"] = compiled
+        elif kind == "backward":
+            compiled.grads_of = link.get("forward")
     if compiled is None:
         _stats.bump("graphs_fallback")
         return make_boxed_func(gm.forward)
@@ -167,11 +175,13 @@ def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | N
         )
     _stats.bump("graphs_seen")
 
+    link = {}  # this graph's forward, for its backward's gradient layouts
+
     def fw(g, inputs):
-        return compile_aten_graph(g, inputs, opts, "forward")
+        return compile_aten_graph(g, inputs, opts, "forward", link=link)
 
     def bw(g, inputs):
-        return compile_aten_graph(g, inputs, opts, "backward")
+        return compile_aten_graph(g, inputs, opts, "backward", link=link)
 
     def inference(g, inputs):
         return compile_aten_graph(g, inputs, opts, "inference")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 
 import torch
@@ -128,6 +129,12 @@ class CompiledGraph:
         # The mesh the graph's own constraints use, and one SPMD program per input layout.
         self.mesh = exported.mesh
         self._spmd: dict = {}
+        # A backward graph: its forward (`backend.compile_aten_graph` links them), whose last
+        # SPMD call's argument layouts its gradients take. A forward: those layouts by
+        # argument index, with the argument's shape.
+        self.grads_of = None
+        self.arg_layouts: dict = {}
+        self._out_shapes = None
         # The program's outputs are the results as they are (no None, value or restride).
         self._plain = all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
@@ -155,10 +162,27 @@ class CompiledGraph:
             tensors.append(t.contiguous())
         return tensors
 
+    def _gradient_layouts(self) -> tuple | None:
+        """Per program output, the layout of the forward argument it is the gradient of (AOT's
+        backward returns one gradient per forward argument, in order), where shapes agree."""
+        forward = self.grads_of
+        if forward is None or not forward.arg_layouts:
+            return None
+        if self._out_shapes is None:
+            self._out_shapes = _output_shapes(self.ir_text)
+        shapes = self._out_shapes
+        hints = [None] * len(shapes)
+        for j, spec in enumerate(self.outputs):
+            known = forward.arg_layouts.get(j)
+            if spec.kind == "ir" and known is not None and known[0] == shapes[spec.index]:
+                hints[spec.index] = known[1]
+        return tuple(hints) if any(h is not None for h in hints) else None
+
     def _spmd_program(self, layouts: tuple):
         """The SPMD program for these input layouts (compiled once per layout signature: a
         changed sharding is one new compile, and no Dynamo recompile) and its outputs' specs."""
-        entry = self._spmd.get(layouts)
+        hints = self._gradient_layouts()
+        entry = self._spmd.get((layouts, hints))
         if entry is not None:
             return entry
         meshes = {s.mesh for s in layouts if s is not None} | ({self.mesh} if self.mesh is not None else set())
@@ -166,8 +190,11 @@ class CompiledGraph:
             raise ShardingError(f"{self.name}: inputs and constraints use {len(meshes)} meshes {sorted(map(repr, meshes))}; one per graph")
         mesh = meshes.pop()
         wire = [None if s is None else [list(d) for d in s.dims] for s in layouts]
+        wire_out = None if hints is None else [None if s is None or s.mesh != mesh else [list(d) for d in s.dims] for s in hints]
         start = time.perf_counter()
-        program = _C.compile(self.ir_text, self.passes, False, mesh=mesh.axes, input_shardings=wire)
+        program = _C.compile(
+            self.ir_text, self.passes, False, mesh=mesh.axes, input_shardings=wire, output_shardings=wire_out
+        )
         _stats.bump("compile_seconds", time.perf_counter() - start)
         _stats.bump("graphs_compiled")
         plan = program.sharding
@@ -176,7 +203,7 @@ class CompiledGraph:
             None if not any(o["dims"]) else _sharding.ShardSpec(mesh, tuple(tuple(d) for d in o["dims"])) for o in plan["outputs"]
         ]
         log.info("%s: SPMD over %d devices, %d collectives planned", self.name, plan["num_partitions"], len(plan["collectives"]))
-        entry = self._spmd[layouts] = (program, outs)
+        entry = self._spmd[(layouts, hints)] = (program, outs)
         _sharding.RECENT_PROGRAMS.append((self.name, program))
         return entry
 
@@ -210,7 +237,11 @@ class CompiledGraph:
         if _sharding.ACTIVE:
             layouts = tuple(_sharding.sharding_of(t) for t in tensors)
             if self.mesh is not None or any(s is not None for s in layouts):
+                self.arg_layouts = {
+                    src: (tuple(t.shape), s) for (src, _), t, s in zip(self._sources, tensors, layouts) if src >= 0 and s
+                }
                 return self._run_spmd(args, tensors, layouts)
+            self.arg_layouts = {}
         if self.program is None:
             self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name))
         try:
@@ -255,3 +286,11 @@ class CompiledGraph:
 
 
 _from_dlpack = torch._C._from_dlpack
+
+
+def _output_shapes(ir_text: str) -> list[tuple]:
+    """The output shapes of an IR graph's signature (`-> (f32[8, 16], i64[])`)."""
+    header = ir_text.split("\n", 1)[0]
+    signature = header.rsplit(") -> (", 1)[-1].rsplit(")", 1)[0]
+    dims = re.findall(r"\[([^\]]*)\]", signature)
+    return [tuple(int(d) if d.isdigit() else d for d in shape.split(", ") if d) for shape in dims]

@@ -242,7 +242,9 @@ impl Lowering {
                     let tv = match g.mesh.as_ref().and(g.sharding(v)) {
                         // Every decided layout is pinned, so XLA's partitioner follows the
                         // plan (and its collectives are the ones predicted). Layout ops pin
-                        // themselves; a pending partial sum is left to the consumer's reshard.
+                        // themselves. A pending partial result is not: the plan's `partial`
+                        // says where an all-reduce is due, not what each device holds (addmm's
+                        // bias, a mean's divisor), which Shardy's `unreduced` would assert.
                         Some(s) if s.partial.is_empty() && !ops::layout::is_layout_op(op) => {
                             ops::layout::pin(&e, tv, s).map_err(|err| LowerError::Mlir {
                                 context: format!("node {node_name} ({op_name}) layout"),

@@ -109,8 +109,8 @@ pub static REGISTRY: &[PassInfo] = &[
     PassInfo {
         name: PropagateSharding::NAME,
         description: PropagateSharding::DESCRIPTION,
-        options: &[],
-        create: no_options::<PropagateSharding>,
+        options: PropagateSharding::OPTIONS,
+        create: PropagateSharding::create,
     },
     PassInfo {
         name: ScheduleMemory::NAME,

@@ -7,19 +7,36 @@
 
 use std::collections::HashMap;
 
-use super::{Pass, PassError};
+use super::{Pass, PassError, PassOptions};
 use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
 use crate::registry;
 use crate::sharding::rules::{replicated, OpView};
-use crate::sharding::{is_layout_op, reshard, Reshard};
+use crate::sharding::{is_layout_op, reshard, Reshard, Target};
 
 #[derive(Default)]
-pub struct PropagateSharding;
+pub struct PropagateSharding {
+    target: Target,
+}
 
 impl PropagateSharding {
     pub const NAME: &'static str = "propagate-sharding";
     pub const DESCRIPTION: &'static str =
         "give every value a layout over the mesh from the annotations and the registry's sharding rules; insert reshards";
+    pub const OPTIONS: &'static [(&'static str, &'static str)] =
+        &[("reduce-scatter", "true (default) or false: whether the target's partitioner reduce-scatters")];
+
+    pub fn create(opts: &PassOptions) -> Result<Box<dyn Pass>, String> {
+        let mut pass = PropagateSharding::default();
+        for (k, v) in opts {
+            match (k.as_str(), v.as_str()) {
+                ("reduce-scatter", "true") => pass.target.reduce_scatter = true,
+                ("reduce-scatter", "false") => pass.target.reduce_scatter = false,
+                ("reduce-scatter", _) => return Err(format!("reduce-scatter must be true or false, got '{v}'")),
+                _ => return Err(format!("unknown option '{k}'")),
+            }
+        }
+        Ok(Box::new(pass))
+    }
 }
 
 /// Writes what a layout change costs onto its node (the lowering reads `sharding`).
@@ -36,6 +53,7 @@ type Wanted = (Value, Vec<Vec<String>>, Vec<String>);
 struct Propagation<'g> {
     g: &'g mut Graph,
     mesh: Mesh,
+    target: Target,
     /// The reshard already made for each wanted layout of a value.
     made: HashMap<Wanted, Value>,
 }
@@ -59,7 +77,7 @@ impl Propagation<'_> {
             return done;
         }
         let ty = self.g.value_type(v).clone();
-        let cost = reshard(&self.mesh, &ty, &have, want);
+        let cost = reshard(&self.mesh, &ty, &have, want, self.target);
         let id = self.g.add_op(OpName::new("tpu", "reshard", None), vec![v], Default::default(), vec![ty]);
         let to = Sharding { origin: Origin::Reshard, ..want.clone() };
         record(self.g, id, &cost, &to);
@@ -88,7 +106,7 @@ impl Propagation<'_> {
             let from = self.layout(operands[0]);
             let out = Value::new(id, 0);
             let to = self.g.sharding(out).cloned().unwrap_or_else(|| Sharding { origin: Origin::User, ..from.clone() });
-            let cost = reshard(&self.mesh, self.g.value_type(out), &from, &to);
+            let cost = reshard(&self.mesh, self.g.value_type(out), &from, &to, self.target);
             record(self.g, id, &cost, &to);
             self.g.set_sharding(out, to);
             return;
@@ -104,6 +122,7 @@ impl Propagation<'_> {
                 types: operands.iter().map(|&v| self.g.value_type(v)).collect(),
                 layouts,
                 mesh: &self.mesh,
+                target: self.target,
             };
             match registry::lookup(op).and_then(|d| d.sharding) {
                 // Rules read their first operand; an op without one (unverified IR) has none.
@@ -134,7 +153,7 @@ impl Pass for PropagateSharding {
                 g.set_sharding(v, Sharding::replicated(g.value_type(v).shape.len(), Origin::Unannotated));
             }
         }
-        let mut p = Propagation { g, mesh, made: HashMap::new() };
+        let mut p = Propagation { g, mesh, target: self.target, made: HashMap::new() };
         for id in order {
             p.node(id);
         }

@@ -104,7 +104,7 @@ pub fn is_layout_op(op: &crate::ir::OpName) -> bool {
 /// How one value moves from one layout to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reshard {
-    /// `all-reduce`, `all-gather`, `all-to-all`, `slice` (local, no communication), joined
+    /// `all-reduce`, `reduce-scatter`, `all-gather`, `all-to-all`, `slice` (local, no communication), joined
     /// with `+` when several are needed; empty when the layouts are the same.
     pub collective: String,
     /// Bytes each device receives (the collective's result on one device; 0 for a slice).
@@ -117,26 +117,49 @@ impl Reshard {
     }
 }
 
+/// What the partitioner of the target does with layout changes, where that differs between
+/// targets (the engine says; the compiler knows no devices). XLA's CPU compiler, for one,
+/// finishes a pending sum that a dim is then split by as an all-reduce and a local slice, not
+/// a reduce-scatter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub reduce_scatter: bool,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target { reduce_scatter: true }
+    }
+}
+
 /// Bytes of one device's piece of `ty` under `s` (static shapes; 0 when symbolic).
 pub fn local_bytes(mesh: &Mesh, ty: &TensorType, s: &Sharding) -> u64 {
     let Some(dims) = ty.static_dims() else { return 0 };
     s.local_dims(mesh, &dims).iter().fold(ty.dtype.size_bytes() as u64, |acc, &d| acc.saturating_mul(d.max(0) as u64))
 }
 
-/// What taking a value of type `ty` from layout `from` to layout `to` costs. Partial sums
-/// pending on axes `to` does not keep are all-reduced (on `from`'s piece); dims that lose
+/// What taking a value of type `ty` from layout `from` to layout `to` costs on `target`.
+/// Partial sums pending on axes `to` does not keep are reduce-scattered where `to` splits a
+/// dim by them (and the target can), else all-reduced (on `from`'s piece); dims that lose
 /// axes are all-gathered, axes that move between dims are an all-to-all, and dims that gain
 /// axes not in use are sliced locally.
-pub fn reshard(mesh: &Mesh, ty: &TensorType, from: &Sharding, to: &Sharding) -> Reshard {
+pub fn reshard(mesh: &Mesh, ty: &TensorType, from: &Sharding, to: &Sharding, target: Target) -> Reshard {
     if from.same_layout(to) {
         return Reshard { collective: String::new(), bytes_per_device: 0 };
     }
     let mut steps: Vec<&str> = Vec::new();
     let mut bytes = 0u64;
-    if from.partial.iter().any(|a| !to.partial.contains(a)) {
-        steps.push("all-reduce");
-        let summed = Sharding { partial: Vec::new(), ..from.clone() };
-        bytes += local_bytes(mesh, ty, &summed);
+    let finished: Vec<&String> = from.partial.iter().filter(|a| !to.partial.contains(a)).collect();
+    if !finished.is_empty() {
+        // Pending sums that end up splitting a dim are reduce-scattered (each device receives
+        // its piece of the sum); the others are all-reduced.
+        if target.reduce_scatter && finished.iter().all(|a| to.dims.iter().flatten().any(|b| b == *a)) {
+            steps.push("reduce-scatter");
+            bytes += local_bytes(mesh, ty, to);
+        } else {
+            steps.push("all-reduce");
+            bytes += local_bytes(mesh, ty, &Sharding { partial: Vec::new(), ..from.clone() });
+        }
     }
     let lost: Vec<&String> =
         from.dims.iter().flatten().filter(|a| !to.dims.iter().flatten().any(|b| b == *a)).collect();
@@ -189,19 +212,25 @@ mod tests {
     fn collectives_and_bytes() {
         let ty = TensorType::fixed(DType::F32, &[8, 16]);
         let m = mesh();
-        assert!(reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&["dp"], &[]], &[])).is_noop());
+        assert!(reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&["dp"], &[]], &[]), Target::default()).is_noop());
         // Gather dp: each device ends with the whole [8, 16] = 512 bytes.
         assert_eq!(
-            reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&[], &[]], &[])),
+            reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&[], &[]], &[]), Target::default()),
             Reshard { collective: "all-gather".into(), bytes_per_device: 512 }
         );
         // A partial sum over tp of a [4, 16] piece, all-reduced: 256 bytes.
-        let r = reshard(&m, &ty, &s(&[&["dp"], &[]], &["tp"]), &s(&[&["dp"], &[]], &[]));
+        let r = reshard(&m, &ty, &s(&[&["dp"], &[]], &["tp"]), &s(&[&["dp"], &[]], &[]), Target::default());
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("all-reduce", 256));
         // Slicing a replicated value costs nothing.
-        let r = reshard(&m, &ty, &s(&[&[], &[]], &[]), &s(&[&[], &["tp"]], &[]));
+        let r = reshard(&m, &ty, &s(&[&[], &[]], &[]), &s(&[&[], &["tp"]], &[]), Target::default());
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("slice", 0));
-        let r = reshard(&m, &ty, &s(&[&["tp"], &[]], &[]), &s(&[&[], &["tp"]], &[]));
+        let r = reshard(&m, &ty, &s(&[&["tp"], &[]], &[]), &s(&[&[], &["tp"]], &[]), Target::default());
         assert_eq!(r.collective, "all-to-all");
+        // A pending sum over dp scattered onto dim 0: each device gets its [4, 16] piece.
+        let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), Target::default());
+        assert_eq!((r.collective.as_str(), r.bytes_per_device), ("reduce-scatter", 256));
+        let cpu = Target { reduce_scatter: false };
+        let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), cpu);
+        assert_eq!((r.collective.as_str(), r.bytes_per_device), ("all-reduce", 512));
     }
 }

@@ -6,7 +6,7 @@
 //! builds candidates and `choose` picks one by user priority (keep user-annotated layouts),
 //! then by the fewest bytes resharded (pending partial sums count as the all-reduce they need).
 
-use super::{local_bytes, reshard};
+use super::{local_bytes, reshard, Target};
 use crate::ir::{Attr, Mesh, Node, Origin, Sharding, TensorType};
 
 /// What a rule sees: the node, its operands' types and their current layouts.
@@ -15,6 +15,7 @@ pub struct OpView<'a> {
     pub types: Vec<&'a TensorType>,
     pub layouts: Vec<Sharding>,
     pub mesh: &'a Mesh,
+    pub target: Target,
 }
 
 /// A rule's answer: the layout each operand must have, and each result's layout.
@@ -68,7 +69,7 @@ fn choose(v: &OpView<'_>, candidates: Vec<Decision>) -> Decision {
     let cost = |c: &Decision| {
         let (mut user, mut total) = (0u64, 0u64);
         for (i, want) in c.operands.iter().enumerate() {
-            let bytes = reshard(v.mesh, v.types[i], &v.layouts[i], want).bytes_per_device;
+            let bytes = reshard(v.mesh, v.types[i], &v.layouts[i], want, v.target).bytes_per_device;
             total += bytes;
             if v.layouts[i].origin == Origin::User && !v.layouts[i].same_layout(want) {
                 user += bytes.max(1);
