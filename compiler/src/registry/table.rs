@@ -33,7 +33,6 @@ mod S {
     pub const NORMALIZE: ShardingRule = ShardingRule { rule: rules::normalize, name: "normalize" };
     pub const CONVOLUTION: ShardingRule = ShardingRule { rule: rules::convolution, name: "convolution" };
     pub const INDEX_PUT: ShardingRule = ShardingRule { rule: rules::index_put, name: "index-put" };
-    pub const PAD: ShardingRule = ShardingRule { rule: rules::pad, name: "pad" };
     pub const FACTORY: ShardingRule = ShardingRule { rule: rules::factory, name: "factory" };
 }
 
@@ -197,7 +196,7 @@ pub(super) static OPS: &[OpDef] = &[
     op("aten.chunk").traits(T::VIEW).rule_with(rule!(shape::split), "split").shard(S::ALONG_DIM),
     op("aten.unbind").traits(T::VIEW).rule_with(rule!(shape::split), "unbind").decomposition(D::Python),
     op("aten.flip").rule(rule!(shape::flip)).decomposition(D::Lowering),
-    op("aten.constant_pad_nd").rule(rule!(shape::constant_pad)).shard(S::PAD).decomposition(D::Lowering),
+    op("aten.constant_pad_nd").rule(rule!(shape::constant_pad)).decomposition(D::Lowering),
     // factories
     op("aten.full").sig(FULL).rule_with(rule!(factory::fill), "fill_value").shard(S::FACTORY).decomposition(D::Lowering),
     op("aten.full_like").rule_with(rule!(factory::fill), "fill_value").shard(S::FACTORY),

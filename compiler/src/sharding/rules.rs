@@ -642,20 +642,3 @@ pub fn index_put(v: &OpView<'_>, name: &'static str) -> Decision {
         results: vec![Sharding { dims: trailing, partial, origin }],
     }
 }
-
-/// constant_pad_nd(self, pad = [left, right] per dim from the last): the padded dims are whole
-/// (their pieces would not line up), the others follow the input.
-pub fn pad(v: &OpView<'_>, name: &'static str) -> Decision {
-    let origin = rule_origin(name);
-    let rank = v.types[0].shape.len();
-    let pads = v.node.attr("pad").and_then(Attr::as_int_list).unwrap_or_default();
-    let padded: Vec<usize> = pads
-        .chunks(2)
-        .enumerate()
-        .filter(|(_, p)| p.iter().any(|&n| n != 0))
-        .filter_map(|(k, _)| rank.checked_sub(k + 1))
-        .collect();
-    let input = cleared(summed(v, 0), &padded);
-    let out = static_shape(&v.node.results[0]);
-    Decision { operands: vec![layout(input.clone(), &origin)], results: vec![layout(fit(v.mesh, input, &out), &origin)] }
-}
