@@ -468,9 +468,7 @@ impl CompiledGraph {
         let Some(spmd) = &self.spmd else {
             return Err(EngineError::Sharding("execute_sharded on a program without a mesh".into()));
         };
-        if inputs.len() != self.inputs.len() {
-            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
-        }
+        self.check_sizes(inputs)?;
         let mesh = &spmd.plan.mesh;
         // Blocks that are contiguous runs are read in place and their buffers kept per
         // (device, input) while the caller passes the same memory, as one-device inputs are
@@ -483,60 +481,34 @@ impl CompiledGraph {
             let mut row = Vec::with_capacity(inputs.len());
             for (i, (&data, ty)) in inputs.iter().zip(&self.inputs).enumerate() {
                 let global = ty.static_dims().unwrap_or_default();
-                if data.len() != self.input_bytes[i] {
-                    return Err(EngineError::Input {
-                        index: i,
-                        expected: format!("{} bytes ({ty})", self.input_bytes[i]),
-                        got: format!("{} bytes", data.len()),
-                    });
-                }
                 let elem = ty.dtype.size_bytes();
                 let (offsets, local) = spmd::block(mesh, &spmd.plan.inputs[i], &global, d as i64);
                 let et = element_type(ty.dtype);
                 let copy = match spmd::contiguous_range(&global, &offsets, &local, elem) {
-                    Some((start, len)) => {
-                        let piece = &data[start..start + len];
-                        let (addr, n) = (piece.as_ptr() as usize, piece.len());
-                        if slots[d][i].as_ref().is_some_and(|r| r.holds(addr, n)) {
-                            None
-                        } else {
-                            // SAFETY: an aliasing buffer reads `piece` whenever it executes; it is
-                            // used only in calls that pass this very memory again (checked above
-                            // on every call) and is never donated (SPMD programs donate nothing).
-                            let (buffer, aliased) =
-                                unsafe { self.client.buffer_aliasing_host(piece, et, &local, device) }
-                                    .map_err(EngineError::Execute)?;
-                            if aliased {
-                                slots[d][i] = Some(resident::Resident::new(addr, n, buffer));
-                                None
-                            } else {
-                                slots[d][i] = None;
-                                Some(buffer)
-                            }
-                        }
-                    }
+                    // SAFETY: a kept buffer is used only in calls passing this memory again
+                    // (`in_place` checks it on every call); SPMD programs donate nothing.
+                    Some((start, len)) => unsafe {
+                        resident::in_place(
+                            &mut slots[d][i],
+                            &self.client,
+                            &data[start..start + len],
+                            et,
+                            &local,
+                            device,
+                        )
+                    },
                     None => {
                         slots[d][i] = None;
                         let piece = spmd::gather_block(data, &global, &offsets, &local, elem);
-                        Some(self.client.buffer_from_host(&piece, et, &local, device).map_err(EngineError::Execute)?)
+                        self.client.buffer_from_host(&piece, et, &local, device).map(Some)
                     }
                 };
-                row.push(copy);
+                row.push(copy.map_err(EngineError::Execute)?);
             }
             fresh.push(row);
         }
-        let args: Vec<Vec<&Buffer>> = fresh
-            .iter()
-            .zip(slots.iter())
-            .map(|(row, kept)| {
-                row.iter()
-                    .zip(kept)
-                    .map(|(copy, slot)| {
-                        copy.as_ref().or(slot.as_ref().map(|r| &r.buffer)).expect("every input has a buffer")
-                    })
-                    .collect()
-            })
-            .collect();
+        let args: Vec<Vec<&Buffer>> =
+            fresh.iter().zip(slots.iter()).map(|(row, kept)| resident::arguments(row, kept)).collect();
         let keep: Vec<i64> = (0..inputs.len() as i64).collect();
         let outs = self.exe.execute_partitioned(&args, &keep).map_err(EngineError::Execute)?;
         let in_shapes = args.iter().map(|r| r.iter().map(|b| b.dims().to_vec()).collect()).collect();
@@ -564,12 +536,35 @@ impl CompiledGraph {
                             row[o].dims()
                         )));
                     }
-                    let piece = row[o].to_host().map_err(EngineError::Execute)?;
-                    spmd::scatter_block(&mut data, &global, &offsets, &local, elem, &piece);
+                    // A contiguous block is copied straight into place; others row by row.
+                    match spmd::contiguous_range(&global, &offsets, &local, elem) {
+                        Some((start, len)) => row[o].copy_to_host(&mut data[start..start + len]),
+                        None => row[o]
+                            .to_host()
+                            .map(|piece| spmd::scatter_block(&mut data, &global, &offsets, &local, elem, &piece)),
+                    }
+                    .map_err(EngineError::Execute)?;
                 }
                 Ok(HostOutput { ty: element_type(ty.dtype), dims: global, data })
             })
             .collect()
+    }
+
+    /// One input per program input, each of its dense byte length.
+    fn check_sizes(&self, inputs: &[&[u8]]) -> Result<(), EngineError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
+        }
+        for (index, (data, &want)) in inputs.iter().zip(&self.input_bytes).enumerate() {
+            if data.len() != want {
+                return Err(EngineError::Input {
+                    index,
+                    expected: format!("{want} bytes ({})", self.inputs[index]),
+                    got: format!("{} bytes", data.len()),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn output_bytes(&self, o: usize) -> usize {
@@ -679,48 +674,20 @@ impl CompiledGraph {
         if fault_injected("execute") {
             return Err(EngineError::Injected { stage: "execute" });
         }
-        if inputs.len() != self.inputs.len() {
-            return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
-        }
-        for (index, (data, &want)) in inputs.iter().zip(&self.input_bytes).enumerate() {
-            if data.len() != want {
-                return Err(EngineError::Input {
-                    index,
-                    expected: format!("{want} bytes ({})", self.inputs[index]),
-                    got: format!("{} bytes", data.len()),
-                });
-            }
-        }
+        self.check_sizes(inputs)?;
         let mut slots = self.resident.lock().unwrap_or_else(|p| p.into_inner());
         let mut copies: Vec<Option<Buffer>> = Vec::with_capacity(inputs.len());
-        let mut in_place: Vec<i64> = Vec::with_capacity(inputs.len());
         for (i, (&data, ty)) in inputs.iter().zip(&self.inputs).enumerate() {
-            let (addr, len) = (data.as_ptr() as usize, data.len());
-            if !slots[i].as_ref().is_some_and(|r| r.holds(addr, len)) {
-                let dims = ty.static_dims().unwrap_or_default();
-                // SAFETY: an aliasing buffer reads `data` only while executing; it is used
-                // only in calls that pass this very memory again (checked above on every
-                // call), borrowed for that call, and it is never donated (below).
-                let (buffer, aliased) = unsafe {
-                    self.client
-                        .buffer_aliasing_host(data, element_type(ty.dtype), &dims, &self.device)
-                        .map_err(EngineError::Execute)?
-                };
-                if !aliased {
-                    slots[i] = None;
-                    copies.push(Some(buffer));
-                    continue;
-                }
-                slots[i] = Some(resident::Resident::new(addr, len, buffer));
-            }
-            in_place.push(i as i64);
-            copies.push(None);
+            let dims = ty.static_dims().unwrap_or_default();
+            // SAFETY: a kept buffer is used only in calls passing this memory again (`in_place`
+            // checks it on every call) and is never donated (`in_place` below).
+            let copy = unsafe {
+                resident::in_place(&mut slots[i], &self.client, data, element_type(ty.dtype), &dims, &self.device)
+            };
+            copies.push(copy.map_err(EngineError::Execute)?);
         }
-        let args: Vec<&Buffer> = copies
-            .iter()
-            .zip(slots.iter())
-            .map(|(copy, slot)| copy.as_ref().or(slot.as_ref().map(|r| &r.buffer)).expect("every input has a buffer"))
-            .collect();
+        let in_place: Vec<i64> = (0..inputs.len()).filter(|&i| copies[i].is_none()).map(|i| i as i64).collect();
+        let args = resident::arguments(&copies, &slots);
         self.exe.execute_keeping(&args, &in_place).map_err(EngineError::Execute)
     }
 

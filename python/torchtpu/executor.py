@@ -51,11 +51,13 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     return graph
 
 
-def _compile_one_device(text: str, passes: str, donate: bool, name: str):
+def _compile_one_device(text: str, passes: str, donate: bool, name: str, **spmd):
+    """Compiles IR text (with `spmd`: `mesh`, `input_shardings`, `output_shardings` for an SPMD
+    program) and records the compile in `torchtpu.stats()`."""
     start = time.perf_counter()
     # One driver run (or a graph-cache hit, which keeps its estimate): the program says where
     # it came from and carries the memory estimate and the stage timings.
-    program = _C.compile(text, passes, donate)
+    program = _C.compile(text, passes, donate, **spmd)
     seconds = time.perf_counter() - start
     source = program.source
     _stats.bump("compile_seconds_saved", program.compile_seconds_saved)
@@ -130,11 +132,11 @@ class CompiledGraph:
         self.mesh = exported.mesh
         self._spmd: dict = {}
         # A backward graph: its forward (`backend.compile_aten_graph` links them), whose last
-        # SPMD call's argument layouts its gradients take. A forward: those layouts by
-        # argument index, with the argument's shape.
+        # SPMD call's input layouts (`last_layouts`) its gradients take; the gradient layouts
+        # of the last such call are kept (`_hints`: those input layouts and the hints).
         self.grads_of = None
-        self.arg_layouts: dict = {}
-        self._out_shapes = None
+        self.last_layouts: tuple | None = None
+        self._hints = (None, None)
         # The program's outputs are the results as they are (no None, value or restride).
         self._plain = all(
             spec.kind == "ir" and spec.stride is None and spec.index == k for k, spec in enumerate(self.outputs)
@@ -164,19 +166,25 @@ class CompiledGraph:
 
     def _gradient_layouts(self) -> tuple | None:
         """Per program output, the layout of the forward argument it is the gradient of (AOT's
-        backward returns one gradient per forward argument, in order), where shapes agree."""
+        backward returns one gradient per forward argument, in order), where shapes agree.
+        Worked out once per layout signature of the forward."""
         forward = self.grads_of
-        if forward is None or not forward.arg_layouts:
+        layouts = forward.last_layouts if forward is not None else None
+        if layouts is None:
             return None
-        if self._out_shapes is None:
-            self._out_shapes = _output_shapes(self.ir_text)
-        shapes = self._out_shapes
+        if self._hints[0] == layouts:
+            return self._hints[1]
+        in_shapes, _ = _signature_shapes(forward.ir_text)
+        by_arg = {src: (in_shapes[i], s) for i, ((src, _), s) in enumerate(zip(forward._sources, layouts)) if src >= 0 and s}
+        _, shapes = _signature_shapes(self.ir_text)
         hints = [None] * len(shapes)
         for j, spec in enumerate(self.outputs):
-            known = forward.arg_layouts.get(j)
+            known = by_arg.get(j)
             if spec.kind == "ir" and known is not None and known[0] == shapes[spec.index]:
                 hints[spec.index] = known[1]
-        return tuple(hints) if any(h is not None for h in hints) else None
+        found = tuple(hints) if any(h is not None for h in hints) else None
+        self._hints = (layouts, found)
+        return found
 
     def _spmd_program(self, layouts: tuple):
         """The SPMD program for these input layouts (compiled once per layout signature: a
@@ -191,12 +199,9 @@ class CompiledGraph:
         mesh = meshes.pop()
         wire = [None if s is None else [list(d) for d in s.dims] for s in layouts]
         wire_out = None if hints is None else [None if s is None or s.mesh != mesh else [list(d) for d in s.dims] for s in hints]
-        start = time.perf_counter()
-        program = _C.compile(
-            self.ir_text, self.passes, False, mesh=mesh.axes, input_shardings=wire, output_shardings=wire_out
+        program = _compile_one_device(
+            self.ir_text, self.passes, False, self.name, mesh=mesh.axes, input_shardings=wire, output_shardings=wire_out
         )
-        _stats.bump("compile_seconds", time.perf_counter() - start)
-        _stats.bump("graphs_compiled")
         plan = program.sharding
         _stats.record_sharding(self.name, plan)
         outs = [
@@ -237,11 +242,9 @@ class CompiledGraph:
         if _sharding.ACTIVE:
             layouts = tuple(_sharding.sharding_of(t) for t in tensors)
             if self.mesh is not None or any(s is not None for s in layouts):
-                self.arg_layouts = {
-                    src: (tuple(t.shape), s) for (src, _), t, s in zip(self._sources, tensors, layouts) if src >= 0 and s
-                }
+                self.last_layouts = layouts
                 return self._run_spmd(args, tensors, layouts)
-            self.arg_layouts = {}
+            self.last_layouts = None
         if self.program is None:
             self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name))
         try:
@@ -288,9 +291,14 @@ class CompiledGraph:
 _from_dlpack = torch._C._from_dlpack
 
 
-def _output_shapes(ir_text: str) -> list[tuple]:
-    """The output shapes of an IR graph's signature (`-> (f32[8, 16], i64[])`)."""
+def _signature_shapes(ir_text: str) -> tuple[list[tuple], list[tuple]]:
+    """The input and output shapes of an IR graph's signature
+    (`graph @g(%in0: f32[8, 16]) -> (f32[8, 16], i64[]) {`)."""
     header = ir_text.split("\n", 1)[0]
-    signature = header.rsplit(") -> (", 1)[-1].rsplit(")", 1)[0]
-    dims = re.findall(r"\[([^\]]*)\]", signature)
-    return [tuple(int(d) if d.isdigit() else d for d in shape.split(", ") if d) for shape in dims]
+    inputs, _, outputs = header.rpartition(") -> (")
+
+    def shapes(text: str) -> list[tuple]:
+        found = re.findall(r"\b(?:f16|bf16|f32|f64|i8|i16|i32|i64|u8|bool|c64|c128)\[([^\]]*)\]", text)
+        return [tuple(int(d) if d.isdigit() else d for d in shape.split(", ") if d) for shape in found]
+
+    return shapes(inputs), shapes(outputs)

@@ -204,6 +204,13 @@ impl Attr {
         }
     }
 
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Attr::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn as_int_list(&self) -> Option<&[i64]> {
         match self {
             Attr::IntList(v) => Some(v),

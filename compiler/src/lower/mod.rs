@@ -268,7 +268,7 @@ impl Lowering {
         let mut fn_attrs = Vec::new();
         let sharding_of = |v: Value| -> Option<String> {
             g.mesh.as_ref()?;
-            g.sharding(v).map(|s| format!("sdy.sharding = #sdy.sharding<@{}, {}>", ops::layout::MESH, s.sdy_dims()))
+            g.sharding(v).map(|s| format!("sdy.sharding = {}", ops::layout::sdy_sharding(&s.sdy_dims())))
         };
         let per_arg: Vec<Vec<String>> = g
             .inputs()

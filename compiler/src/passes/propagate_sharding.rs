@@ -11,7 +11,7 @@ use super::{Pass, PassError, PassOptions};
 use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
 use crate::registry;
 use crate::sharding::rules::{replicated, OpView};
-use crate::sharding::{is_layout_op, reshard, Reshard, Target};
+use crate::sharding::{is_layout_op, layout_of, reshard, Reshard, Target};
 
 #[derive(Default)]
 pub struct PropagateSharding {
@@ -60,10 +60,7 @@ struct Propagation<'g> {
 
 impl Propagation<'_> {
     fn layout(&self, v: Value) -> Sharding {
-        self.g
-            .sharding(v)
-            .cloned()
-            .unwrap_or_else(|| Sharding::replicated(self.g.value_type(v).shape.len(), Origin::Unannotated))
+        layout_of(self.g, v)
     }
 
     /// `v` in layout `want`: `v` itself when it already is, else a (shared) reshard of it.
@@ -147,11 +144,9 @@ impl Pass for PropagateSharding {
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let Some(mesh) = g.mesh.clone() else { return Ok(false) };
         let order = g.topo_order().map_err(|_| PassError("the graph has a cycle".into()))?;
-        for &id in g.inputs().to_vec().iter() {
-            let v = Value::new(id, 0);
-            if g.sharding(v).is_none() {
-                g.set_sharding(v, Sharding::replicated(g.value_type(v).shape.len(), Origin::Unannotated));
-            }
+        for v in g.input_values() {
+            let s = layout_of(g, v);
+            g.set_sharding(v, s);
         }
         let mut p = Propagation { g, mesh, target: self.target, made: HashMap::new() };
         for id in order {

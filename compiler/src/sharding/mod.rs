@@ -11,7 +11,7 @@
 pub mod rules;
 
 use crate::ir::printer::ValueNames;
-use crate::ir::{Graph, Mesh, NodeKind, Sharding, TensorType, Value};
+use crate::ir::{Attr, Graph, Mesh, NodeKind, Origin, Sharding, TensorType, Value};
 
 /// One collective the propagation planned (a `tpu.reshard` or a user's constraint; local
 /// slices, which move nothing, are not collectives).
@@ -48,11 +48,7 @@ impl ShardingPlan {
     /// The plan of a graph after `propagate-sharding` (None without a mesh).
     pub fn of(g: &Graph) -> Option<ShardingPlan> {
         let mesh = g.mesh.clone()?;
-        let layout = |v: Value| {
-            g.sharding(v)
-                .cloned()
-                .unwrap_or_else(|| Sharding::replicated(g.value_type(v).shape.len(), crate::ir::Origin::Unannotated))
-        };
+        let layout = |v: Value| layout_of(g, v);
         let inputs = g.input_values().into_iter().map(layout).collect();
         let outputs = g.outputs().iter().map(|&v| layout(v)).collect();
         let names = ValueNames::for_graph(g);
@@ -60,32 +56,24 @@ impl ShardingPlan {
         for id in g.topo_order().unwrap_or_default() {
             let node = g.node(id);
             let NodeKind::Op(op) = &node.kind else { continue };
-            let constraint = op.is("tpu", "sharding_constraint");
-            if !(constraint || op.is("tpu", "reshard")) {
+            if !is_layout_op(op) {
                 continue;
             }
-            let collective = node.attr("collective").and_then(|a| match a {
-                crate::ir::Attr::Str(s) => Some(s.clone()),
-                _ => None,
-            });
-            let Some(collective) = collective.filter(|c| c != "none") else { continue };
-            // A local slice moves nothing: it is a layout change, not a collective.
-            if collective == "slice" {
+            // No change, or a local slice (it moves nothing): not a collective.
+            let Some(collective) = node.attr("collective").and_then(Attr::as_str) else { continue };
+            if collective == "none" || collective == "slice" {
                 continue;
             }
             let v = Value::new(id, 0);
-            let consumer = if constraint {
-                "constraint".to_string()
-            } else {
-                match node.attr("consumer") {
-                    Some(crate::ir::Attr::Str(c)) => c.clone(),
-                    _ => "output".to_string(),
-                }
+            let consumer = match node.attr("consumer").and_then(Attr::as_str) {
+                _ if op.is("tpu", "sharding_constraint") => "constraint",
+                Some(c) => c,
+                None => "output",
             };
             collectives.push(PlannedCollective {
                 node: names.node(id).to_string(),
-                consumer,
-                collective,
+                consumer: consumer.to_string(),
+                collective: collective.to_string(),
                 bytes_per_device: node.attr("bytes").and_then(|a| a.as_int()).unwrap_or(0).max(0) as u64,
                 line: node.loc.map(|l| l.line),
                 to: layout(v),
@@ -94,6 +82,12 @@ impl ShardingPlan {
         let total_bytes_per_device = collectives.iter().map(|c| c.bytes_per_device).sum();
         Some(ShardingPlan { mesh, inputs, outputs, collectives, total_bytes_per_device })
     }
+}
+
+/// The layout of `v`: its sharding, or replicated when nobody decided one (an input nobody
+/// annotated).
+pub fn layout_of(g: &Graph, v: Value) -> Sharding {
+    g.sharding(v).cloned().unwrap_or_else(|| Sharding::replicated(g.value_type(v).shape.len(), Origin::Unannotated))
 }
 
 /// `tpu.reshard` and `tpu.sharding_constraint`: layout changes whose result layout is fixed.

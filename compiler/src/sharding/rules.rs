@@ -506,25 +506,29 @@ pub fn along_dim(v: &OpView<'_>, name: &'static str) -> Decision {
             }
         })
         .collect();
-    let base = operands[0].dims.clone();
-    let results = v
-        .node
+    // select's result has lost the indexed dim.
+    let results = results_like(v, &operands[0].dims, touched, &origin);
+    Decision { operands, results }
+}
+
+/// Results in layout `base` where they have its rank; with `dropped`, results one rank lower
+/// have `base` without that dim; other results are replicated.
+fn results_like(v: &OpView<'_>, base: &Dims, dropped: Option<usize>, origin: &Origin) -> Vec<Sharding> {
+    v.node
         .results
         .iter()
         .map(|t| {
             let out = static_shape(t);
-            let dims: Dims = if out.len() == rank {
-                base.clone()
-            } else if out.len() + 1 == rank {
-                // select: the indexed dim is gone.
-                base.iter().enumerate().filter(|(d, _)| Some(*d) != touched).map(|(_, x)| x.clone()).collect()
-            } else {
-                vec![Vec::new(); out.len()]
+            let dims: Dims = match dropped {
+                _ if out.len() == base.len() => base.clone(),
+                Some(gone) if out.len() + 1 == base.len() => {
+                    base.iter().enumerate().filter(|(d, _)| *d != gone).map(|(_, x)| x.clone()).collect()
+                }
+                _ => vec![Vec::new(); out.len()],
             };
-            layout(fit(v.mesh, dims, &out), &origin)
+            layout(fit(v.mesh, dims, &out), origin)
         })
-        .collect();
-    Decision { operands, results }
+        .collect()
 }
 
 /// embedding(weight [V, D], indices): the vocabulary dim is gathered, the result follows the
@@ -557,18 +561,8 @@ pub fn normalize(v: &OpView<'_>, name: &'static str) -> Decision {
         None => touched_dim(v.node, rank).into_iter().collect(),
     };
     let input = cleared(summed(v, 0), &normalized);
-    let operands = first_then_replicated(v, input.clone(), &origin);
-    let results = v
-        .node
-        .results
-        .iter()
-        .map(|t| {
-            let out = static_shape(t);
-            let dims = if out.len() == rank { input.clone() } else { vec![Vec::new(); out.len()] };
-            layout(fit(v.mesh, dims, &out), &origin)
-        })
-        .collect();
-    Decision { operands, results }
+    let results = results_like(v, &input, None, &origin);
+    Decision { operands: first_then_replicated(v, input, &origin), results }
 }
 
 /// convolution(input [N, C, ...], weight [O, C/g, ...], bias [O]): the batch dim follows the

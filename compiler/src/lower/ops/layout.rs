@@ -10,20 +10,25 @@ pub use crate::sharding::is_layout_op;
 /// The mesh symbol every sharding of a lowered module refers to.
 pub const MESH: &str = "mesh";
 
+/// Shardy's sharding attribute over the module's mesh, for a layout in `sdy_dims` form.
+pub fn sdy_sharding(dims: &str) -> String {
+    format!("#sdy.sharding<@{MESH}, {dims}>")
+}
+
 pub fn sharding_constraint<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> RuleResult<Vec<Tv<'c, 'a>>> {
     let x = n.arg(0)?;
-    let dims = n.str_or("sharding", "")?;
-    if dims.is_empty() {
-        return Ok(vec![x.clone()]);
+    match n.str_or("sharding", "")? {
+        "" => Ok(vec![x.clone()]),
+        dims => Ok(vec![constrain(e, x, dims)?]),
     }
-    let sharding = e.attr(&format!("#sdy.sharding<@{MESH}, {dims}>"))?;
-    let dims_out = x.dims.clone();
-    Ok(vec![e.op("sdy.sharding_constraint", &[x], x.dtype, &dims_out, &[("sharding", sharding)])?])
 }
 
 /// `x` constrained to layout `s` (the propagation's decision for it).
 pub fn pin<'c, 'a>(e: &Emitter<'c, 'a>, x: Tv<'c, 'a>, s: &Sharding) -> RuleResult<Tv<'c, 'a>> {
-    let sharding = e.attr(&format!("#sdy.sharding<@{MESH}, {}>", s.sdy_dims()))?;
-    let dims = x.dims.clone();
-    e.op("sdy.sharding_constraint", &[&x], x.dtype, &dims, &[("sharding", sharding)])
+    constrain(e, &x, &s.sdy_dims())
+}
+
+fn constrain<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &str) -> RuleResult<Tv<'c, 'a>> {
+    let sharding = e.attr(&sdy_sharding(dims))?;
+    e.op("sdy.sharding_constraint", &[x], x.dtype, &x.dims.clone(), &[("sharding", sharding)])
 }
