@@ -6,7 +6,7 @@ use super::{Decomposition as D, OpDef, ShardingRule, Signature, Traits as T};
 use crate::ir::ops::Arity::{AtLeast, Between, Exactly};
 use crate::ir::ops::ShapeRule;
 use crate::lower::ops::{
-    elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, reduce, shape, sort, RuleFn,
+    elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, random, reduce, shape, sort, RuleFn,
 };
 
 /// A rule function and its name, for `OpDef::rule`.
@@ -72,6 +72,9 @@ const SCALAR_TENSOR: Signature = sig(Exactly(0), 1, &["s"], ShapeRule::Free);
 const ARANGE: Signature = sig(Exactly(0), 1, &["end"], ShapeRule::Free);
 const CAT: Signature = sig(AtLeast(1), 1, &["dim"], ShapeRule::Free);
 const CONSTANT: Signature = sig(Exactly(0), 1, &["value"], ShapeRule::Constant);
+// Device random draws: (state) -> (next state, values); `lower/ops/random.rs` checks the types.
+const RNG_RANGE: Signature = sig(Exactly(1), 2, &["low", "high"], ShapeRule::Free);
+const RNG_NORMAL: Signature = sig(Exactly(1), 2, &["mean", "std"], ShapeRule::Free);
 
 // One line per op: the table reads as a table.
 #[rustfmt::skip]
@@ -333,6 +336,13 @@ pub(super) static OPS: &[OpDef] = &[
     // layouts of SPMD programs (effects, so that CSE keeps constraints whose layouts differ)
     op("tpu.sharding_constraint").traits(T::SIDE_EFFECTS).sig(COPY).rule(rule!(layout::sharding_constraint)),
     op("tpu.reshard").traits(T::SIDE_EFFECTS).sig(COPY).rule(rule!(layout::sharding_constraint)),
+    // device random draws with explicit state. Pure, not `random`: every result is a function
+    // of the state operand alone (the same state gives the same numbers, the advanced state is
+    // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are
+    // both correct; the hidden-generator trait would only forbid those.
+    op("tpu.rng_uniform").sig(RNG_RANGE).rule(rule!(random::uniform)).legal(random::uniform_legal),
+    op("tpu.rng_normal").sig(RNG_NORMAL).rule(rule!(random::normal)).legal(random::normal_legal),
+    op("tpu.rng_integers").sig(RNG_RANGE).rule(rule!(random::integers)).legal(random::integers_legal),
     // known, not lowered: random draws and effects (for CSE and DCE)
     op("aten.dropout").traits(T::RANDOM),
     op("aten.bernoulli").traits(T::RANDOM),

@@ -10,6 +10,7 @@ pub mod linalg;
 pub mod nn;
 pub mod polynomial;
 pub mod prims;
+pub mod random;
 pub mod reduce;
 pub mod shape;
 pub mod sort;
