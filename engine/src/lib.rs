@@ -9,6 +9,7 @@
 //! The Python extension reaches the compiler only through this crate: `driver`, `ir`,
 //! `list_passes` and `supported_ops` are re-exported for it.
 
+mod device;
 mod graph_cache;
 mod host;
 pub mod legality;

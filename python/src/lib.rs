@@ -3,12 +3,14 @@
 //! `torchtpu.errors` (made by `errors.from_rust`), and a Rust panic becomes
 //! `torchtpu.errors.InternalError`, never pyo3's `PanicException`.
 //!
-//! Module map: `dlpack` (capsules in and out; the ABI is the runtime's), `registry` (the op
+//! Module map: `device` (device buffers for the eager `tpu` device), `dlpack` (capsules in
+//! and out; the ABI is the runtime's), `registry` (the op
 //! registry and the per-node legality check, for `decompositions.py` and the partitioner).
 
 // The module must be called `_C` (torchtpu._C), which is not snake case.
 #![allow(non_snake_case)]
 
+mod device;
 mod dlpack;
 mod registry;
 mod sharding;
@@ -308,6 +310,20 @@ impl Program {
         })
     }
 
+    /// Executes on device buffers (`torchtpu._C.DeviceBuffer`, checked against the compiled
+    /// input types) and returns the outputs as device buffers: no host copy either way. With
+    /// `wait` false it returns once the work is enqueued where the plugin runs
+    /// asynchronously; `DeviceBuffer.wait` (or any read) then reports a failed execution.
+    #[pyo3(signature = (inputs, wait = true))]
+    fn run_device(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyRef<'_, device::DeviceBuffer>>,
+        wait: bool,
+    ) -> PyResult<Vec<device::DeviceBuffer>> {
+        device::run_device(py, self, inputs, wait)
+    }
+
     /// Executes on `inputs`: one torch tensor (or DLPack capsule) per input. Rust checks
     /// each against the compiled type (host memory, dtype, shape, dense row-major strides,
     /// byte size) before reading it: a mismatch is `torchtpu.errors.InputError`. Returns one
@@ -512,6 +528,10 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(executions, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(device::device_put, m)?)?;
+    m.add_function(wrap_pyfunction!(device::device_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(device::reset_device_peak, m)?)?;
     m.add_class::<Program>()?;
+    m.add_class::<device::DeviceBuffer>()?;
     Ok(())
 }

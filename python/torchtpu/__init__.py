@@ -16,39 +16,44 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from torchtpu import _C  # noqa: E402
-from torchtpu import sharding
-from torchtpu._stats import reset_stats, stats
-from torchtpu.sharding import FSDP, Colwise, Mesh, Replicate, Rowwise, parallelize, shard, sharding_constraint
-from torchtpu.errors import (
-    CompileError,
-    ExecutionError,
-    FallbackError,
-    InputError,
-    InternalError,
-    IRError,
-    OptionsError,
-    PluginError,
-    ShardingError,
-    TorchTPUError,
-    UnsupportedError,
+from torchtpu._stats import reset_stats, stats  # noqa: E402
+
+# Loaded at first use: torchtpu.errors imports Dynamo (its exceptions derive from Dynamo's
+# pass-through type), which `import torch` must not pay for when the tpu device autoloads.
+_ERRORS = (
+    "CompileError", "DeviceOpError", "ExecutionError", "FallbackError", "InputError", "InternalError",
+    "IRError", "NonFiniteError", "OptionsError", "PluginError", "ShardingError", "TorchTPUError",
+    "UnsupportedError",
 )
+_SHARDING = ("FSDP", "Colwise", "Mesh", "Replicate", "Rowwise", "parallelize", "shard", "sharding_constraint")
+_LAZY = {
+    **{name: ("torchtpu.errors", name) for name in _ERRORS},
+    **{name: ("torchtpu.sharding", name) for name in _SHARDING},
+    "sharding": ("torchtpu.sharding", None),
+    "eager": ("torchtpu.eager", None),
+}
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'torchtpu' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(target[0])
+    value = module if target[1] is None else getattr(module, target[1])
+    globals()[name] = value
+    return value
+
 
 __version__ = _C.__version__
 
 __all__ = [
     "__version__",
-    "CompileError",
-    "ExecutionError",
-    "FallbackError",
-    "InputError",
-    "InternalError",
-    "IRError",
-    "OptionsError",
-    "PluginError",
-    "ShardingError",
-    "TorchTPUError",
-    "UnsupportedError",
-    "Colwise", "FSDP", "Mesh", "Replicate", "Rowwise", "parallelize", "shard", "sharding", "sharding_constraint",
+    *_ERRORS,
+    *_SHARDING,
+    "sharding",
+    "eager",
     "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
 
 
@@ -84,8 +89,14 @@ def explain(model, *args, **kwargs) -> dict:
 
 
 def _register_backend() -> None:
-    """Registers `torchtpu` with Dynamo unless its entry point is already known: when Dynamo
-    loads the entry point it registers the function itself, and registering twice is an error."""
+    """Registers `torchtpu` with Dynamo unless its entry point is installed or already known:
+    when Dynamo loads the entry point it registers the function itself, and registering twice
+    is an error. (Checking the entry point first keeps `import torchtpu` from importing
+    Dynamo, which the `tpu` device's autoload at `import torch` must not do.)"""
+    from importlib.metadata import entry_points
+
+    if any(ep.name == "torchtpu" for ep in entry_points(group="torch_dynamo_backends")):
+        return
     try:
         from torch._dynamo.backends import registry
     except Exception:  # torch missing or too old: the compiler core still works

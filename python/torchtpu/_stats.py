@@ -32,6 +32,11 @@ def _fresh() -> dict:
         "compile_seconds_saved": 0.0,  # XLA compile time the disk hits did not spend
         # Per compiled graph: the compiler's peak-memory estimate (peak_bytes, peak_at, ...).
         "graphs": {},
+        # The eager tpu device (docs/eager.md): ops dispatched, one-op programs compiled
+        # (each key once), and ops that ran on the CPU for want of a program (op -> count).
+        "eager_ops": 0,
+        "eager_programs_compiled": 0,
+        "eager_cpu_fallbacks": collections.Counter(),
     }
 
 
@@ -69,6 +74,11 @@ def record_fallback(kind: str, where: str, message: str, ops=(), repro: str | No
             _stats["fallback_ops"][op] += 1
 
 
+def record_eager_fallback(op: str) -> None:
+    with _lock:
+        _stats["eager_cpu_fallbacks"][op] += 1
+
+
 def record_graph(name: str, info: dict) -> None:
     with _lock:
         _stats["graphs"][name] = dict(info)
@@ -89,6 +99,7 @@ def stats() -> dict:
         snap["fallback_ops"] = dict(_stats["fallback_ops"])
         snap["fallback_reasons"] = [dict(r) for r in _stats["fallback_reasons"]]
         snap["fallback_kinds"] = dict(_stats["fallback_kinds"])
+        snap["eager_cpu_fallbacks"] = dict(_stats["eager_cpu_fallbacks"])
         snap["graphs"] = {k: dict(v) for k, v in _stats["graphs"].items()}
         return snap
 

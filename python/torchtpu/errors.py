@@ -179,3 +179,24 @@ def from_rust(kind: str, message: str, fields: dict | None = None) -> TorchTPUEr
     if cls is InputError:
         return cls(message, index=fields.get("index"))
     return cls(message)
+
+
+class DeviceOpError(TorchTPUError):
+    """An op on the `tpu` device failed (debug mode, `torchtpu.eager.mode("debug")`): `op` (the
+    ATen overload), `input_types` (`f32[4, 4]` per tensor argument) and `frame` (the user's
+    `file:line` that called it)."""
+
+    kind = "device_op"
+
+    def __init__(self, message: str, op: str = "", input_types=(), frame: str | None = None):
+        super().__init__(message)
+        self.op = op
+        self.input_types = list(input_types)
+        self.frame = frame
+
+
+class NonFiniteError(DeviceOpError):
+    """Debug mode with `check_finite`: the first op on the `tpu` device whose result holds a
+    NaN or an infinity where none of its inputs did."""
+
+    kind = "non_finite"

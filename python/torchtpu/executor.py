@@ -131,6 +131,8 @@ class CompiledGraph:
         # The mesh the graph's own constraints use, and one SPMD program per input layout.
         self.mesh = exported.mesh
         self._spmd: dict = {}
+        # Device copies of the graph's constants, for calls on tpu tensors.
+        self._device_consts: dict | None = None
         # A backward graph: its forward (`backend.compile_aten_graph` links them), whose last
         # SPMD call's input layouts (`last_layouts`) its gradients take; the gradient layouts
         # of the last such call are kept (`_hints`: those input layouts and the hints).
@@ -148,6 +150,7 @@ class CompiledGraph:
         """Sets the one-device program (compiled at once, or at the first unsharded call)."""
         self.program = program
         self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
+        self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
         self._plain = self._plain and len(self.outputs) == len(program.output_types)
 
     def _checked(self, args) -> list:
@@ -247,6 +250,8 @@ class CompiledGraph:
             self.last_layouts = None
         if self.program is None:
             self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name))
+        if any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in tensors):
+            return self._results(args, self._run_device(tensors))
         try:
             try:
                 # `tensors` keeps every input alive until the call returns.
@@ -267,6 +272,33 @@ class CompiledGraph:
             _stats.bump("graphs_fallback")
             return self.eager(*args)
         return self._results(args, [_from_dlpack(c) for c in capsules])
+
+    def _run_device(self, tensors) -> list:
+        """Runs on `tpu` tensors: their device buffers go in as they are and the outputs come
+        back as `tpu` tensors, with no host round trip. The graph's constants (CPU tensors) are
+        copied to the device once."""
+        from torchtpu.device import _storage
+
+        buffers = []
+        for k, ((index, const), t) in enumerate(zip(self._sources, tensors)):
+            if index < 0:
+                if self._device_consts is None:
+                    self._device_consts = {}
+                b = self._device_consts.get(k)
+                if b is None:
+                    b = self._device_consts[k] = _storage.upload(const)
+                buffers.append(b)
+            elif t.device.type == "tpu":
+                buffers.append(_storage.read(t))
+            else:
+                where = sorted({str(x.device) for x in tensors if isinstance(x, torch.Tensor)})
+                raise InputError(
+                    f"{self.name}: input {index} is on {t.device} while others are on tpu ({', '.join(where)}); "
+                    "a compiled graph takes all its tensors on one device: move them with .to('tpu') or .cpu()",
+                    index,
+                )
+        outs = self.program.run_device(buffers, False)
+        return [_storage.new_tensor(s, d, b) for b, (d, s) in zip(outs, self.out_types)]
 
     def _results(self, args, outs: list):
         """The graph's results from the program's outputs (None, values, inputs, restrides)."""

@@ -183,6 +183,16 @@ impl Buffer {
         Ok(args.buffer_pointer)
     }
 
+    /// Waits until the buffer's contents are computed. An output of an asynchronous execution
+    /// ([`Executable::execute_async`](crate::Executable::execute_async)) reports the
+    /// execution's error here.
+    pub fn wait_ready(&self) -> Result<()> {
+        let mut args = ffi::PJRT_Buffer_ReadyEvent_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_ReadyEvent, &mut args)?;
+        self.client.plugin.await_event("PJRT_LoadedExecutable_Execute", args.event)
+    }
+
     /// Copies the buffer to host memory (dense, row-major), waiting for the copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
         // Every modelled type is whole bytes, so the dense size needs no size query.

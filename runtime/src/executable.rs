@@ -149,10 +149,25 @@ impl Executable {
         Ok(outs.pop().unwrap_or_default())
     }
 
+    /// Like [`Executable::execute`], but returns as soon as the plugin has enqueued the work:
+    /// the outputs become ready later ([`Buffer::wait_ready`], or any read of them, waits and
+    /// reports an execution error). PJRT keeps the arguments alive until the work is done, so
+    /// the caller may drop them. Nothing is donated.
+    pub fn execute_async(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let keep: Vec<i64> = (0..args.len() as i64).collect();
+        let mut outs = self.launch(&[args.to_vec()], &keep, false)?;
+        Ok(outs.pop().unwrap_or_default())
+    }
+
     /// Runs an SPMD program: `args[d]` are partition `d`'s arguments (each buffer on the d-th
     /// device of the executable, holding that partition's shard), and the result's row `d` is
     /// partition `d`'s outputs. Waits for every partition. Arguments at `keep` are not donated.
     pub fn execute_partitioned(&self, args: &[Vec<&Buffer>], keep: &[i64]) -> Result<Vec<Vec<Buffer>>> {
+        self.launch(args, keep, true)
+    }
+
+    /// Enqueues one execution; with `wait`, blocks until every partition has finished.
+    fn launch(&self, args: &[Vec<&Buffer>], keep: &[i64], wait: bool) -> Result<Vec<Vec<Buffer>>> {
         let num_args = args.first().map_or(0, Vec::len);
         if args.is_empty() || args.iter().any(|row| row.len() != num_args) {
             return Err(RuntimeError::InvalidArgument(format!(
@@ -188,7 +203,8 @@ impl Executable {
         exec.num_devices = args.len();
         exec.num_args = num_args;
         exec.output_lists = output_lists.as_ptr();
-        exec.device_complete_events = complete.as_mut_ptr();
+        // Without completion events PJRT tracks the work through the output buffers.
+        exec.device_complete_events = if wait { complete.as_mut_ptr() } else { std::ptr::null_mut() };
         pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
 
         // Take ownership of every output before anything else can fail.

@@ -159,7 +159,7 @@ pub struct PJRT_Api {
     pub PJRT_Buffer_CopyToDevice: Unused,
     pub PJRT_Buffer_ToHostBuffer: PjrtFn<PJRT_Buffer_ToHostBuffer_Args>,
     pub PJRT_Buffer_IsOnCpu: Unused,
-    pub PJRT_Buffer_ReadyEvent: Unused,
+    pub PJRT_Buffer_ReadyEvent: PjrtFn<PJRT_Buffer_ReadyEvent_Args>,
     pub PJRT_Buffer_UnsafePointer: PjrtFn<PJRT_Buffer_UnsafePointer_Args>,
 }
 
@@ -504,6 +504,15 @@ pub struct PJRT_Buffer_UnsafePointer_Args {
     pub buffer_pointer: usize,
 }
 
+#[repr(C)]
+pub struct PJRT_Buffer_ReadyEvent_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    /// Out: fires when the buffer's contents are computed (or failed); the caller owns it.
+    pub event: *mut PJRT_Event,
+}
+
 /// Implemented by every args struct: a zeroed value with `struct_size` set to our declaration.
 pub trait Args: Sized {
     fn new() -> Self {
@@ -527,6 +536,7 @@ impl_args!(
     PJRT_Plugin_Initialize_Args,
     PJRT_Event_Destroy_Args,
     PJRT_Event_Await_Args,
+    PJRT_Buffer_ReadyEvent_Args,
     PJRT_NamedValue,
     PJRT_Client_Create_Args,
     PJRT_Client_Destroy_Args,

@@ -1,0 +1,96 @@
+"""The eager `tpu` device: PyTorch tensors whose data lives in PJRT device memory and whose
+ops run as cached one-op programs through torchtpu's compiler (docs/eager.md).
+
+`register()` makes `torch.device("tpu")` work: it renames PyTorch's PrivateUse1 backend to
+`tpu`, registers `torch.tpu` (this package's `module`), the device hooks and guard, and the
+kernels (`_kernels.py`). The `torch.backends` entry point calls it when torch starts, so a
+process that never imports torchtpu can still write `torch.randn(4, 4, device="tpu")`;
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off.
+
+Layout: `_storage` (device data behind storages, views and writes), `_programs` (one-op
+programs and their cache), `_dispatch` (how an op runs: view, program, in-place, CPU
+fallback), `_kernels` (the registered kernels), `_random` (the device generator), `_modes`
+(strict and debug), `module` (`torch.tpu`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "tpu"
+_registered = False
+
+
+def register() -> None:
+    """Registers the `tpu` device with PyTorch (idempotent). Only one PrivateUse1 backend can
+    exist per process: if another has taken it, this raises."""
+    global _registered
+    if _registered:
+        return
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", NAME):
+        raise RuntimeError(
+            f"torchtpu: PyTorch's PrivateUse1 backend is already registered as {current!r}; "
+            "only one such backend can exist per process, so the tpu device is not available"
+        )
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from torchtpu.device import module
+
+    if current != NAME:
+        _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
+    _register_kernels()
+    module.patch_accelerator()
+    _registered = True
+
+
+# The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.
+KERNEL_NAMES = (
+    "empty.memory_format", "empty_strided", "copy_", "_copy_from", "_copy_from_and_resize",
+    "_local_scalar_dense", "resize_",
+    "normal_", "uniform_", "random_", "random_.to", "random_.from", "bernoulli_.float",
+    "bernoulli_.Tensor", "bernoulli", "native_dropout",
+)
+_libs: list = []
+_loaded = None
+
+
+def _load():
+    """The kernels module, imported at the first op on a tpu tensor rather than when torch
+    starts: `import torch` stays as fast with torchtpu installed as without."""
+    global _loaded
+    if _loaded is None:
+        from torchtpu.device import _kernels
+
+        _loaded = _kernels
+    return _loaded
+
+
+def _trampoline(name: str):
+    def kernel(*args, **kwargs):
+        return _load().KERNELS[name](*args, **kwargs)
+
+    kernel.__name__ = name.replace(".", "_")
+    return kernel
+
+
+def _fallback(op, *args, **kwargs):
+    return _load().run(op, *args, **kwargs)
+
+
+def _register_kernels() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    for name in KERNEL_NAMES:
+        lib.impl(name, _trampoline(name), "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_fallback, "PrivateUse1")
+    _libs.extend([lib, fallback])
+
+
+def is_registered() -> bool:
+    return _registered
+
+
+def _autoload() -> None:
+    """The `torch.backends` entry point (run by `import torch`)."""
+    register()

@@ -1,0 +1,427 @@
+"""How an ATen op runs on the `tpu` device.
+
+Every op without a kernel of its own (see `_kernels.py`) reaches `run` through the boxed
+PrivateUse1 fallback. By the op's schema:
+- a view (returns alias an argument, nothing written) runs its Meta kernel on the `tpu`
+  tensors themselves: PyTorch computes sizes, strides and offset, and the result shares the
+  argument's storage, hence its device data (`_storage.py`);
+- a functional op runs as a one-op program (`_programs.py`) on dense device buffers of its
+  tensor arguments; results become new `tpu` tensors;
+- an in-place op (`add_`) or out= op runs its functional form, casts where eager would, and
+  writes the result into the mutated tensors (through their views into shared storage);
+- an op the compiler has no lowering for (or cannot export) runs on the CPU: arguments are
+  copied to the host, the op runs there, results and mutated arguments are copied back. That
+  fallback is counted per op in `torchtpu.stats()["eager_cpu_fallbacks"]` and warned about
+  once; under TORCHTPU_FALLBACK=error (or `torchtpu.eager.fallback("error")`) it raises
+  `torchtpu.UnsupportedError` instead.
+A compile or execution failure of a one-op program follows the same policy as the compiled
+path's (`policy.py`); a bug inside torchtpu is raised, never turned into a fallback.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+
+import torch
+
+from torchtpu import _C, _stats
+from torchtpu._log import warn_once
+from torchtpu.device import _modes, _programs, _storage
+from torchtpu.errors import DeviceOpError, FallbackError, NonFiniteError, TorchTPUError, UnsupportedError
+from torchtpu.exporter import IR_DTYPES, Unsupported
+
+aten = torch.ops.aten
+_DK = torch._C.DispatchKey
+DEVICE = "tpu"
+
+
+class _CpuFallback:
+    """Marks a key whose op runs on the CPU, with why."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+class OpInfo:
+    """What the schema says about an op: its kind (view, functional, inplace, out, mutating),
+    the functional op for inplace/out, and which arguments it writes."""
+
+    __slots__ = ("op", "name", "kind", "functional", "written", "base", "out_names")
+
+    def __init__(self, op):
+        self.op = op
+        self.name = op.name()
+        self.base = "aten." + self.name.split("::", 1)[1].split(".")[0] if self.name.startswith("aten::") else self.name
+        schema = op._schema
+        self.written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        aliased_returns = any(r.alias_info is not None for r in schema.returns)
+        self.functional = None
+        args = schema.arguments
+        if not self.written:
+            self.kind = "view" if aliased_returns else "functional"
+        else:
+            self.functional = _functional_of(op, schema, self.written)
+            args = schema.arguments
+            if self.functional is None:
+                self.kind = "mutating"
+            elif self.written == [0] and not args[0].kwarg_only:
+                self.kind = "inplace"
+            elif all(args[i].kwarg_only for i in self.written):
+                self.kind = "out"
+            else:
+                self.kind = "mutating"
+        self.out_names = {args[i].name for i in self.written} if self.kind == "out" else set()
+        if self.functional is not None:
+            # What the compiler lowers is the functional form.
+            fname = self.functional[0].name()
+            self.base = "aten." + fname.split("::", 1)[1].split(".")[0]
+
+
+def _signature(args, skip=()):
+    return [(a.name, str(a.type)) for i, a in enumerate(args) if i not in skip]
+
+
+# In-place ops whose functional form is not `name` without its underscore.
+_SPECIAL_FUNCTIONAL = {
+    "aten::_index_put_impl_": (aten.index_put.default, 4),  # (self, indices, values, accumulate)
+}
+
+
+def _functional_of(op, schema, written):
+    special = _SPECIAL_FUNCTIONAL.get(schema.name)
+    if special is not None:
+        return special
+    ns, name = schema.name.split("::", 1)
+    overload = op._overloadname
+    packet_ns = getattr(torch.ops, ns)
+    if written == [0] and name.endswith("_"):
+        candidate = getattr(getattr(packet_ns, name[:-1], None), overload, None)
+        if candidate is not None and _signature(candidate._schema.arguments) == _signature(schema.arguments):
+            return (candidate, None)
+        return None
+    want = _signature(schema.arguments, skip=set(written))
+    packet = getattr(packet_ns, name, None)
+    if packet is None:
+        return None
+    for ov in packet.overloads():
+        candidate = getattr(packet, ov)
+        cs = candidate._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
+            continue
+        if _signature(cs.arguments) == want:
+            return (candidate, None)
+    return None
+
+
+_infos: dict = {}
+
+
+def info_of(op) -> OpInfo:
+    info = _infos.get(op)
+    if info is None:
+        info = _infos[op] = OpInfo(op)
+    return info
+
+
+# ---------------------------------------------------------------- keys and leaves
+
+
+def _is_tpu(t) -> bool:
+    return t.device.type == DEVICE
+
+
+def _flatten(x, key: list, leaves: list, floats: list, op_name: str) -> None:
+    """Appends `x`'s part of the program key, its tensor leaves (tpu tensors and CPU scalars,
+    in the order `_programs.build` makes inputs) and its Python floats (which may become
+    inputs: the key then holds only a marker for each)."""
+    if isinstance(x, torch.Tensor):
+        if _is_tpu(x):
+            key.append((x.dtype, tuple(x.shape)))
+        elif x.dim() == 0 and x.device.type == "cpu":
+            key.append(("cpu", x.dtype))
+        else:
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{DEVICE}:0 and {x.device}! (when checking arguments of {op_name}; only 0-d CPU "
+                "tensors may be mixed with tpu tensors)"
+            )
+        leaves.append(x)
+    elif isinstance(x, (list, tuple)):
+        key.append(len(x))
+        for v in x:
+            _flatten(v, key, leaves, floats, op_name)
+    elif type(x) is float:
+        key.append(_FLOAT)
+        floats.append(x)
+    elif isinstance(x, (bool, int)):
+        key.append((type(x), x))
+    else:
+        key.append(x)
+
+
+_FLOAT = "<float>"
+# Under a key: the floats cannot be inputs (the op takes them only as attributes), so the
+# program is kept per value under the key with the values appended.
+_BAKED = "<baked>"
+
+
+def _meta_of(x):
+    if isinstance(x, torch.Tensor):
+        if _is_tpu(x):
+            return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+        return x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_meta_of(v) for v in x)
+    return x
+
+
+def _buffer_of(t):
+    return _storage.read(t) if _is_tpu(t) else _programs.scalar_buffer(t)
+
+
+def _type_text(t) -> str:
+    dims = ", ".join(str(d) for d in t.shape)
+    where = "" if _is_tpu(t) else " (cpu)"
+    return f"{IR_DTYPES.get(t.dtype, str(t.dtype))}[{dims}]{where}"
+
+
+def user_frame() -> str | None:
+    """The innermost frame outside torch and torchtpu: where the user called the op."""
+    for frame in reversed(traceback.extract_stack()):
+        f = frame.filename
+        if "/torch/" in f or "/torchtpu/" in f or f.startswith("<frozen"):
+            continue
+        return f"{f}:{frame.lineno}"
+    return None
+
+
+# ---------------------------------------------------------------- the fallback kernel
+
+
+def run(op, *args, **kwargs):
+    """The boxed PrivateUse1 fallback: runs `op` on the tpu device."""
+    _stats.bump("eager_ops")
+    info = _infos.get(op) or info_of(op)
+    if info.kind == "view":
+        return _view(op, args, kwargs)
+    if not _modes.debug_on():
+        return _run(info, op, args, kwargs)
+    try:
+        clean = _modes.inputs_clean(args, kwargs) if _modes.state.check_finite else True
+        result = _run(info, op, args, kwargs)
+        _modes.after_op(info, args, kwargs, result, clean)
+        return result
+    except (DeviceOpError, FallbackError):
+        raise
+    except Exception as e:
+        leaves: list = []
+        try:
+            _flatten((args, list(kwargs.values())), [], leaves, [], info.name)
+        except Exception:
+            pass
+        types = [_type_text(t) for t in leaves]
+        frame = user_frame()
+        err = DeviceOpError(f"{info.name} on ({', '.join(types)}) failed at {frame}: {e}", info.name, types, frame)
+        raise err from e
+
+
+def _view(op, args, kwargs):
+    out = op._op_dk(_DK.Meta, *args, **kwargs)
+    for r in out if isinstance(out, (list, tuple)) else [out]:
+        if isinstance(r, torch.Tensor) and not _is_tpu(r):
+            raise NotImplementedError(f"torchtpu: view op {op} did not alias its tpu argument")
+    return out
+
+
+def _run(info: OpInfo, op, args, kwargs):
+    key: list = [op]
+    leaves: list = []
+    floats: list = []
+    _flatten(args, key, leaves, floats, info.name)
+    if kwargs:
+        out_names = info.out_names
+        for k, v in kwargs.items():
+            key.append(k)
+            if k in out_names:
+                # Written, not read: its dtype is in the key (the result is cast to it).
+                key.append(tuple((t.dtype, tuple(t.shape)) for t in (v if isinstance(v, (list, tuple)) else [v])))
+                continue
+            _flatten(v, key, leaves, floats, info.name)
+    key = tuple(key)
+    programs = _programs._programs
+    program = programs.get(key)
+    if program is None:
+        program = _build(info, op, args, kwargs, key, lift=bool(floats))
+    if program is _BAKED:
+        baked = key + tuple(floats)
+        program = programs.get(baked) or _build(info, op, args, kwargs, baked, lift=False)
+        floats = ()
+    if isinstance(program, _CpuFallback):
+        return _on_cpu(info, op, args, kwargs, program.reason)
+    buffers = [_buffer_of(t) for t in leaves]
+    if floats:
+        buffers.extend(_programs.float_buffer(f) for f in floats)
+    outs = program.run(buffers, _modes.wait())
+    return _results(info, args, kwargs, program, outs)
+
+
+def _build(info: OpInfo, op, args, kwargs, key, lift: bool):
+    kind = info.kind
+    programs = _programs._programs
+    if kind == "mutating" or info.base not in _supported_or_decomposed():
+        reason = "no lowering" if kind != "mutating" else "mutates its arguments in a way torchtpu does not model"
+        marker = programs[key] = _CpuFallback(reason)
+        return marker
+    meta_args = tuple(_meta_of(a) for a in args)
+    meta_kwargs = {k: _meta_of(v) for k, v in kwargs.items()}
+    try:
+        if kind == "functional":
+            target, f_args, f_kwargs, cast_to = op, meta_args, meta_kwargs, None
+        else:
+            functional, arity = info.functional
+            # Eager's own checks (broadcasting into self, dtype casts) on meta tensors first.
+            op(*meta_args, **meta_kwargs)
+            if kind == "inplace":
+                target = functional
+                f_args = meta_args if arity is None else meta_args[:arity]
+                f_kwargs = meta_kwargs if arity is None else {}
+                cast_to = [args[0].dtype]
+            else:
+                names = [op._schema.arguments[i].name for i in info.written]
+                target, f_args = functional, meta_args
+                f_kwargs = {k: v for k, v in meta_kwargs.items() if k not in names}
+                cast_to = [kwargs[n].dtype for n in names]
+        if lift:
+            try:
+                return _programs.build(key, target, f_args, f_kwargs, cast_to, lift_floats=True)
+            except (Unsupported, UnsupportedError, TorchTPUError):
+                raise
+            except Exception:
+                # The op takes these floats only as numbers (an attribute of its lowering).
+                programs[key] = _BAKED
+                return _BAKED
+        return _programs.build(key, target, f_args, f_kwargs, cast_to)
+    except (Unsupported, UnsupportedError) as e:
+        marker = programs[key] = _CpuFallback(str(e))
+        return marker
+    except TorchTPUError as e:
+        from torchtpu.policy import on_failure
+
+        on_failure(e, f"tpu op {info.name}", _modes.fallback_is_error())
+        marker = programs[key] = _CpuFallback(f"{e.kind} failure: {e}")
+        return marker
+
+
+_SUPPORTED: set | None = None
+
+
+def _supported_or_decomposed() -> set:
+    """Base names of the ops a program can be made of: lowered ones, and ones torchtpu's
+    decomposition table (the compiled path's) rewrites."""
+    global _SUPPORTED
+    if _SUPPORTED is None:
+        from torchtpu.decompositions import decomposition_table
+
+        names = set(_C.supported_ops())
+        for op in decomposition_table():
+            if isinstance(op, torch._ops.OpOverload):
+                ns, name = op._schema.name.split("::", 1)
+                names.add(f"{ns}.{name.split('.')[0]}")
+        _SUPPORTED = names
+    return _SUPPORTED
+
+
+def _results(info: OpInfo, args, kwargs, program, outs):
+    specs = program.outputs
+    values = []
+    for spec in specs:
+        if spec.kind == "ir":
+            values.append(outs[spec.index])
+        elif spec.kind == "none":
+            values.append(None)
+        else:
+            raise NotImplementedError(f"torchtpu: output kind {spec.kind} of an eager program ({info.name})")
+    if info.kind == "inplace":
+        _storage.write(args[0], values[0])
+        return args[0]
+    if info.kind == "out":
+        names = [info.op._schema.arguments[i].name for i in info.written]
+        targets = [kwargs[n] for n in names]
+        for t, v, (dtype, shape) in zip(targets, values, program.out_types):
+            if tuple(t.shape) != shape:
+                resize(t, shape)
+            _storage.write(t, v)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+    tensors = [
+        None if v is None else _storage.new_tensor(shape, dtype, v) for v, (dtype, shape) in zip(values, program.out_types)
+    ]
+    returns = info.op._schema.returns
+    if len(returns) == 1 and not str(returns[0].type).endswith("[]"):
+        return tensors[0]
+    if len(returns) == 1:
+        return tensors
+    return tuple(tensors)
+
+
+def resize(t: torch.Tensor, shape) -> None:
+    """`t.resize_(shape)` (an out= tensor of another shape, often PyTorch's own `empty({0})`):
+    `t` is pointed (PyTorch's Meta `set_`) at its own storage when that holds enough elements,
+    as eager's resize keeps it, else at fresh storage."""
+    shape = tuple(shape)
+    slot = _storage.slot_of(t)
+    storage = t.untyped_storage()
+    offset = t.storage_offset()
+    if offset + math.prod(shape) > slot.numel:
+        storage, offset = _storage.new_tensor(shape, t.dtype).untyped_storage(), 0
+    aten.set_.source_Storage_storage_offset._op_dk(
+        _DK.Meta, t, storage, offset, list(shape), list(_storage.contiguous_strides(shape))
+    )
+
+
+# ---------------------------------------------------------------- on the CPU
+
+
+def _to_cpu(x):
+    if isinstance(x, torch.Tensor) and _is_tpu(x):
+        return _storage.to_host(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_cpu(v) for v in x)
+    return x
+
+
+def _on_cpu(info: OpInfo, op, args, kwargs, reason: str):
+    if _modes.fallback_is_error():
+        raise UnsupportedError(f"{info.name} has no tpu program ({reason}); TORCHTPU_FALLBACK=error", [info.base])
+    _stats.record_eager_fallback(info.base)
+    warn_once(f"tpu-cpu:{info.name}", f"torchtpu: {info.name} runs on the CPU for the tpu device ({reason})")
+    cpu_args = tuple(_to_cpu(a) for a in args)
+    cpu_kwargs = {k: _to_cpu(v) for k, v in kwargs.items()}
+    out = op(*cpu_args, **cpu_kwargs)
+    # Mutated arguments: copy their new values back into the tpu tensors.
+    schema_args = op._schema.arguments
+    written = {}
+    for i in info.written:
+        a = schema_args[i]
+        orig = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
+        cpu = cpu_args[i] if i < len(args) and not a.kwarg_only else cpu_kwargs.get(a.name)
+        if isinstance(orig, torch.Tensor) and _is_tpu(orig):
+            if tuple(orig.shape) != tuple(cpu.shape):
+                resize(orig, cpu.shape)
+            _storage.write(orig, _storage.upload(cpu))
+            written[id(cpu)] = orig
+
+    def back(r):
+        if isinstance(r, torch.Tensor):
+            if id(r) in written:
+                return written[id(r)]
+            return _storage.from_host(r)
+        if isinstance(r, (list, tuple)):
+            return type(r)(back(v) for v in r)
+        return r
+
+    return back(out)
+
+

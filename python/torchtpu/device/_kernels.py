@@ -1,0 +1,87 @@
+"""The PrivateUse1 kernels of the `tpu` device: tensor creation, copies across devices,
+`.item()`, resizing and random numbers (`_random.py`); `run` (`_dispatch.run`) is the boxed
+fallback for every other op. `torchtpu.device.register` registers them (through trampolines
+that import this module at the first op)."""
+
+from __future__ import annotations
+
+import torch
+
+from torchtpu.device import _dispatch, _random, _storage
+
+aten = torch.ops.aten
+_DK = torch._C.DispatchKey
+
+
+def _dtype(dtype):
+    return dtype if dtype is not None else torch.get_default_dtype()
+
+
+def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _storage.new_tensor(tuple(size), _dtype(dtype))
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    size, stride = tuple(size), tuple(stride)
+    if _storage.is_contiguous(size, stride):
+        return _storage.new_tensor(size, _dtype(dtype))
+    # A layout other than row-major (empty_like of a transposed tensor): storage for the span
+    # of the strides, viewed with them.
+    span = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    base = _storage.new_tensor((span,), _dtype(dtype))
+    return aten.as_strided.default._op_dk(_DK.Meta, base, list(size), list(stride), 0)
+
+
+def copy_(self, src, non_blocking=False):
+    if self.device.type != _dispatch.DEVICE:
+        # tpu -> CPU: PyTorch's CPU copy does the dtype conversion and broadcasting.
+        return self.copy_(_storage.to_host(src))
+    if src.device.type != _dispatch.DEVICE:
+        cpu = src.detach().to(self.dtype).expand(self.shape)
+        _storage.write(self, _storage.upload(cpu.contiguous()))
+        return self
+    if src.dtype == self.dtype and tuple(src.shape) == tuple(self.shape):
+        _storage.write(self, _storage.read(src))
+        return self
+    # Cast and broadcast on the device: the functional `copy`.
+    _dispatch.run(aten.copy_.default, self, src)
+    return self
+
+
+def _copy_from(self, dst, non_blocking=False):
+    return copy_(dst, self, non_blocking)
+
+
+def _copy_from_and_resize(self, dst):
+    if tuple(dst.shape) != tuple(self.shape):
+        _dispatch.resize(dst, tuple(self.shape))
+    return copy_(dst, self)
+
+
+def _local_scalar_dense(self):
+    return _storage.to_host(self).item()
+
+
+def resize_(self, size, memory_format=None):
+    if tuple(self.shape) != tuple(size):
+        _dispatch.resize(self, tuple(size))
+    return self
+
+
+def _has_compatible_shallow_copy_type(self, from_):
+    return self.device.type == from_.device.type
+
+
+KERNELS = {
+    "empty.memory_format": empty_memory_format,
+    "empty_strided": empty_strided,
+    "copy_": copy_,
+    "_copy_from": _copy_from,
+    "_copy_from_and_resize": _copy_from_and_resize,
+    "_local_scalar_dense": _local_scalar_dense,
+    "resize_": resize_,
+    **_random.KERNELS,
+}
+
+# The boxed fallback: every other op.
+run = _dispatch.run

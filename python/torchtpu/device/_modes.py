@@ -1,0 +1,102 @@
+"""The eager device's modes (set through `torchtpu.eager.mode`, default from
+TORCHTPU_EAGER_MODE):
+- "strict" (the default): each op is dispatched as it comes; where the plugin runs
+  asynchronously the call returns once the work is enqueued.
+- "debug": synchronous; each op's result is waited for, so a failure is raised at the op that
+  caused it, as `torchtpu.errors.DeviceOpError` naming the op, its input types and the user's
+  frame. With `check_finite`, the first op whose result holds a NaN or an infinity that none of
+  its inputs held raises `torchtpu.errors.NonFiniteError`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+MODE_ENV = "TORCHTPU_EAGER_MODE"
+MODES = ("strict", "debug")
+
+
+class _State:
+    __slots__ = ("mode", "check_finite", "fallback_error")
+
+    def __init__(self):
+        mode = os.environ.get(MODE_ENV, "strict").strip().lower() or "strict"
+        if mode not in MODES:
+            raise ValueError(f"{MODE_ENV}={mode!r}: expected one of {MODES}")
+        self.mode = mode
+        self.check_finite = False
+        self.fallback_error = None  # None: follow TORCHTPU_FALLBACK
+
+
+state = _State()
+
+
+def debug_on() -> bool:
+    return state.mode == "debug"
+
+
+def wait() -> bool:
+    return state.mode == "debug"
+
+
+def fallback_is_error() -> bool:
+    if state.fallback_error is not None:
+        return state.fallback_error
+    from torchtpu.policy import fallback_is_error as env_says
+
+    return env_says()
+
+
+def _tensors(x, out: list):
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "tpu":
+            out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensors(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _tensors(v, out)
+    return out
+
+
+def _has_non_finite(t: torch.Tensor) -> bool:
+    if not (t.dtype.is_floating_point or t.dtype.is_complex) or t.numel() == 0:
+        return False
+    from torchtpu.device import _storage
+
+    return not bool(torch.isfinite(_storage.to_host(t)).all())
+
+
+def inputs_clean(args, kwargs) -> bool:
+    """Whether no tpu tensor among the arguments holds a NaN or an infinity (checked before an
+    op runs, since an in-place op overwrites its input)."""
+    return not any(_has_non_finite(t) for t in _tensors((args, kwargs), []))
+
+
+def after_op(info, args, kwargs, result, inputs_were_clean: bool) -> None:
+    """Debug mode, after `info.op` ran: waits for its results; with `check_finite`, raises
+    NonFiniteError if they hold a NaN or infinity and its inputs did not."""
+    from torchtpu.device import _storage
+    from torchtpu.device._dispatch import _type_text, user_frame
+    from torchtpu.errors import NonFiniteError
+
+    outs = _tensors(result, [])
+    for t in outs:
+        slot = _storage.slot_of(t)
+        if slot.buffer is not None:
+            slot.buffer.wait()
+    if not state.check_finite or not inputs_were_clean:
+        return
+    if not any(_has_non_finite(t) for t in outs):
+        return
+    types = [_type_text(t) for t in _tensors((args, kwargs), [])]
+    frame = user_frame()
+    raise NonFiniteError(
+        f"{info.name} on ({', '.join(types)}) produced NaN or Inf at {frame} (its inputs were finite)",
+        info.name,
+        types,
+        frame,
+    )

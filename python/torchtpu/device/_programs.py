@@ -1,0 +1,253 @@
+"""One-op programs for the eager `tpu` device: an ATen call on meta tensors becomes a
+one-node FX graph, which the exporter writes as IR (the same conventions, op registry and
+lowering as torch.compile graphs), which the engine compiles through its caches. Programs are
+kept per key (the op, its non-tensor arguments, and the dtype and shape of each tensor), so a
+warm op costs a dict lookup and one PJRT execution.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torchtpu import _C, _stats
+from torchtpu.exporter import TORCH_DTYPES, export
+
+aten = torch.ops.aten
+
+
+def _add_scaled(x, y, *, alpha=1):
+    return aten.add.Tensor(x, aten.mul.Tensor(y, alpha))
+
+
+def _sub_scaled(x, y, *, alpha=1):
+    return aten.sub.Tensor(x, aten.mul.Tensor(y, alpha))
+
+
+def _addcdiv(x, t1, t2, *, value=1):
+    return aten.add.Tensor(x, aten.mul.Tensor(aten.div.Tensor(t1, t2), value))
+
+
+def _addcmul(x, t1, t2, *, value=1):
+    return aten.add.Tensor(x, aten.mul.Tensor(aten.mul.Tensor(t1, t2), value))
+
+
+def _lerp(x, end, weight):
+    # PyTorch's formula: from the nearer end, for accuracy at both ends.
+    diff = aten.sub.Tensor(end, x)
+    low = aten.add.Tensor(x, aten.mul.Tensor(diff, weight))
+    high = aten.sub.Tensor(end, aten.mul.Tensor(diff, aten.rsub.Scalar(weight, 1)))
+    return aten.where.self(aten.lt.Scalar(aten.abs.default(weight), 0.5), low, high)
+
+
+# Ops whose float arguments the lowering (or PyTorch's decomposition) reads as numbers:
+# written with the float as a tensor operand instead, so that the float can be an input
+# (SGD's `add_(grad, alpha=-lr)`, Adam's `addcdiv_(..., value=-step_size)`).
+_LIFT_REWRITES = {
+    aten.add.Tensor: _add_scaled,
+    aten.sub.Tensor: _sub_scaled,
+    aten.addcdiv.default: _addcdiv,
+    aten.addcmul.default: _addcmul,
+    aten.lerp.Scalar: _lerp,
+}
+
+
+class Program:
+    """A compiled one-op graph: which leaf (tensor argument, in flattening order) or constant
+    feeds each input, and what each output is."""
+
+    __slots__ = ("program", "sources", "outputs", "out_types", "name")
+
+    def __init__(self, program, sources, outputs, name):
+        self.program = program
+        self.sources = sources  # per IR input: ("leaf", i) or ("const", DeviceBuffer)
+        self.outputs = outputs  # exporter OutputSpecs
+        self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
+        self.name = name
+
+    def run(self, leaves: list, wait: bool = True) -> list:
+        """Executes on `leaves` (device buffers, in flattening order); returns the device
+        buffers of the IR outputs."""
+        inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
+        return self.program.run_device(inputs, wait)
+
+
+_programs: dict = {}
+
+
+def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_floats: bool = False) -> Program:
+    """Compiles `op(*meta_args, **meta_kwargs)`, whose tensor leaves are meta tensors (or CPU
+    0-d tensors: scalars), into a Program kept under `key`. The op is traced with torchtpu's
+    decomposition table (the compiled path's), so an op without a lowering of its own runs as
+    the program of its decomposition. `cast_to[i]`, where given, converts output i to that
+    dtype in the same program (an in-place op writing a wider result into its argument).
+
+    With `lift_floats`, the Python floats among the arguments are leaves too (0-d f64 inputs,
+    after the tensors), fed their values at each call: a learning rate or a bias correction
+    that changes every step then never recompiles."""
+    program = _programs.get(key)
+    if program is not None:
+        return program
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchtpu.decompositions import decomposition_table
+
+    table = decomposition_table()
+    leaves: list = []
+    floats: list = []
+
+    def collect(x):
+        if isinstance(x, torch.Tensor):
+            leaves.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+        elif lift_floats and type(x) is float:
+            floats.append(x)
+
+    collect(meta_args)
+    collect(list(meta_kwargs.values()))
+    n_tensors = len(leaves)
+    lifted = [torch.tensor(f, dtype=torch.float64) for f in floats]
+
+    def rebuild(x, it, fit):
+        if isinstance(x, torch.Tensor):
+            return next(it)
+        if isinstance(x, (list, tuple)):
+            return type(x)(rebuild(v, it, fit) for v in x)
+        if lift_floats and type(x) is float:
+            return next(fit)
+        return x
+
+    call = (_LIFT_REWRITES.get(op) or table.get(op, op)) if lift_floats else op
+
+    def fn(*inputs):
+        it, fit = iter(inputs[:n_tensors]), iter(inputs[n_tensors:])
+        args = tuple(rebuild(a, it, fit) for a in meta_args)
+        kwargs = {k: rebuild(v, it, fit) for k, v in meta_kwargs.items()}
+        result = call(*args, **kwargs)
+        outs = list(result) if isinstance(result, (list, tuple)) else [result]
+        if cast_to is not None:
+            outs = [o.to(d) if d is not None and o.dtype != d else o for o, d in zip(outs, cast_to)]
+        return outs
+
+    gm = make_fx(fn, decomposition_table=table)(*leaves, *lifted)
+    name = "eager_" + str(op).replace(".", "_").replace("::", "_")
+    exported = export(gm, name)
+    sources = []
+    for spec in exported.inputs:
+        if spec.kind == "arg":
+            sources.append(("leaf", spec.index))
+        else:
+            from torchtpu.device._storage import upload
+
+            sources.append(("const", upload(spec.value)))
+    compiled = _C.compile(exported.text, donate=False)
+    _stats.bump("eager_programs_compiled")
+    program = Program(compiled, sources, exported.outputs, name)
+    _programs[key] = program
+    return program
+
+
+def build_text(key, text: str, name: str) -> Program:
+    """Compiles IR `text` (its inputs are the leaves, in order) into a Program kept under
+    `key`: for the device's own `tpu.*` ops, which have no ATen form to trace."""
+    from torchtpu.exporter import OutputSpec
+
+    compiled = _C.compile(text, donate=False)
+    _stats.bump("eager_programs_compiled")
+    n_in, n_out = len(compiled.input_types), len(compiled.output_types)
+    program = Program(compiled, [("leaf", i) for i in range(n_in)], [OutputSpec("ir", i) for i in range(n_out)], name)
+    _programs[key] = program
+    return program
+
+
+def clear() -> None:
+    """Forgets every kept program (the engine's caches still hold the executables)."""
+    _programs.clear()
+    _scalars.clear()
+
+
+# ---------------------------------------------------------------- data movement programs
+
+
+def _meta(shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def zeros(shape, dtype):
+    shape = tuple(shape)
+    key = ("zeros", shape, dtype)
+    p = _programs.get(key) or build(key, aten.zeros.default, (list(shape),), {"dtype": dtype, "device": "meta"})
+    return p.run([])[0]
+
+
+def reshape(buffer, shape, new_shape, dtype):
+    key = ("reshape", shape, new_shape, dtype)
+    p = _programs.get(key) or build(key, aten.view.default, (_meta(shape, dtype), list(new_shape)), {})
+    return p.run([buffer])[0]
+
+
+def strided_read(buffer, shape, dtype, size, stride, offset):
+    """The view (size, stride, offset) of a row-major buffer of `shape`, made dense."""
+    key = ("as_strided", shape, dtype, size, stride, offset)
+    p = _programs.get(key) or build(
+        key, aten.as_strided.default, (_meta(shape, dtype), list(size), list(stride), offset), {}
+    )
+    return p.run([buffer])[0]
+
+
+def strided_write(base, shape, dtype, src, size, stride, offset):
+    """`base` (row-major, of `shape`) with the view (size, stride, offset) replaced by `src`."""
+    key = ("as_strided_scatter", shape, dtype, size, stride, offset)
+    p = _programs.get(key) or build(
+        key,
+        aten.as_strided_scatter.default,
+        (_meta(shape, dtype), _meta(size, dtype), list(size), list(stride), offset),
+        {},
+    )
+    return p.run([base, src])[0]
+
+
+def float_buffer(value: float):
+    """A 0-d f64 device buffer holding `value` (a float argument lifted to an input)."""
+    key = (torch.float64, value, math.copysign(1.0, value))
+    b = _scalars.get(key)
+    if b is None:
+        if len(_scalars) >= _SCALAR_CACHE_LIMIT:
+            _scalars.clear()
+        b = _scalars[key] = _C.device_put(torch.tensor(value, dtype=torch.float64))
+    return b
+
+
+# CPU scalars (0-d tensors, Python numbers lifted to inputs) uploaded once per (dtype, value).
+_scalars: dict = {}
+_SCALAR_CACHE_LIMIT = 4096
+
+
+def scalar_buffer(t: torch.Tensor):
+    value = t.item()
+    key = (t.dtype, value, math.copysign(1.0, value) if isinstance(value, float) else 0)
+    b = _scalars.get(key)
+    if b is None:
+        if len(_scalars) >= _SCALAR_CACHE_LIMIT:
+            _scalars.clear()
+        from torchtpu.device._storage import upload
+
+        b = _scalars[key] = upload(t)
+    return b
+
+
+def wait_all() -> None:
+    """Waits for the device's enqueued work (`torch.tpu.synchronize`): the engine runs programs
+    in order, so the buffers of live tpu tensors being ready means all of it is done."""
+    import gc
+
+    from torchtpu.device._storage import _SLOT
+
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.UntypedStorage):
+            slot = getattr(obj, _SLOT, None)
+            if slot is not None and slot.buffer is not None:
+                slot.buffer.wait()

@@ -1,0 +1,147 @@
+"""Where a `tpu` tensor's data lives.
+
+PyTorch owns a `tpu` tensor's metadata: sizes, strides, storage offset and the storage it
+shares with its views (`torch._C._acc.create_empty_tensor` makes a base whose storage holds no
+bytes; views come from the Meta kernels, which alias that storage). torchtpu owns the data: a
+`Slot` attached to the storage object holds one device buffer (`torchtpu._C.DeviceBuffer`) with
+the storage's elements in row-major order, in some shape (`Slot.shape`). Buffers are never
+written in place: a write makes a new buffer and the slot points at it, so every view of the
+storage sees the write (PyTorch's aliasing semantics) and nothing else can.
+
+Reading a view that is not the buffer itself runs a cached `aten.as_strided` program; writing
+one runs `aten.as_strided_scatter` into the buffer. The slot, and with it the buffer, is freed
+when the last tensor sharing the storage dies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torchtpu import _C
+from torchtpu.exporter import IR_DTYPES
+
+# The attribute a storage object carries its slot in (kept with the storage's Python object,
+# which PyTorch preserves as long as the storage lives).
+_SLOT = "_torchtpu_slot"
+
+
+class Slot:
+    """The device data of one storage: `buffer` (None until first written) of `shape`."""
+
+    __slots__ = ("buffer", "shape", "dtype", "numel")
+
+    def __init__(self, shape, dtype: torch.dtype, buffer=None):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.numel = math.prod(self.shape)
+        self.buffer = buffer
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape, stride) -> bool:
+    expected = 1
+    for size, st in reversed(list(zip(shape, stride))):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def slot_of(t: torch.Tensor) -> Slot:
+    slot = getattr(t.untyped_storage(), _SLOT, None)
+    if slot is None:
+        raise RuntimeError(
+            f"torchtpu: this {t.device} tensor has no device data (it was not made by torchtpu's "
+            "device kernels, or its storage was replaced)"
+        )
+    return slot
+
+
+def new_tensor(shape, dtype: torch.dtype, buffer=None) -> torch.Tensor:
+    """A fresh `tpu` base tensor of `shape`, holding `buffer` (a DeviceBuffer of that shape and
+    dtype) or nothing yet (an uninitialised `empty`)."""
+    if dtype not in IR_DTYPES:
+        raise TypeError(f"torchtpu: dtype {dtype} is not supported on the tpu device")
+    t = torch._C._acc.create_empty_tensor(list(shape), dtype)
+    setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer))
+    return t
+
+
+def is_whole(t: torch.Tensor, slot: Slot) -> bool:
+    """Whether `t` is all of its storage, row-major from offset 0 (then its data is the buffer,
+    reshaped at most)."""
+    return t.storage_offset() == 0 and t.numel() == slot.numel and is_contiguous(t.shape, t.stride())
+
+
+def _zeros(slot: Slot):
+    from torchtpu.device import _programs
+
+    slot.buffer = _programs.zeros(slot.shape, slot.dtype)
+    return slot.buffer
+
+
+def read(t: torch.Tensor):
+    """`t`'s values as a dense device buffer of `t`'s shape."""
+    slot = slot_of(t)
+    if t.dtype != slot.dtype:
+        raise NotImplementedError(
+            f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
+        )
+    buffer = slot.buffer if slot.buffer is not None else _zeros(slot)
+    shape = tuple(t.shape)
+    if is_whole(t, slot):
+        if shape == slot.shape:
+            return buffer
+        from torchtpu.device import _programs
+
+        return _programs.reshape(buffer, slot.shape, shape, slot.dtype)
+    from torchtpu.device import _programs
+
+    return _programs.strided_read(buffer, slot.shape, slot.dtype, shape, tuple(t.stride()), t.storage_offset())
+
+
+def write(t: torch.Tensor, buffer) -> None:
+    """Makes `t`'s values those of `buffer` (a dense buffer of `t`'s shape and dtype); every
+    tensor sharing `t`'s storage sees them."""
+    slot = slot_of(t)
+    if is_whole(t, slot):
+        slot.buffer, slot.shape = buffer, tuple(t.shape)
+        return
+    from torchtpu.device import _programs
+
+    base = slot.buffer if slot.buffer is not None else _zeros(slot)
+    slot.buffer = _programs.strided_write(
+        base, slot.shape, slot.dtype, buffer, tuple(t.shape), tuple(t.stride()), t.storage_offset()
+    )
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of `t` (contiguous)."""
+    return torch.from_dlpack(read(t).to_host())
+
+
+def from_host(cpu: torch.Tensor) -> torch.Tensor:
+    """A new `tpu` tensor holding a copy of the CPU tensor `cpu`."""
+    cpu = cpu.detach().contiguous()
+    return new_tensor(tuple(cpu.shape), cpu.dtype, upload(cpu))
+
+
+def upload(cpu: torch.Tensor):
+    """A device buffer holding a copy of the CPU tensor `cpu`."""
+    cpu = cpu.detach()
+    if cpu.dtype not in IR_DTYPES:
+        raise TypeError(f"torchtpu: dtype {cpu.dtype} is not supported on the tpu device")
+    if cpu.is_conj():
+        cpu = cpu.resolve_conj()
+    if cpu.is_neg():
+        cpu = cpu.resolve_neg()
+    return _C.device_put(cpu.contiguous())

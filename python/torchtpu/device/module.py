@@ -1,0 +1,138 @@
+"""`torch.tpu`: the device module PyTorch looks up for the `tpu` backend (seeding, device
+count, synchronisation, memory statistics), and the hooks and device guard PyTorch's Python
+backend route asks for."""
+
+from __future__ import annotations
+
+import torch
+
+from torchtpu import _C
+
+
+def _sync() -> None:
+    # Executions are waited for by their outputs' readers; a device-wide barrier is a wait on
+    # the live outputs of the last ops, which the engine runs in order on one stream. On a
+    # synchronous plugin (the CPU plugin) there is nothing to wait for.
+    from torchtpu.device import _programs
+
+    _programs.wait_all()
+
+
+class TpuModule:
+    """What `torch.tpu` offers."""
+
+    @staticmethod
+    def is_available() -> bool:
+        try:
+            return _C.device_count() > 0
+        except Exception:
+            return False
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def device_count() -> int:
+        # The eager device is the plugin's first device; SPMD programs use the others.
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def set_device(device) -> None:
+        index = torch.device(device).index if not isinstance(device, int) else device
+        if index not in (None, 0):
+            raise RuntimeError(f"torchtpu: the tpu device has one device (index 0), not {index}")
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        _sync()
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        from torchtpu.device._random import default_generator
+
+        default_generator.manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    @staticmethod
+    def seed() -> int:
+        import random
+
+        s = random.getrandbits(63)
+        TpuModule.manual_seed(s)
+        return s
+
+    seed_all = seed
+
+    @staticmethod
+    def initial_seed() -> int:
+        from torchtpu.device._random import default_generator
+
+        default_generator.current()
+        return default_generator.seed
+
+    @staticmethod
+    def memory_allocated(device=None) -> int:
+        return _C.device_memory()[0]
+
+    @staticmethod
+    def max_memory_allocated(device=None) -> int:
+        return _C.device_memory()[1]
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None) -> None:
+        _C.reset_device_peak()
+
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.bfloat16, torch.float16]
+
+    @staticmethod
+    def _lazy_init() -> None:
+        pass
+
+
+class Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+_original_synchronize = None
+
+
+def patch_accelerator() -> None:
+    """`torch.accelerator.synchronize()` calls a C++ device hook that a Python backend cannot
+    provide; for the tpu device it is routed to `torch.tpu.synchronize`."""
+    global _original_synchronize
+    if _original_synchronize is not None:
+        return
+    _original_synchronize = torch.accelerator.synchronize
+
+    def synchronize(device=None, /):
+        acc = torch.accelerator.current_accelerator()
+        if acc is not None and acc.type == "tpu":
+            return _sync()
+        return _original_synchronize(device)
+
+    synchronize.__doc__ = _original_synchronize.__doc__
+    torch.accelerator.synchronize = synchronize
