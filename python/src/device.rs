@@ -16,7 +16,7 @@ static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// An array in device memory: `dtype` (the IR's name, e.g. "f32") and `shape`.
-#[pyclass(frozen)]
+#[pyclass(frozen, weakref)]
 pub struct DeviceBuffer {
     buffer: Buffer,
     dtype: DType,

@@ -41,6 +41,8 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
     _register_kernels()
     module.patch_accelerator()
+    module.register_pickling()
+    module.patch_printing()
     _registered = True
 
 

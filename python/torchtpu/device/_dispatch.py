@@ -142,6 +142,9 @@ def _flatten(x, key: list, leaves: list, floats: list, op_name: str) -> None:
             key.append((x.dtype, tuple(x.shape)))
         elif x.dim() == 0 and x.device.type == "cpu":
             key.append(("cpu", x.dtype))
+        elif x.device.type == "cpu" and op_name.split(".")[0] in _CPU_INDEX_OPS and not x.dtype.is_floating_point:
+            # Indices may stay on the CPU, as PyTorch allows for CUDA tensors: copied per call.
+            key.append(("cpu", x.dtype, tuple(x.shape)))
         else:
             raise RuntimeError(
                 f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -162,6 +165,7 @@ def _flatten(x, key: list, leaves: list, floats: list, op_name: str) -> None:
         key.append(x)
 
 
+_CPU_INDEX_OPS = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
 _FLOAT = "<float>"
 # Under a key: the floats cannot be inputs (the op takes them only as attributes), so the
 # program is kept per value under the key with the values appended.
@@ -179,7 +183,9 @@ def _meta_of(x):
 
 
 def _buffer_of(t):
-    return _storage.read(t) if _is_tpu(t) else _programs.scalar_buffer(t)
+    if _is_tpu(t):
+        return _storage.read(t)
+    return _programs.scalar_buffer(t) if t.dim() == 0 else _storage.upload(t)
 
 
 def _type_text(t) -> str:
@@ -219,7 +225,8 @@ def run(op, *args, **kwargs):
     except Exception as e:
         leaves: list = []
         try:
-            _flatten((args, list(kwargs.values())), [], leaves, [], info.name)
+            read = [v for k, v in kwargs.items() if k not in info.out_names]
+            _flatten((args, read), [], leaves, [], info.name)
         except Exception:
             pass
         types = [_type_text(t) for t in leaves]

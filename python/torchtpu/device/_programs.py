@@ -8,6 +8,7 @@ warm op costs a dict lookup and one PJRT execution.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -69,8 +70,12 @@ class Program:
     def run(self, leaves: list, wait: bool = True) -> list:
         """Executes on `leaves` (device buffers, in flattening order); returns the device
         buffers of the IR outputs."""
+        global _last
         inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
-        return self.program.run_device(inputs, wait)
+        outs = self.program.run_device(inputs, wait)
+        if not wait:
+            _last = tuple(weakref.ref(b) for b in outs)
+        return outs
 
 
 _programs: dict = {}
@@ -241,13 +246,15 @@ def scalar_buffer(t: torch.Tensor):
 
 def wait_all() -> None:
     """Waits for the device's enqueued work (`torch.tpu.synchronize`): the engine runs programs
-    in order, so the buffers of live tpu tensors being ready means all of it is done."""
-    import gc
+    in order on one device, so the last execution's outputs being ready means all of it is."""
+    global _last
+    last, _last = _last, ()
+    for ref in last:
+        b = ref()
+        if b is not None:
+            b.wait()
 
-    from torchtpu.device._storage import _SLOT
 
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.UntypedStorage):
-            slot = getattr(obj, _SLOT, None)
-            if slot is not None and slot.buffer is not None:
-                slot.buffer.wait()
+# The outputs of the last asynchronous execution (what `wait_all` waits for), held weakly:
+# a dead buffer needs no waiting.
+_last: tuple = ()

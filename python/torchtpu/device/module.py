@@ -136,3 +136,54 @@ def patch_accelerator() -> None:
 
     synchronize.__doc__ = _original_synchronize.__doc__
     torch.accelerator.synchronize = synchronize
+
+
+def _reduce_tensor(t: torch.Tensor):
+    if t.device.type == "tpu":
+        from torchtpu.device import _storage
+
+        # A tpu tensor's storage holds no bytes on the host side: it is saved as its values,
+        # the way PyTorch saves tensors of backends without host-visible storage.
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor, (_storage.to_host(t), t.dtype, str(t.device), t.requires_grad))
+    return t.__reduce_ex__(2)
+
+
+def register_pickling() -> None:
+    """`torch.save` (and pickle) of tpu tensors: PyTorch's default saves a tensor's storage,
+    which for a tpu tensor is empty, so plain tensors are reduced through `_reduce_tensor`
+    (other devices' tensors exactly as before; `copyreg` is consulted by exact type, so
+    subclasses such as Parameter keep their own reduction, which saves `.data`, a plain tensor)."""
+    import copyreg
+
+    copyreg.pickle(torch.Tensor, _reduce_tensor)
+
+
+_original_str = None
+
+
+def patch_printing() -> None:
+    """Printing a tensor runs slicing and masked selection on it; for xla and lazy tensors
+    PyTorch prints a CPU copy instead, to avoid compiling those ops, and so does the tpu
+    device (the device suffix added back)."""
+    global _original_str
+    if _original_str is not None:
+        return
+    import torch._tensor_str as tensor_str
+
+    _original_str = tensor_str._str
+
+    def _str(self, *, tensor_contents=None):
+        if self.device.type != "tpu":
+            return _original_str(self, tensor_contents=tensor_contents)
+        with torch.no_grad():
+            text = _original_str(self.detach().to("cpu"), tensor_contents=tensor_contents)
+        suffix = f"device='{self.device}'"
+        at = text.find(", dtype=")
+        text = text[:at] + ", " + suffix + text[at:] if at >= 0 else text[:-1] + ", " + suffix + ")"
+        if self.grad_fn is not None:
+            text = text[:-1] + f", grad_fn=<{type(self.grad_fn).__name__}>)"
+        elif self.requires_grad:
+            text = text[:-1] + ", requires_grad=True)"
+        return text
+
+    tensor_str._str = _str

@@ -1,0 +1,338 @@
+"""The eager `tpu` device (docs/eager.md): registration, tensors in PJRT memory, aliasing,
+ops through one-op programs compared with CPU eager, the program cache, RNG, the CPU
+fallback, strict/debug modes, and torch.compile on tpu tensors.
+
+Tolerances: one-op programs compute in the op's dtype as XLA does; elementwise f32 results
+agree with eager to rounding (rtol 1.3e-6, atol 1e-5, torch.testing's defaults for f32),
+reductions and matmuls to a few ulps of their inputs' magnitude (rtol 1e-5, atol 1e-5)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchtpu
+from torchtpu.device import _programs
+
+TPU = "tpu"
+
+
+def compiled_programs() -> int:
+    return torchtpu.stats()["eager_programs_compiled"]
+
+
+def close(a, b, rtol=1e-5, atol=1e-5):
+    torch.testing.assert_close(a.cpu() if a.device.type == TPU else a, b, rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------- registration
+
+
+def _fresh(code: str, **env) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300)
+
+
+def test_fresh_process_without_import_torchtpu():
+    code = (
+        "import sys, torch\n"
+        "x = torch.randn(4, 4, device='tpu')\n"
+        "print(x.device, tuple(x.shape), 'torchtpu.errors' in sys.modules)\n"
+        "print(torch.accelerator.current_accelerator())\n"
+        "torch.accelerator.synchronize()\n"
+        "print(torch.tpu.is_available(), torch.tpu.device_count())\n"
+    )
+    r = _fresh(code)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    # The device works, and autoload did not pull in Dynamo (torchtpu.errors) until an op ran.
+    assert lines[0].startswith("tpu:0 (4, 4)")
+    assert lines[1] == "tpu"
+    assert lines[2] == "True 1"
+
+
+def test_autoload_can_be_turned_off():
+    r = _fresh("import torch\ntorch.empty(2, device='tpu')\n", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode != 0
+    assert "tpu" in r.stderr
+
+
+def test_import_torch_does_not_import_dynamo():
+    r = _fresh("import sys, torch\nprint('torch._dynamo' in sys.modules, torch._C._get_privateuse1_backend_name())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False tpu"
+
+
+# ---------------------------------------------------------------- tensors and memory
+
+
+def test_round_trips_and_host_reads():
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t = a.to(TPU)
+    assert t.device.type == TPU and t.dtype == a.dtype and t.shape == a.shape
+    assert torch.equal(t.cpu(), a)
+    assert t.tolist() == a.tolist()
+    assert t[1, 2].item() == 6.0
+    assert "device='tpu:0'" in repr(t)
+    dst = torch.empty(3, 4, dtype=torch.float64)
+    dst.copy_(t)  # tpu -> CPU with a dtype conversion
+    assert torch.equal(dst, a.double())
+    t2 = torch.zeros(3, 4, device=TPU, dtype=torch.int32)
+    t2.copy_(a)  # CPU -> tpu with a dtype conversion
+    assert torch.equal(t2.cpu(), a.int())
+
+
+def test_torch_save_and_load():
+    t = torch.randn(3, 5).to(TPU)
+    buf = io.BytesIO()
+    torch.save({"t": t, "p": torch.nn.Parameter(t.clone())}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded["t"].device.type == TPU
+    assert torch.equal(loaded["t"].cpu(), t.cpu())
+    assert isinstance(loaded["p"], torch.nn.Parameter) and torch.equal(loaded["p"].cpu(), t.cpu())
+
+
+def test_memory_accounting():
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    torch.tpu.reset_peak_memory_stats()
+    t = torch.ones(256, 256, device=TPU)  # 256 KiB
+    assert torch.tpu.memory_allocated() - before >= 256 * 256 * 4
+    assert torch.tpu.max_memory_allocated() >= before + 256 * 256 * 4
+    del t
+    assert torch.tpu.memory_allocated() - before < 256 * 256 * 4
+
+
+# ---------------------------------------------------------------- views and in-place ops
+
+
+def test_view_writes_reach_the_base():
+    a = torch.arange(12.0).reshape(3, 4)
+    x = a.to(TPU)
+    y = x[0]
+    y.add_(1)  # as on CPU: y is a view of x
+    a[0].add_(1)
+    close(x, a)
+    x.t()[1].mul_(10)  # a strided view
+    a.t()[1].mul_(10)
+    close(x, a)
+    flat = x.view(-1)
+    flat[::5] = -1.0
+    a.view(-1)[::5] = -1.0
+    close(x, a)
+    close(y, a[0])  # the first view sees later writes too
+    x[1:, 2:].zero_()
+    a[1:, 2:].zero_()
+    close(x, a)
+
+
+def test_views_share_storage_and_report_strides():
+    x = torch.randn(4, 6).to(TPU)
+    v = x.t()
+    assert v.stride() == (1, 6) and not v.is_contiguous()
+    assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert x[1:].storage_offset() == 6
+    close(v.contiguous(), x.cpu().t())
+
+
+def test_out_variants_and_resize():
+    a, b = torch.randn(5), torch.randn(5)
+    out = torch.empty(0, device=TPU)
+    torch.add(a.to(TPU), b.to(TPU), out=out)  # out is resized to 5
+    close(out, a + b)
+
+
+# ---------------------------------------------------------------- ops against CPU eager
+
+
+OPS = [
+    ("add", lambda a, b: a + b),
+    ("mul_scalar", lambda a, b: a * 2.5),
+    ("matmul", lambda a, b: a @ b.t()),
+    ("softmax", lambda a, b: torch.softmax(a, -1)),
+    ("where", lambda a, b: torch.where(a > b, a, b)),
+    ("sum_dim", lambda a, b: a.sum(1, keepdim=True)),
+    ("mean", lambda a, b: a.mean()),
+    ("cat", lambda a, b: torch.cat([a, b], 0)),
+    ("gelu", lambda a, b: torch.nn.functional.gelu(a)),
+    ("layer_norm", lambda a, b: torch.nn.functional.layer_norm(a, (6,))),
+    ("index", lambda a, b: a[torch.tensor([2, 0])]),
+    ("int_floor_div", lambda a, b: (a * 10).long() // 3),
+    ("argmax", lambda a, b: a.argmax(-1)),
+    ("cumsum", lambda a, b: a.cumsum(0)),
+]
+
+
+@pytest.mark.parametrize("name,fn", OPS, ids=[n for n, _ in OPS])
+def test_ops_match_cpu_eager(name, fn):
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    expected = fn(a, b)
+    got = fn(a.to(TPU), b.to(TPU))
+    assert got.device.type == TPU and got.dtype == expected.dtype
+    close(got, expected)
+
+
+def test_warm_ops_compile_nothing_and_floats_are_inputs():
+    x = torch.randn(8).to(TPU)
+    y = torch.randn(8).to(TPU)
+    x.add_(y, alpha=0.5)
+    n = compiled_programs()
+    for lr in (0.1, 0.01, 0.003):  # a changing learning rate: an input, not a new program
+        x.add_(y, alpha=-lr)
+        torch.addcdiv(x, y, y.abs() + 1, value=lr)
+    torch.addcdiv(x, y, y.abs() + 1, value=0.7)
+    assert compiled_programs() - n <= 4  # abs, add(+1) and addcdiv's first compile, at most
+    n = compiled_programs()
+    for lr in (0.2, 0.02):
+        x.add_(y, alpha=-lr)
+        torch.addcdiv(x, y, y.abs() + 1, value=lr)
+    assert compiled_programs() == n
+
+
+def test_autograd_matches_cpu():
+    torch.manual_seed(0)
+    a = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 2, requires_grad=True)
+    ta = a.detach().to(TPU).requires_grad_()
+    tw = w.detach().to(TPU).requires_grad_()
+    (torch.tanh(a @ w) ** 2).sum().backward()
+    (torch.tanh(ta @ tw) ** 2).sum().backward()
+    assert ta.grad.device.type == TPU
+    close(ta.grad, a.grad)
+    close(tw.grad, w.grad)
+
+
+# ---------------------------------------------------------------- random numbers
+
+
+def test_rng_is_seeded_and_on_device():
+    torch.manual_seed(123)
+    a = torch.randn(1000, device=TPU)
+    torch.manual_seed(123)
+    b = torch.randn(1000, device=TPU)
+    c = torch.randn(1000, device=TPU)
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(b.cpu(), c.cpu())
+    torch.tpu.manual_seed(5)
+    u = torch.rand(20000, device=TPU).cpu()
+    assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean().item() - 0.5) < 0.01
+    n = torch.randn(20000, device=TPU).cpu()
+    assert abs(n.mean().item()) < 0.03 and abs(n.std().item() - 1) < 0.03
+    i = torch.randint(3, 7, (2000,), device=TPU).cpu()
+    assert set(i.tolist()) == {3, 4, 5, 6}
+    assert torchtpu.stats()["eager_cpu_fallbacks"].get("aten.normal", 0) == 0
+
+
+def test_dropout_on_device():
+    torch.manual_seed(0)
+    x = torch.ones(10000, device=TPU)
+    y = torch.nn.functional.dropout(x, 0.25, training=True).cpu()
+    kept = (y != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.02
+    assert torch.allclose(y[y != 0], torch.tensor(1 / 0.75))
+
+
+# ---------------------------------------------------------------- fallback and modes
+
+
+@pytest.mark.allow_fallback
+def test_op_without_lowering_runs_on_cpu_and_is_recorded():
+    torchtpu.reset_stats()
+    x = torch.tensor([1.0, -2.0, 3.0, -4.0])
+    with torchtpu.eager.fallback("cpu"):
+        got = torch.masked_select(x.to(TPU), x.to(TPU) > 0)
+    assert got.device.type == TPU and torch.equal(got.cpu(), torch.tensor([1.0, 3.0]))
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {"aten.masked_select": 1}
+    with torchtpu.eager.fallback("error"), pytest.raises(torchtpu.UnsupportedError, match="masked_select"):
+        torch.masked_select(x.to(TPU), x.to(TPU) > 0)
+
+
+def test_mixing_devices_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.randn(3).to(TPU) + torch.randn(3)
+    # A 0-d CPU tensor is a scalar, as on CUDA.
+    close(torch.ones(3).to(TPU) * torch.tensor(2.0), torch.full((3,), 2.0))
+
+
+def test_debug_mode_names_op_types_and_frame():
+    # A bitcast view (view(dtype)) is not supported on tpu: the op reading it fails.
+    v = torch.randn(2, 3).to(TPU).view(torch.int32)
+    with torchtpu.eager.mode("debug"):
+        assert torchtpu.eager.current_mode() == "debug"
+        with pytest.raises(torchtpu.DeviceOpError) as info:
+            v + 1
+    assert torchtpu.eager.current_mode() == "strict"
+    err = info.value
+    assert err.op.startswith("aten::add")  # add.Tensor reaches the device as add.out
+    assert err.input_types == ["i32[2, 3]"]
+    assert err.frame is not None and err.frame.startswith(__file__)
+    assert "view(dtype)" in str(err)
+    # Shape errors PyTorch itself finds before any kernel stay PyTorch's.
+    with torchtpu.eager.mode("debug"), pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(torch.randn(2, 3).to(TPU), torch.randn(4, 5).to(TPU))
+
+
+def test_debug_mode_finds_the_first_non_finite_op():
+    x = torch.zeros(4).to(TPU)
+    with torchtpu.eager.mode("debug", check_finite=True):
+        y = x + 1  # finite
+        with pytest.raises(torchtpu.NonFiniteError) as info:
+            z = x / x  # 0/0: the first NaN
+            z * 2
+    assert info.value.op.startswith("aten::div")  # div.Tensor reaches the device as div.out
+    assert torch.equal(y.cpu(), torch.ones(4))
+
+
+def test_mode_env_and_bad_mode():
+    with pytest.raises(ValueError, match="strict"):
+        torchtpu.eager.mode("fast")
+    r = _fresh("import torch, torchtpu.eager as e\nprint(e.current_mode())", TORCHTPU_EAGER_MODE="debug")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "debug"
+
+
+# ---------------------------------------------------------------- torch.compile on tpu tensors
+
+
+def test_compiled_graph_takes_and_returns_device_tensors():
+    def f(a, b):
+        return torch.relu(a @ b) + 1, a.sum()
+
+    c = torch.compile(f, backend="torchtpu")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    ta, tb = a.to(TPU), b.to(TPU)
+    ops_before = torchtpu.stats()["eager_ops"]
+    out, s = c(ta, tb)
+    assert out.device.type == TPU and s.device.type == TPU
+    # The compiled program ran on the device buffers: no eager op copied anything around it.
+    assert torchtpu.stats()["eager_ops"] - ops_before <= 2
+    ref_out, ref_s = f(a, b)
+    close(out, ref_out)
+    close(s, ref_s)
+
+
+def test_compiled_graph_rejects_mixed_devices():
+    def f(a, b):
+        return a.sum() + b.sum()
+
+    c = torch.compile(f, backend="torchtpu")
+    with pytest.raises(Exception, match="device"):
+        c(torch.randn(4).to(TPU), torch.randn(4))
+
+
+def test_program_cache_is_reused_across_calls():
+    _programs.clear()
+    x = torch.randn(16).to(TPU)
+    y = torch.sin(x)
+    n = compiled_programs()
+    for _ in range(5):
+        y = torch.sin(x)
+    assert compiled_programs() == n
+    close(y, torch.sin(x.cpu()), rtol=1.3e-6, atol=1e-5)
