@@ -49,7 +49,7 @@ class OpInfo:
     """What the schema says about an op: its kind (view, functional, inplace, out, mutating),
     the functional op for inplace/out, and which arguments it writes."""
 
-    __slots__ = ("op", "name", "kind", "functional", "written", "base", "out_names")
+    __slots__ = ("op", "name", "kind", "functional", "written", "base", "out_names", "returns")
 
     def __init__(self, op):
         self.op = op
@@ -58,6 +58,8 @@ class OpInfo:
         schema = op._schema
         self.written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
         aliased_returns = any(r.alias_info is not None for r in schema.returns)
+        rets = schema.returns
+        self.returns = "tuple" if len(rets) != 1 else ("list" if str(rets[0].type).endswith("[]") else "one")
         self.functional = None
         args = schema.arguments
         if not self.written:
@@ -87,11 +89,14 @@ def _signature(args, skip=()):
 # In-place ops whose functional form is not `name` without its underscore.
 _SPECIAL_FUNCTIONAL = {
     "aten::_index_put_impl_": (aten.index_put.default, 4),  # (self, indices, values, accumulate)
+    # torch.arange(..., device="tpu") reaches the device as its out= form; the functional
+    # form's result is cast to the out tensor's dtype like any out= result.
+    "aten::arange.start_out": (aten.arange.start_step, None),
 }
 
 
 def _functional_of(op, schema, written):
-    special = _SPECIAL_FUNCTIONAL.get(schema.name)
+    special = _SPECIAL_FUNCTIONAL.get(op.name())
     if special is not None:
         return special
     ns, name = schema.name.split("::", 1)
@@ -342,15 +347,17 @@ def _supported_or_decomposed() -> set:
 
 
 def _results(info: OpInfo, args, kwargs, program, outs):
-    specs = program.outputs
-    values = []
-    for spec in specs:
-        if spec.kind == "ir":
-            values.append(outs[spec.index])
-        elif spec.kind == "none":
-            values.append(None)
-        else:
-            raise NotImplementedError(f"torchtpu: output kind {spec.kind} of an eager program ({info.name})")
+    if program.plain:
+        values = outs
+    else:
+        values = []
+        for spec in program.outputs:
+            if spec.kind == "ir":
+                values.append(outs[spec.index])
+            elif spec.kind == "none":
+                values.append(None)
+            else:
+                raise NotImplementedError(f"torchtpu: output kind {spec.kind} of an eager program ({info.name})")
     if info.kind == "inplace":
         _storage.write(args[0], values[0])
         return args[0]
@@ -365,10 +372,9 @@ def _results(info: OpInfo, args, kwargs, program, outs):
     tensors = [
         None if v is None else _storage.new_tensor(shape, dtype, v) for v, (dtype, shape) in zip(values, program.out_types)
     ]
-    returns = info.op._schema.returns
-    if len(returns) == 1 and not str(returns[0].type).endswith("[]"):
+    if info.returns == "one":
         return tensors[0]
-    if len(returns) == 1:
+    if info.returns == "list":
         return tensors
     return tuple(tensors)
 
@@ -393,7 +399,8 @@ def resize(t: torch.Tensor, shape) -> None:
 
 def _to_cpu(x):
     if isinstance(x, torch.Tensor) and _is_tpu(x):
-        return _storage.to_host(x)
+        # A tensor of its own (DLPack memory cannot be resized, and out= ops resize).
+        return _storage.to_host(x).clone()
     if isinstance(x, (list, tuple)):
         return type(x)(_to_cpu(v) for v in x)
     return x

@@ -58,7 +58,7 @@ class Program:
     """A compiled one-op graph: which leaf (tensor argument, in flattening order) or constant
     feeds each input, and what each output is."""
 
-    __slots__ = ("program", "sources", "outputs", "out_types", "name")
+    __slots__ = ("program", "sources", "outputs", "out_types", "name", "plain")
 
     def __init__(self, program, sources, outputs, name):
         self.program = program
@@ -66,6 +66,10 @@ class Program:
         self.outputs = outputs  # exporter OutputSpecs
         self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
         self.name = name
+        # The outputs are the IR's results in order (no None or other kinds to map).
+        self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == len(
+            self.out_types
+        )
 
     def run(self, leaves: list, wait: bool = True) -> list:
         """Executes on `leaves` (device buffers, in flattening order); returns the device

@@ -78,8 +78,9 @@ def new_tensor(shape, dtype: torch.dtype, buffer=None) -> torch.Tensor:
 
 def is_whole(t: torch.Tensor, slot: Slot) -> bool:
     """Whether `t` is all of its storage, row-major from offset 0 (then its data is the buffer,
-    reshaped at most)."""
-    return t.storage_offset() == 0 and t.numel() == slot.numel and is_contiguous(t.shape, t.stride())
+    reshaped at most). PyTorch's own contiguity check, like `is_contiguous` above, ignores the
+    strides of size-1 dims."""
+    return t.numel() == slot.numel and t.storage_offset() == 0 and t.is_contiguous()
 
 
 def _zeros(slot: Slot):
@@ -91,8 +92,8 @@ def _zeros(slot: Slot):
 
 def read(t: torch.Tensor):
     """`t`'s values as a dense device buffer of `t`'s shape."""
-    slot = slot_of(t)
-    if t.dtype != slot.dtype:
+    slot = getattr(t.untyped_storage(), _SLOT, None) or slot_of(t)
+    if t.dtype is not slot.dtype:
         raise NotImplementedError(
             f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
         )

@@ -1,0 +1,66 @@
+//! Device-resident execution (what the eager `tpu` device and compiled graphs on tpu tensors
+//! use): `Engine::upload`, `CompiledGraph::execute_buffers` with and without waiting, chained
+//! executions that never leave the device, and the checks on what goes in.
+
+use torchtpu_compiler::ir::{parse_graph, DType};
+use torchtpu_engine::{default_engine, EngineError, Options};
+
+fn isolated_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("torchtpu-engine-device-tests-{}", std::process::id()));
+        std::env::set_var("TORCHTPU_CACHE_DIR", dir);
+    });
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+const AXPY: &str = "graph @axpy(%x: f32[4], %y: f32[4]) -> (f32[4]) {
+  %m = aten.mul.Tensor(%x) {other = 2.0} : f32[4]
+  %r = aten.add.Tensor(%m, %y) {alpha = 1} : f32[4]
+  return %r
+}";
+
+#[test]
+fn outputs_feed_the_next_execution_on_the_device() {
+    isolated_cache();
+    let engine = default_engine().expect("the CPU plugin loads");
+    let program = engine.compile(&parse_graph(AXPY).unwrap(), &Options::default()).unwrap();
+    let x = engine.upload(&f32_bytes(&[1.0, 2.0, 3.0, 4.0]), DType::F32, &[4]).unwrap();
+    let y = engine.upload(&f32_bytes(&[10.0, 20.0, 30.0, 40.0]), DType::F32, &[4]).unwrap();
+    let once = program.execute_buffers(&[&x, &y], true).unwrap().remove(0);
+    // Asynchronous launch: the output is read (and so waited for) afterwards.
+    let twice = program.execute_buffers(&[&x, &once], false).unwrap().remove(0);
+    twice.wait_ready().unwrap();
+    assert_eq!(f32s(&once.to_host().unwrap()), vec![12.0, 24.0, 36.0, 48.0]);
+    assert_eq!(f32s(&twice.to_host().unwrap()), vec![14.0, 28.0, 42.0, 56.0]);
+    // Inputs are never donated: they still hold their values.
+    assert_eq!(f32s(&x.to_host().unwrap()), vec![1.0, 2.0, 3.0, 4.0]);
+}
+
+#[test]
+fn wrong_buffers_are_input_errors() {
+    isolated_cache();
+    let engine = default_engine().unwrap();
+    let program = engine.compile(&parse_graph(AXPY).unwrap(), &Options::default()).unwrap();
+    let x = engine.upload(&f32_bytes(&[1.0; 4]), DType::F32, &[4]).unwrap();
+    let wide = engine.upload(&f32_bytes(&[1.0; 8]), DType::F32, &[8]).unwrap();
+    let ints = engine.upload(&[0u8; 16], DType::I32, &[4]).unwrap();
+    assert!(matches!(program.execute_buffers(&[&x], true), Err(EngineError::Arity { expected: 2, got: 1 })));
+    match program.execute_buffers(&[&x, &wide], true) {
+        Err(EngineError::Input { index: 1, .. }) => {}
+        other => panic!("expected an input error for the shape, got {other:?}"),
+    }
+    match program.execute_buffers(&[&ints, &x], true) {
+        Err(EngineError::Input { index: 0, .. }) => {}
+        other => panic!("expected an input error for the dtype, got {other:?}"),
+    }
+    // An upload whose bytes do not match its type is refused before PJRT sees it.
+    assert!(matches!(engine.upload(&[0u8; 15], DType::F32, &[4]), Err(EngineError::Input { .. })));
+}
