@@ -64,6 +64,9 @@ def _load():
     if _loaded is None:
         from torchtpu.device import _kernels
 
+        lib = torch.library.Library("aten", "IMPL")
+        _kernels.register_foreach(lib)
+        _libs.append(lib)
         _loaded = _kernels
     return _loaded
 

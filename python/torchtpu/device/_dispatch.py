@@ -59,7 +59,7 @@ class OpInfo:
         self.written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
         aliased_returns = any(r.alias_info is not None for r in schema.returns)
         rets = schema.returns
-        self.returns = "tuple" if len(rets) != 1 else ("list" if str(rets[0].type).endswith("[]") else "one")
+        self.returns = "tuple" if len(rets) != 1 else ("list" if isinstance(rets[0].type, torch.ListType) else "one")
         self.functional = None
         args = schema.arguments
         if not self.written:
@@ -300,7 +300,8 @@ def _build(info: OpInfo, op, args, kwargs, key, lift: bool):
                 target = functional
                 f_args = meta_args if arity is None else meta_args[:arity]
                 f_kwargs = meta_kwargs if arity is None else {}
-                cast_to = [args[0].dtype]
+                first = args[0]
+                cast_to = [t.dtype for t in first] if isinstance(first, (list, tuple)) else [first.dtype]
             else:
                 names = [op._schema.arguments[i].name for i in info.written]
                 target, f_args = functional, meta_args
@@ -359,8 +360,13 @@ def _results(info: OpInfo, args, kwargs, program, outs):
             else:
                 raise NotImplementedError(f"torchtpu: output kind {spec.kind} of an eager program ({info.name})")
     if info.kind == "inplace":
-        _storage.write(args[0], values[0])
-        return args[0]
+        target = args[0]
+        if isinstance(target, (list, tuple)):  # a `_foreach_*_` op: one result per tensor
+            for t, v in zip(target, values):
+                _storage.write(t, v)
+            return None
+        _storage.write(target, values[0])
+        return target
     if info.kind == "out":
         names = [info.op._schema.arguments[i].name for i in info.written]
         targets = [kwargs[n] for n in names]

@@ -85,3 +85,34 @@ KERNELS = {
 
 # The boxed fallback: every other op.
 run = _dispatch.run
+
+
+def register_foreach(lib) -> int:
+    """Gives the `_foreach_*` ops torchtpu decomposes (the optimizers' foreach path) a tpu
+    kernel of their own: without one, PyTorch's composite kernel loops over the tensors and
+    each op of each tensor is dispatched alone; with it, one program runs the whole list.
+    Returns how many overloads were registered."""
+    from torchtpu.foreach import foreach_decompositions
+
+    functional = {op.name() for op in foreach_decompositions()}
+    count = 0
+    for schema in torch._C._jit_get_all_schemas():
+        name = schema.name
+        if not name.startswith("aten::_foreach_") or "out" in schema.overload_name:
+            continue
+        overload = schema.overload_name
+        plain = name[:-1] if name.endswith("_") else name
+        if (plain + ("." + overload if overload else "")) not in functional:
+            continue
+        packet = getattr(aten, name[len("aten::") :])
+        op = getattr(packet, overload or "default")
+        lib.impl(op.name().split("::", 1)[1], _boxed(op), "PrivateUse1")
+        count += 1
+    return count
+
+
+def _boxed(op):
+    def kernel(*args, **kwargs):
+        return _dispatch.run(op, *args, **kwargs)
+
+    return kernel
