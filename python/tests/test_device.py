@@ -22,6 +22,11 @@ from torchtpu.device import _programs
 TPU = "tpu"
 
 
+@pytest.fixture(autouse=True)
+def fresh_stats():
+    torchtpu.reset_stats()
+
+
 def compiled_programs() -> int:
     return torchtpu.stats()["eager_programs_compiled"]
 
@@ -380,3 +385,31 @@ def test_foreach_ops_run_as_one_program_per_list():
     outs = torch._foreach_sqrt([t.abs() for t in ts])
     assert isinstance(outs, (list, tuple)) and len(outs) == 2
     close(outs[1], xs[1].abs().sqrt())
+
+
+def test_convolution_forward_and_backward():
+    """conv2d reaches the device as convolution_overrideable (and its backward as
+    convolution_backward_overrideable): both run as programs; f32 sums of 27 products agree
+    to a few ulps (rtol 1e-5)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    b = torch.randn(4, requires_grad=True)
+    xt, wt, bt = (t.detach().to(TPU).requires_grad_() for t in (x, w, b))
+    y = torch.nn.functional.conv2d(x, w, b, padding=1, stride=2)
+    yt = torch.nn.functional.conv2d(xt, wt, bt, padding=1, stride=2)
+    close(yt, y.detach())
+    g = torch.randn_like(y)
+    y.backward(g)
+    yt.backward(g.to(TPU))
+    for a, ref in ((xt, x), (wt, w), (bt, b)):
+        close(a.grad, ref.grad, rtol=1e-5, atol=1e-4)
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
+
+
+def test_factories_with_out_forms():
+    close(torch.arange(2, 11, 3, device=TPU), torch.arange(2, 11, 3))
+    close(torch.linspace(-1, 1, 7, device=TPU), torch.linspace(-1, 1, 7))
+    close(torch.eye(3, 4, device=TPU), torch.eye(3, 4))
+    close(torch.full((2, 2), 3.5, device=TPU), torch.full((2, 2), 3.5))
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {}

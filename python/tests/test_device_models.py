@@ -189,10 +189,8 @@ def test_hf_model_to_tpu_forward_matches_cpu(name):
     assert cpu_fallbacks() == {}
 
 
-# ViT's patch embedding is a Conv2d: aten::convolution reaches PyTorch's
-# convolution_overrideable stub for a PrivateUse1 device, never the tpu fallback kernel, so it
-# raises even with the CPU fallback allowed.
-@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason="conv2d on tpu: convolution_overrideable not implemented")
+# ViT's patch embedding is a Conv2d: aten::convolution reaches a PrivateUse1 device as
+# convolution_overrideable, which the device implements with the lowered convolution.
 def test_hf_vit_to_tpu_forward_matches_cpu():
     pytest.importorskip("transformers")
     spec = zoo.BY_NAME["vit"]

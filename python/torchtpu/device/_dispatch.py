@@ -28,7 +28,7 @@ import torch
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.device import _modes, _programs, _storage
-from torchtpu.errors import DeviceOpError, FallbackError, NonFiniteError, TorchTPUError, UnsupportedError
+from torchtpu.errors import DeviceOpError, FallbackError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
 
 aten = torch.ops.aten
@@ -86,12 +86,18 @@ def _signature(args, skip=()):
     return [(a.name, str(a.type)) for i, a in enumerate(args) if i not in skip]
 
 
+# A factory's tensor options: its out= form has none (the out tensor says them), its
+# functional form takes them as keyword-only arguments with defaults.
+_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
+
+
+def _without_options(args):
+    return [(a.name, str(a.type)) for a in args if not (a.kwarg_only and a.name in _OPTIONS)]
+
+
 # In-place ops whose functional form is not `name` without its underscore.
 _SPECIAL_FUNCTIONAL = {
     "aten::_index_put_impl_": (aten.index_put.default, 4),  # (self, indices, values, accumulate)
-    # torch.arange(..., device="tpu") reaches the device as its out= form; the functional
-    # form's result is cast to the out tensor's dtype like any out= result.
-    "aten::arange.start_out": (aten.arange.start_step, None),
 }
 
 
@@ -117,6 +123,15 @@ def _functional_of(op, schema, written):
         if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
             continue
         if _signature(cs.arguments) == want:
+            return (candidate, None)
+    # Factories (`arange.start_out`, `linspace.out`, `eye.m_out`): the functional form with
+    # the out tensor's dtype coming from the cast every out= result gets.
+    for ov in packet.overloads():
+        candidate = getattr(packet, ov)
+        cs = candidate._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
+            continue
+        if _without_options(cs.arguments) == want:
             return (candidate, None)
     return None
 

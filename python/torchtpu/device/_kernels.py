@@ -72,7 +72,36 @@ def _has_compatible_shallow_copy_type(self, from_):
     return self.device.type == from_.device.type
 
 
+def convolution_overrideable(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    # `aten::convolution` sends devices without a kernel of their own here.
+    return _dispatch.run(
+        aten.convolution.default, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+
+
+def convolution_backward_overrideable(
+    grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
+    out_channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return _dispatch.run(
+        aten.convolution_backward.default,
+        grad_output,
+        input,
+        weight,
+        [out_channels],
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        output_mask,
+    )
+
+
 KERNELS = {
+    "convolution_overrideable": convolution_overrideable,
+    "convolution_backward_overrideable": convolution_backward_overrideable,
     "empty.memory_format": empty_memory_format,
     "empty_strided": empty_strided,
     "copy_": copy_,
