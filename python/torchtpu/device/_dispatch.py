@@ -292,7 +292,7 @@ def _run(info: OpInfo, op, args, kwargs):
     if floats:
         buffers.extend(_programs.float_buffer(f) for f in floats)
     outs = program.run(buffers, _modes.wait())
-    return _results(info, args, kwargs, program, outs)
+    return _results(info, args, kwargs, program, outs, buffers)
 
 
 def _build(info: OpInfo, op, args, kwargs, key, lift: bool):
@@ -362,7 +362,7 @@ def _supported_or_decomposed() -> set:
     return _SUPPORTED
 
 
-def _results(info: OpInfo, args, kwargs, program, outs):
+def _results(info: OpInfo, args, kwargs, program, outs, inputs):
     if program.plain:
         values = outs
     else:
@@ -372,6 +372,9 @@ def _results(info: OpInfo, args, kwargs, program, outs):
                 values.append(outs[spec.index])
             elif spec.kind == "none":
                 values.append(None)
+            elif spec.kind == "input":
+                # The op returned an input as it is: its buffer, shared (buffers never change).
+                values.append(inputs[spec.index])
             else:
                 raise NotImplementedError(f"torchtpu: output kind {spec.kind} of an eager program ({info.name})")
     if info.kind == "inplace":

@@ -64,12 +64,22 @@ class Program:
         self.program = program
         self.sources = sources  # per IR input: ("leaf", i) or ("const", DeviceBuffer)
         self.outputs = outputs  # exporter OutputSpecs
-        self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
+        ir_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
+        # One (dtype, shape) per output spec: an input returned as is has the input's type.
+        in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
+        self.out_types = [
+            ir_types[o.index] if o.kind == "ir" else in_types[self._input_of(sources, o.index)] if o.kind == "input" else (None, ())
+            for o in outputs
+        ]
         self.name = name
         # The outputs are the IR's results in order (no None or other kinds to map).
         self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == len(
-            self.out_types
+            ir_types
         )
+
+    @staticmethod
+    def _input_of(sources, leaf: int) -> int:
+        return next(k for k, (kind, v) in enumerate(sources) if kind == "leaf" and v == leaf)
 
     def run(self, leaves: list, wait: bool = True) -> list:
         """Executes on `leaves` (device buffers, in flattening order); returns the device
