@@ -249,14 +249,45 @@ def test_dropout_on_device():
 
 @pytest.mark.allow_fallback
 def test_op_without_lowering_runs_on_cpu_and_is_recorded():
-    torchtpu.reset_stats()
-    x = torch.tensor([1.0, -2.0, 3.0, -4.0])
+    x = torch.tensor([3.0, 1.0, 3.0, 2.0])
     with torchtpu.eager.fallback("cpu"):
-        got = torch.masked_select(x.to(TPU), x.to(TPU) > 0)
-    assert got.device.type == TPU and torch.equal(got.cpu(), torch.tensor([1.0, 3.0]))
-    assert torchtpu.stats()["eager_cpu_fallbacks"] == {"aten.masked_select": 1}
-    with torchtpu.eager.fallback("error"), pytest.raises(torchtpu.UnsupportedError, match="masked_select"):
-        torch.masked_select(x.to(TPU), x.to(TPU) > 0)
+        got = torch.unique(x.to(TPU))  # no lowering: sorted unique values have a data-dependent size
+    assert got.device.type == TPU and torch.equal(got.cpu(), torch.tensor([1.0, 2.0, 3.0]))
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {"aten._unique2": 1}
+    with torchtpu.eager.fallback("error"), pytest.raises(torchtpu.UnsupportedError, match="unique"):
+        torch.unique(x.to(TPU))
+
+
+def test_boolean_masks_and_data_dependent_sizes():
+    """nonzero, masked_select and mask indexing read the count back, then run bucket-sized
+    programs: a count that changes compiles once per power-of-two bucket."""
+    x = torch.tensor([[1.0, -2.0, 3.0], [-4.0, 5.0, 0.0]])
+    t = x.to(TPU)
+    assert torch.equal(torch.nonzero(t).cpu(), torch.nonzero(x))
+    assert torch.equal(torch.masked_select(t, t > 0).cpu(), torch.masked_select(x, x > 0))
+    assert torch.equal(t[t > 0].cpu(), x[x > 0])
+    mask = torch.tensor([True, False])
+    assert torch.equal(t[mask].cpu(), x[mask])  # a CPU mask, as CUDA tensors allow
+    t[t < 0] = 0.0
+    x[x < 0] = 0.0
+    assert torch.equal(t.cpu(), x)
+    t[t > 2] = torch.tensor([7.0, 8.0]).to(TPU)
+    x[x > 2] = torch.tensor([7.0, 8.0])
+    assert torch.equal(t.cpu(), x)
+    y = torch.randn(4, 3, requires_grad=True)
+    yt = y.detach().to(TPU).requires_grad_()
+    y[y > 0].sum().backward()
+    yt[yt > 0].sum().backward()
+    assert torch.equal(yt.grad.cpu(), y.grad)
+    z = torch.randn(200)
+    zt = z.to(TPU)
+    for k in range(3):
+        zt[zt > k / 10.0]
+    n = compiled_programs()
+    for k in range(3, 12):  # counts between ~20 and ~80: buckets 32, 64, 128 at most
+        torch.testing.assert_close(zt[zt > k / 10.0 - 0.6].cpu(), z[z > k / 10.0 - 0.6])
+    assert compiled_programs() - n <= 6
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
 
 
 def test_mixing_devices_is_a_clear_error():

@@ -52,6 +52,7 @@ KERNEL_NAMES = (
     "_local_scalar_dense", "resize_", "convolution_overrideable", "convolution_backward_overrideable",
     "normal_", "uniform_", "random_", "random_.to", "random_.from", "bernoulli_.float",
     "bernoulli_.Tensor", "bernoulli", "native_dropout",
+    "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put",
 )
 _libs: list = []
 _loaded = None

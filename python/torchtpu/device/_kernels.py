@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _dispatch, _random, _storage
+from torchtpu.device import _dispatch, _dynamic, _random, _storage
 
 aten = torch.ops.aten
 _DK = torch._C.DispatchKey
@@ -110,6 +110,7 @@ KERNELS = {
     "_local_scalar_dense": _local_scalar_dense,
     "resize_": resize_,
     **_random.KERNELS,
+    **_dynamic.KERNELS,
 }
 
 # The boxed fallback: every other op.

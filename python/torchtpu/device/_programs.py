@@ -54,6 +54,25 @@ _LIFT_REWRITES = {
 }
 
 
+def _tensor_sibling(op):
+    """For an overload taking Scalars (`gt.Scalar`, `pow.Tensor_Scalar`), the overload of the
+    same op taking Tensors in their place (`gt.Tensor`, `pow.Tensor_Tensor`), if there is one:
+    called with 0-d tensors, its floats can be inputs."""
+    schema = op._schema
+    if not any(isinstance(a.type, torch.NumberType) for a in schema.arguments):
+        return None
+    want = [(a.name, "Tensor" if isinstance(a.type, torch.NumberType) else str(a.type)) for a in schema.arguments]
+    packet = getattr(aten, schema.name.split("::", 1)[1])
+    for ov in packet.overloads():
+        candidate = getattr(packet, ov)
+        cs = candidate._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
+            continue
+        if [(a.name, str(a.type)) for a in cs.arguments] == want:
+            return candidate
+    return None
+
+
 class Program:
     """A compiled one-op graph: which leaf (tensor argument, in flattening order) or constant
     feeds each input, and what each output is."""
@@ -139,7 +158,7 @@ def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_flo
             return next(fit)
         return x
 
-    call = (_LIFT_REWRITES.get(op) or table.get(op, op)) if lift_floats else op
+    call = (_LIFT_REWRITES.get(op) or _tensor_sibling(op) or table.get(op, op)) if lift_floats else op
 
     def fn(*inputs):
         it, fit = iter(inputs[:n_tensors]), iter(inputs[n_tensors:])
@@ -152,6 +171,18 @@ def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_flo
         return outs
 
     gm = make_fx(fn, decomposition_table=table)(*leaves, *lifted)
+    if lift_floats:
+        # A 0-d tensor promotes like a Python number only within a dtype category: where the
+        # lifted form's result dtypes differ from the op's own, the floats stay numbers.
+        expected = op(*meta_args, **meta_kwargs)
+        expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+        if cast_to is not None:
+            expected = [d if d is not None else e.dtype for e, d in zip(expected, cast_to)]
+        else:
+            expected = [e.dtype if isinstance(e, torch.Tensor) else None for e in expected]
+        got = [n.meta["val"].dtype for n in gm.graph.output_node().args[0] if isinstance(n, torch.fx.Node)]
+        if got != [d for d in expected if d is not None]:
+            raise TypeError(f"lifting floats of {op} changes its result dtypes ({got} vs {expected})")
     name = "eager_" + str(op).replace(".", "_").replace("::", "_")
     exported = export(gm, name)
     sources = []

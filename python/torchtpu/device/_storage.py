@@ -114,6 +114,10 @@ def write(t: torch.Tensor, buffer) -> None:
     """Makes `t`'s values those of `buffer` (a dense buffer of `t`'s shape and dtype); every
     tensor sharing `t`'s storage sees them."""
     slot = slot_of(t)
+    if t.dtype is not slot.dtype:
+        raise NotImplementedError(
+            f"torchtpu: writing a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
+        )
     if is_whole(t, slot):
         slot.buffer, slot.shape = buffer, tuple(t.shape)
         return
@@ -126,7 +130,15 @@ def write(t: torch.Tensor, buffer) -> None:
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of `t` (contiguous)."""
+    """A CPU copy of `t` (contiguous). A view that is a good part of its storage (a quarter or
+    more) is cut from a host copy of the whole buffer rather than gathered on the device: no
+    program to compile for each view shape (the first `count` rows of `x[mask]` differ at
+    every call)."""
+    slot = getattr(t.untyped_storage(), _SLOT, None)
+    if slot is not None and slot.buffer is not None and t.dtype is slot.dtype and not is_whole(t, slot):
+        if 4 * t.numel() >= slot.numel:
+            whole = torch.from_dlpack(slot.buffer.to_host()).reshape(-1)
+            return whole.as_strided(tuple(t.shape), t.stride(), t.storage_offset()).contiguous()
     return torch.from_dlpack(read(t).to_host())
 
 
