@@ -78,7 +78,7 @@ class OpInfo:
         self.out_names = {args[i].name for i in self.written} if self.kind == "out" else set()
         if self.functional is not None:
             # What the compiler lowers is the functional form.
-            fname = self.functional[0].name()
+            fname = self.functional.name()
             self.base = "aten." + fname.split("::", 1)[1].split(".")[0]
 
 
@@ -95,23 +95,14 @@ def _without_options(args):
     return [(a.name, str(a.type)) for a in args if not (a.kwarg_only and a.name in _OPTIONS)]
 
 
-# In-place ops whose functional form is not `name` without its underscore.
-_SPECIAL_FUNCTIONAL = {
-    "aten::_index_put_impl_": (aten.index_put.default, 4),  # (self, indices, values, accumulate)
-}
-
-
 def _functional_of(op, schema, written):
-    special = _SPECIAL_FUNCTIONAL.get(op.name())
-    if special is not None:
-        return special
     ns, name = schema.name.split("::", 1)
     overload = op._overloadname
     packet_ns = getattr(torch.ops, ns)
     if written == [0] and name.endswith("_"):
         candidate = getattr(getattr(packet_ns, name[:-1], None), overload, None)
         if candidate is not None and _signature(candidate._schema.arguments) == _signature(schema.arguments):
-            return (candidate, None)
+            return candidate
         return None
     want = _signature(schema.arguments, skip=set(written))
     packet = getattr(packet_ns, name, None)
@@ -123,7 +114,7 @@ def _functional_of(op, schema, written):
         if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
             continue
         if _signature(cs.arguments) == want:
-            return (candidate, None)
+            return candidate
     # Factories (`arange.start_out`, `linspace.out`, `eye.m_out`): the functional form with
     # the out tensor's dtype coming from the cast every out= result gets.
     for ov in packet.overloads():
@@ -132,7 +123,7 @@ def _functional_of(op, schema, written):
         if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
             continue
         if _without_options(cs.arguments) == want:
-            return (candidate, None)
+            return candidate
     return None
 
 
@@ -153,18 +144,40 @@ def _is_tpu(t) -> bool:
     return t.device.type == DEVICE
 
 
-def _flatten(x, key: list, leaves: list, floats: list, op_name: str) -> None:
+def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str) -> None:
     """Appends `x`'s part of the program key, its tensor leaves (tpu tensors and CPU scalars,
-    in the order `_programs.build` makes inputs) and its Python floats (which may become
-    inputs: the key then holds only a marker for each)."""
+    in the order `_programs.build` makes inputs) with their geometry, and its Python floats
+    (which may become inputs: the key then holds only a marker for each).
+
+    A tpu leaf is passed as its storage's buffer: a view's geometry (the buffer's shape, the
+    view's strides and offset) is in the key and its `as_strided` (or reshape) is the first
+    step of the op's own program, instead of a program of its own."""
     if isinstance(x, torch.Tensor):
         if _is_tpu(x):
-            key.append((x.dtype, tuple(x.shape)))
+            slot = _storage.slot_of(x)
+            if x.dtype is not slot.dtype:
+                raise NotImplementedError(
+                    f"torchtpu: a {x.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
+                )
+            shape = tuple(x.shape)
+            if _storage.is_whole(x, slot):
+                if shape == slot.shape:
+                    key.append((x.dtype, shape))
+                    geoms.append(None)
+                else:
+                    key.append((x.dtype, shape, slot.shape))
+                    geoms.append((slot.shape, None, 0))
+            else:
+                geom = (slot.shape, tuple(x.stride()), x.storage_offset())
+                key.append((x.dtype, shape) + geom)
+                geoms.append(geom)
         elif x.dim() == 0 and x.device.type == "cpu":
             key.append(("cpu", x.dtype))
+            geoms.append(None)
         elif x.device.type == "cpu" and op_name.split(".")[0] in _CPU_INDEX_OPS and not x.dtype.is_floating_point:
             # Indices may stay on the CPU, as PyTorch allows for CUDA tensors: copied per call.
             key.append(("cpu", x.dtype, tuple(x.shape)))
+            geoms.append(None)
         else:
             raise RuntimeError(
                 f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -175,7 +188,7 @@ def _flatten(x, key: list, leaves: list, floats: list, op_name: str) -> None:
     elif isinstance(x, (list, tuple)):
         key.append(len(x))
         for v in x:
-            _flatten(v, key, leaves, floats, op_name)
+            _flatten(v, key, leaves, floats, geoms, op_name)
     elif type(x) is float:
         key.append(_FLOAT)
         floats.append(x)
@@ -203,9 +216,21 @@ def _meta_of(x):
 
 
 def _buffer_of(t):
+    """A leaf's input buffer: a tpu tensor's storage buffer (its view is taken in the program,
+    see `_flatten`), a CPU scalar's cached upload, CPU indices copied."""
     if _is_tpu(t):
-        return _storage.read(t)
+        slot = _storage.slot_of(t)
+        return slot.buffer if slot.buffer is not None else _storage._zeros(slot)
     return _programs.scalar_buffer(t) if t.dim() == 0 else _storage.upload(t)
+
+
+def _tensor_leaves(x, out: list) -> list:
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensor_leaves(v, out)
+    return out
 
 
 def _type_text(t) -> str:
@@ -243,13 +268,8 @@ def run(op, *args, **kwargs):
     except (DeviceOpError, FallbackError):
         raise
     except Exception as e:
-        leaves: list = []
-        try:
-            read = [v for k, v in kwargs.items() if k not in info.out_names]
-            _flatten((args, read), [], leaves, [], info.name)
-        except Exception:
-            pass
-        types = [_type_text(t) for t in leaves]
+        read = [v for k, v in kwargs.items() if k not in info.out_names]
+        types = [_type_text(t) for t in _tensor_leaves((args, read), [])]
         frame = user_frame()
         err = DeviceOpError(f"{info.name} on ({', '.join(types)}) failed at {frame}: {e}", info.name, types, frame)
         raise err from e
@@ -267,7 +287,8 @@ def _run(info: OpInfo, op, args, kwargs):
     key: list = [op]
     leaves: list = []
     floats: list = []
-    _flatten(args, key, leaves, floats, info.name)
+    geoms: list = []
+    _flatten(args, key, leaves, floats, geoms, info.name)
     if kwargs:
         out_names = info.out_names
         for k, v in kwargs.items():
@@ -276,15 +297,15 @@ def _run(info: OpInfo, op, args, kwargs):
                 # Written, not read: its dtype is in the key (the result is cast to it).
                 key.append(tuple((t.dtype, tuple(t.shape)) for t in (v if isinstance(v, (list, tuple)) else [v])))
                 continue
-            _flatten(v, key, leaves, floats, info.name)
+            _flatten(v, key, leaves, floats, geoms, info.name)
     key = tuple(key)
     programs = _programs._programs
     program = programs.get(key)
     if program is None:
-        program = _build(info, op, args, kwargs, key, lift=bool(floats))
+        program = _build(info, op, args, kwargs, key, geoms, lift=bool(floats))
     if program is _BAKED:
         baked = key + tuple(floats)
-        program = programs.get(baked) or _build(info, op, args, kwargs, baked, lift=False)
+        program = programs.get(baked) or _build(info, op, args, kwargs, baked, geoms, lift=False)
         floats = ()
     if isinstance(program, _CpuFallback):
         return _on_cpu(info, op, args, kwargs, program.reason)
@@ -295,7 +316,7 @@ def _run(info: OpInfo, op, args, kwargs):
     return _results(info, args, kwargs, program, outs, buffers)
 
 
-def _build(info: OpInfo, op, args, kwargs, key, lift: bool):
+def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):
     kind = info.kind
     programs = _programs._programs
     if kind == "mutating" or info.base not in _supported_or_decomposed():
@@ -308,13 +329,11 @@ def _build(info: OpInfo, op, args, kwargs, key, lift: bool):
         if kind == "functional":
             target, f_args, f_kwargs, cast_to = op, meta_args, meta_kwargs, None
         else:
-            functional, arity = info.functional
+            functional = info.functional
             # Eager's own checks (broadcasting into self, dtype casts) on meta tensors first.
             op(*meta_args, **meta_kwargs)
             if kind == "inplace":
-                target = functional
-                f_args = meta_args if arity is None else meta_args[:arity]
-                f_kwargs = meta_kwargs if arity is None else {}
+                target, f_args, f_kwargs = functional, meta_args, meta_kwargs
                 first = args[0]
                 cast_to = [t.dtype for t in first] if isinstance(first, (list, tuple)) else [first.dtype]
             else:
@@ -324,14 +343,14 @@ def _build(info: OpInfo, op, args, kwargs, key, lift: bool):
                 cast_to = [kwargs[n].dtype for n in names]
         if lift:
             try:
-                return _programs.build(key, target, f_args, f_kwargs, cast_to, lift_floats=True)
+                return _programs.build(key, target, f_args, f_kwargs, cast_to, lift_floats=True, geoms=geoms)
             except (Unsupported, UnsupportedError, TorchTPUError):
                 raise
             except Exception:
                 # The op takes these floats only as numbers (an attribute of its lowering).
                 programs[key] = _BAKED
                 return _BAKED
-        return _programs.build(key, target, f_args, f_kwargs, cast_to)
+        return _programs.build(key, target, f_args, f_kwargs, cast_to, geoms=geoms)
     except (Unsupported, UnsupportedError) as e:
         marker = programs[key] = _CpuFallback(str(e))
         return marker

@@ -114,7 +114,9 @@ class Program:
 _programs: dict = {}
 
 
-def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_floats: bool = False) -> Program:
+def build(
+    key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_floats: bool = False, geoms: list | None = None
+) -> Program:
     """Compiles `op(*meta_args, **meta_kwargs)`, whose tensor leaves are meta tensors (or CPU
     0-d tensors: scalars), into a Program kept under `key`. The op is traced with torchtpu's
     decomposition table (the compiled path's), so an op without a lowering of its own runs as
@@ -123,7 +125,11 @@ def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_flo
 
     With `lift_floats`, the Python floats among the arguments are leaves too (0-d f64 inputs,
     after the tensors), fed their values at each call: a learning rate or a bias correction
-    that changes every step then never recompiles."""
+    that changes every step then never recompiles.
+
+    `geoms[i]`, where not None, says that tensor leaf i is passed as its storage's buffer:
+    (buffer shape, strides, offset) of the view the op reads (strides None: a reshape), taken
+    inside the program."""
     program = _programs.get(key)
     if program is not None:
         return program
@@ -137,7 +143,8 @@ def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_flo
 
     def collect(x):
         if isinstance(x, torch.Tensor):
-            leaves.append(x)
+            geom = geoms[len(leaves)] if geoms is not None else None
+            leaves.append(x if geom is None else torch.empty(geom[0], dtype=x.dtype, device="meta"))
         elif isinstance(x, (list, tuple)):
             for v in x:
                 collect(v)
@@ -151,7 +158,13 @@ def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_flo
 
     def rebuild(x, it, fit):
         if isinstance(x, torch.Tensor):
-            return next(it)
+            i, base = next(it)
+            geom = geoms[i] if geoms is not None else None
+            if geom is None:
+                return base
+            if geom[1] is None:
+                return aten.view.default(base, list(x.shape))
+            return aten.as_strided.default(base, list(x.shape), list(geom[1]), geom[2])
         if isinstance(x, (list, tuple)):
             return type(x)(rebuild(v, it, fit) for v in x)
         if lift_floats and type(x) is float:
@@ -161,7 +174,7 @@ def build(key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_flo
     call = (_LIFT_REWRITES.get(op) or _tensor_sibling(op) or table.get(op, op)) if lift_floats else op
 
     def fn(*inputs):
-        it, fit = iter(inputs[:n_tensors]), iter(inputs[n_tensors:])
+        it, fit = iter(enumerate(inputs[:n_tensors])), iter(inputs[n_tensors:])
         args = tuple(rebuild(a, it, fit) for a in meta_args)
         kwargs = {k: rebuild(v, it, fit) for k, v in meta_kwargs.items()}
         result = call(*args, **kwargs)
