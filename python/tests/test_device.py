@@ -138,6 +138,24 @@ def test_view_writes_reach_the_base():
     close(x, a)
 
 
+def test_in_place_on_views_of_one_storage():
+    """An in-place op on a strided view computes the new buffer in its own program; a foreach
+    over two views of one storage must keep both writes."""
+    x = torch.arange(16.0).reshape(4, 4)
+    t = x.to(TPU)
+    t.t()[1].add_(100)
+    x.t()[1].add_(100)
+    close(t, x)
+    xs = torch.zeros(6)
+    ts = xs.to(TPU)
+    torch._foreach_add_([ts[0:3], ts[3:6]], 1.0)
+    torch._foreach_add_([xs[0:3], xs[3:6]], 1.0)
+    close(ts, xs)
+    t[1:3, 1:3].mul_(t[0:2, 0:2])  # reads and writes of one storage in one op
+    x[1:3, 1:3].mul_(x[0:2, 0:2])
+    close(t, x)
+
+
 def test_views_share_storage_and_report_strides():
     x = torch.randn(4, 6).to(TPU)
     v = x.t()

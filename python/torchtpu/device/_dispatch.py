@@ -325,6 +325,7 @@ def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):
         return marker
     meta_args = tuple(_meta_of(a) for a in args)
     meta_kwargs = {k: _meta_of(v) for k, v in kwargs.items()}
+    write_base = None
     try:
         if kind == "functional":
             target, f_args, f_kwargs, cast_to = op, meta_args, meta_kwargs, None
@@ -335,7 +336,9 @@ def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):
             if kind == "inplace":
                 target, f_args, f_kwargs = functional, meta_args, meta_kwargs
                 first = args[0]
-                cast_to = [t.dtype for t in first] if isinstance(first, (list, tuple)) else [first.dtype]
+                targets = list(first) if isinstance(first, (list, tuple)) else [first]
+                cast_to = [t.dtype for t in targets]
+                write_base = _write_base(targets, geoms)
             else:
                 names = [op._schema.arguments[i].name for i in info.written]
                 target, f_args = functional, meta_args
@@ -343,14 +346,16 @@ def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):
                 cast_to = [kwargs[n].dtype for n in names]
         if lift:
             try:
-                return _programs.build(key, target, f_args, f_kwargs, cast_to, lift_floats=True, geoms=geoms)
+                return _programs.build(
+                    key, target, f_args, f_kwargs, cast_to, lift_floats=True, geoms=geoms, write_base=write_base
+                )
             except (Unsupported, UnsupportedError, TorchTPUError):
                 raise
             except Exception:
                 # The op takes these floats only as numbers (an attribute of its lowering).
                 programs[key] = _BAKED
                 return _BAKED
-        return _programs.build(key, target, f_args, f_kwargs, cast_to, geoms=geoms)
+        return _programs.build(key, target, f_args, f_kwargs, cast_to, geoms=geoms, write_base=write_base)
     except (Unsupported, UnsupportedError) as e:
         marker = programs[key] = _CpuFallback(str(e))
         return marker
@@ -360,6 +365,18 @@ def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):
         on_failure(e, f"tpu op {info.name}", _modes.fallback_is_error())
         marker = programs[key] = _CpuFallback(f"{e.kind} failure: {e}")
         return marker
+
+
+def _write_base(targets, geoms):
+    """For an in-place op's targets (its first leaves): per target, its leaf index where the
+    target is a strided view whose new base the program can compute (the scatter in the same
+    program), else None. Targets sharing a storage are written one after another instead: two
+    new bases computed from one old base would each lose the other's write."""
+    storages = [t.untyped_storage()._cdata for t in targets]
+    if len(set(storages)) != len(storages):
+        return None
+    out = [i if geoms[i] is not None and geoms[i][1] is not None else None for i in range(len(targets))]
+    return out if any(j is not None for j in out) else None
 
 
 _SUPPORTED: set | None = None
@@ -398,12 +415,14 @@ def _results(info: OpInfo, args, kwargs, program, outs, inputs):
                 raise NotImplementedError(f"torchtpu: output kind {spec.kind} of an eager program ({info.name})")
     if info.kind == "inplace":
         target = args[0]
-        if isinstance(target, (list, tuple)):  # a `_foreach_*_` op: one result per tensor
-            for t, v in zip(target, values):
+        targets = target if isinstance(target, (list, tuple)) else (target,)  # `_foreach_*_`: a list
+        bases = program.write_base or (None,) * len(targets)
+        for t, v, base in zip(targets, values, bases):
+            if base is not None:
+                _storage.slot_of(t).buffer = v  # the program scattered the result into it
+            else:
                 _storage.write(t, v)
-            return None
-        _storage.write(target, values[0])
-        return target
+        return None if target is not targets[0] else target
     if info.kind == "out":
         names = [info.op._schema.arguments[i].name for i in info.written]
         targets = [kwargs[n] for n in names]

@@ -77,7 +77,7 @@ class Program:
     """A compiled one-op graph: which leaf (tensor argument, in flattening order) or constant
     feeds each input, and what each output is."""
 
-    __slots__ = ("program", "sources", "outputs", "out_types", "name", "plain")
+    __slots__ = ("program", "sources", "outputs", "out_types", "name", "plain", "write_base")
 
     def __init__(self, program, sources, outputs, name):
         self.program = program
@@ -91,6 +91,8 @@ class Program:
             for o in outputs
         ]
         self.name = name
+        # Per output: whether it is the whole new buffer of an in-place target (`build`).
+        self.write_base = None
         # The outputs are the IR's results in order (no None or other kinds to map).
         self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == len(
             ir_types
@@ -115,7 +117,14 @@ _programs: dict = {}
 
 
 def build(
-    key, op, meta_args, meta_kwargs, cast_to: list | None = None, lift_floats: bool = False, geoms: list | None = None
+    key,
+    op,
+    meta_args,
+    meta_kwargs,
+    cast_to: list | None = None,
+    lift_floats: bool = False,
+    geoms: list | None = None,
+    write_base: list | None = None,
 ) -> Program:
     """Compiles `op(*meta_args, **meta_kwargs)`, whose tensor leaves are meta tensors (or CPU
     0-d tensors: scalars), into a Program kept under `key`. The op is traced with torchtpu's
@@ -129,7 +138,11 @@ def build(
 
     `geoms[i]`, where not None, says that tensor leaf i is passed as its storage's buffer:
     (buffer shape, strides, offset) of the view the op reads (strides None: a reshape), taken
-    inside the program."""
+    inside the program.
+
+    `write_base[i]`, where not None, is the leaf (a strided view, the target of an in-place
+    op) whose whole buffer output i becomes: the result scattered into it in the same program,
+    instead of a scatter program of its own."""
     program = _programs.get(key)
     if program is not None:
         return program
@@ -181,6 +194,11 @@ def build(
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
         if cast_to is not None:
             outs = [o.to(d) if d is not None and o.dtype != d else o for o, d in zip(outs, cast_to)]
+        if write_base is not None:
+            for i, j in enumerate(write_base):
+                if j is not None:
+                    _, stride, offset = geoms[j]
+                    outs[i] = aten.as_strided_scatter.default(inputs[j], outs[i], list(outs[i].shape), list(stride), offset)
         return outs
 
     gm = make_fx(fn, decomposition_table=table)(*leaves, *lifted)
@@ -209,6 +227,7 @@ def build(
     compiled = _C.compile(exported.text, donate=False)
     _stats.bump("eager_programs_compiled")
     program = Program(compiled, sources, exported.outputs, name)
+    program.write_base = write_base
     _programs[key] = program
     return program
 
