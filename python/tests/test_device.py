@@ -328,9 +328,14 @@ def test_debug_mode_names_op_types_and_frame():
     assert err.input_types == ["i32[2, 3]"]
     assert err.frame is not None and err.frame.startswith(__file__)
     assert "view(dtype)" in str(err)
-    # Shape errors PyTorch itself finds before any kernel stay PyTorch's.
-    with torchtpu.eager.mode("debug"), pytest.raises(RuntimeError, match="cannot be multiplied"):
+    # PyTorch's own shape check (run on meta tensors) carries the op and types too.
+    with torchtpu.eager.mode("debug"), pytest.raises(torchtpu.DeviceOpError) as info:
         torch.mm(torch.randn(2, 3).to(TPU), torch.randn(4, 5).to(TPU))
+    assert info.value.op == "aten::mm" and info.value.input_types == ["f32[2, 3]", "f32[4, 5]"]
+    # Outside debug mode the error is PyTorch's, unwrapped.
+    with pytest.raises(RuntimeError, match=r"\[2, 3\] X \[4, 5\]") as plain:
+        torch.mm(torch.randn(2, 3).to(TPU), torch.randn(4, 5).to(TPU))
+    assert not isinstance(plain.value, torchtpu.DeviceOpError)
 
 
 def test_debug_mode_finds_the_first_non_finite_op():

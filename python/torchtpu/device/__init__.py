@@ -67,6 +67,7 @@ def _load():
 
         lib = torch.library.Library("aten", "IMPL")
         _kernels.register_foreach(lib)
+        _kernels.register_functional(lib)
         _libs.append(lib)
         _loaded = _kernels
     return _loaded

@@ -141,6 +141,40 @@ def register_foreach(lib) -> int:
     return count
 
 
+def register_functional(lib) -> int:
+    """Gives the functional ATen ops that PyTorch implements for other backends through their
+    out= form (structured kernels: `mul.Tensor` makes an empty tensor, then runs `mul.out`,
+    which resizes it) a tpu kernel of their own, so that they run as one program without the
+    empty tensor, the resize and the write-back. Only ops torchtpu can make programs of, and
+    neither views nor ops that write their arguments. Returns how many were registered."""
+    names = _dispatch._supported_or_decomposed()
+    count = 0
+    for schema in torch._C._jit_get_all_schemas():
+        name = schema.name
+        if not name.startswith("aten::") or name.endswith("_"):
+            continue
+        base = "aten." + name[len("aten::") :]
+        if base not in names:
+            continue
+        full = name + ("." + schema.overload_name if schema.overload_name else "")
+        try:
+            structured = torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeExplicitAutogradNonFunctional")
+            own = torch._C._dispatch_has_kernel_for_dispatch_key(full, "PrivateUse1")
+        except RuntimeError:  # a schema without a dispatcher entry (sym_* ops)
+            continue
+        if not structured or own:
+            continue
+        if any(a.alias_info is not None for a in schema.arguments) or any(r.alias_info is not None for r in schema.returns):
+            continue
+        packet = getattr(aten, name[len("aten::") :], None)
+        op = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
+        if op is None:
+            continue
+        lib.impl(full[len("aten::") :], _boxed(op), "PrivateUse1")
+        count += 1
+    return count
+
+
 def _boxed(op):
     def kernel(*args, **kwargs):
         return _dispatch.run(op, *args, **kwargs)
