@@ -5,8 +5,9 @@ PrivateUse1 fallback. By the op's schema:
 - a view (returns alias an argument, nothing written) runs its Meta kernel on the `tpu`
   tensors themselves: PyTorch computes sizes, strides and offset, and the result shares the
   argument's storage, hence its device data (`_storage.py`);
-- a functional op runs as a one-op program (`_programs.py`) on dense device buffers of its
-  tensor arguments; results become new `tpu` tensors;
+- a functional op runs as a one-op program (`_programs.py`) on the device buffers of its
+  tensor arguments (a view's `as_strided` is the program's first step); results become new
+  `tpu` tensors;
 - an in-place op (`add_`) or out= op runs its functional form, casts where eager would, and
   writes the result into the mutated tensors (through their views into shared storage);
 - an op the compiler has no lowering for (or cannot export) runs on the CPU: arguments are
@@ -66,7 +67,6 @@ class OpInfo:
             self.kind = "view" if aliased_returns else "functional"
         else:
             self.functional = _functional_of(op, schema, self.written)
-            args = schema.arguments
             if self.functional is None:
                 self.kind = "mutating"
             elif self.written == [0] and not args[0].kwarg_only:
