@@ -325,7 +325,7 @@ def test_debug_mode_names_op_types_and_frame():
     assert torchtpu.eager.current_mode() == "strict"
     err = info.value
     assert err.op.startswith("aten::add")  # add.Tensor reaches the device as add.out
-    assert err.input_types == ["i32[2, 3]"]
+    assert err.input_types == ["i32[2, 3]", "i64[] (cpu)"]  # the 1 is a wrapped number
     assert err.frame is not None and err.frame.startswith(__file__)
     assert "view(dtype)" in str(err)
     # PyTorch's own shape check (run on meta tensors) carries the op and types too.
@@ -466,4 +466,68 @@ def test_factories_with_out_forms():
     close(torch.linspace(-1, 1, 7, device=TPU), torch.linspace(-1, 1, 7))
     close(torch.eye(3, 4, device=TPU), torch.eye(3, 4))
     close(torch.full((2, 2), 3.5, device=TPU), torch.full((2, 2), 3.5))
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
+
+
+def test_wrapped_numbers_conj_and_neg_views():
+    x = torch.arange(6)
+    t = x.to(TPU)
+    # `x % 4` reaches the device as remainder.Tensor(x, 4): a Python number in a Tensor slot.
+    for f in (lambda a: a % 4, lambda a: torch.fmod(a, 4), lambda a: a & 3, lambda a: a ^ 3, lambda a: a * 2.5):
+        got, want = f(t), f(x)
+        assert got.dtype == want.dtype
+        close(got, want)
+    y = t.clone()
+    y.remainder_(4)
+    close(y, x % 4)
+    c = torch.tensor([1 + 2j, 3 - 1j])
+    ct = c.to(TPU)
+    close(ct.conj(), c.conj())  # the conjugate bit is resolved on the way to the host
+    close(ct.conj() + 0, c.conj() + 0)  # and inside programs
+    close(torch._neg_view(t.float()), -x.float())
+
+
+def test_in_place_view_ops_and_views_inside_decompositions():
+    a = torch.randn(2, 3)
+    t = a.to(TPU)
+    t.t_()  # as_strided_ re-points the tensor (PyTorch's own kernel checks host bytes)
+    assert t.shape == (3, 2)
+    close(t, a.t())
+    u = torch.randn(2, 1, 3).to(TPU)
+    u.squeeze_(1)
+    assert u.shape == (2, 3)
+    z = torch.arange(50.0).reshape(5, 5, 2)
+    # trace's decomposition takes its own diagonal view of a (non-contiguous) view
+    assert torch.trace(z.to(TPU)[..., 0]).item() == torch.trace(z[..., 0]).item()
+    f = torch.arange(6).to(TPU)
+    f.floor_divide_(torch.tensor(4).to(TPU))  # floor_divide_.Tensor is floor_divide.default
+    assert f.tolist() == [0, 0, 0, 0, 1, 1]
+    close(t.to("cpu", non_blocking=True), a.t())
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_batch_norm_updates_running_stats(dims):
+    """native_batch_norm writes its running statistics without saying so in its schema: the
+    device runs the functional form and writes them back. Train and eval outputs, gradients
+    and statistics match CPU eager (rtol 1e-5, atol 1e-5: sums over the batch)."""
+    import copy
+
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3) if dims == 1 else torch.nn.BatchNorm2d(4)
+    x = torch.randn(4, 3) if dims == 1 else torch.randn(2, 4, 5, 5)
+    bt = copy.deepcopy(bn).to(TPU)
+    xr, xt = x.clone().requires_grad_(), x.to(TPU).requires_grad_()
+    for _ in range(2):
+        y, yt = bn(xr), bt(xt)
+        close(yt, y.detach())
+    y.square().sum().backward()
+    yt.square().sum().backward()
+    close(xt.grad, xr.grad, atol=1e-4)
+    close(bt.weight.grad, bn.weight.grad, atol=1e-4)
+    close(bt.running_mean, bn.running_mean)
+    close(bt.running_var, bn.running_var)
+    assert bt.num_batches_tracked.item() == 2
+    bn.eval()
+    bt.eval()
+    close(bt(x.to(TPU)), bn(x).detach())
     assert torchtpu.stats()["eager_cpu_fallbacks"] == {}

@@ -50,7 +50,7 @@ class OpInfo:
     """What the schema says about an op: its kind (view, functional, inplace, out, mutating),
     the functional op for inplace/out, and which arguments it writes."""
 
-    __slots__ = ("op", "name", "kind", "functional", "written", "base", "out_names", "returns")
+    __slots__ = ("op", "name", "kind", "functional", "written", "base", "out_names", "returns", "tensor_slots")
 
     def __init__(self, op):
         self.op = op
@@ -63,6 +63,10 @@ class OpInfo:
         self.returns = "tuple" if len(rets) != 1 else ("list" if isinstance(rets[0].type, torch.ListType) else "one")
         self.functional = None
         args = schema.arguments
+        # Positional Tensor parameters: a wrapped number arrives there as a Python number.
+        self.tensor_slots = tuple(
+            i for i, a in enumerate(args) if isinstance(a.type, torch.TensorType) and not a.kwarg_only
+        )
         if not self.written:
             self.kind = "view" if aliased_returns else "functional"
         else:
@@ -103,6 +107,14 @@ def _functional_of(op, schema, written):
         candidate = getattr(getattr(packet_ns, name[:-1], None), overload, None)
         if candidate is not None and _signature(candidate._schema.arguments) == _signature(schema.arguments):
             return candidate
+        # Another overload name (`floor_divide_.Tensor` is `floor_divide.default`).
+        packet = getattr(packet_ns, name[:-1], None)
+        for ov in packet.overloads() if packet is not None else ():
+            cs = getattr(packet, ov)._schema
+            if _signature(cs.arguments) == _signature(schema.arguments) and not any(
+                a.alias_info is not None and a.alias_info.is_write for a in cs.arguments
+            ):
+                return getattr(packet, ov)
         return None
     want = _signature(schema.arguments, skip=set(written))
     packet = getattr(packet_ns, name, None)
@@ -160,7 +172,13 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
                     f"torchtpu: a {x.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
                 )
             shape = tuple(x.shape)
-            if _storage.is_whole(x, slot):
+            bits = (x.is_conj(), x.is_neg())
+            if bits != (False, False):
+                # A lazily conjugated or negated view: the program resolves it after the view.
+                geom = (slot.shape, tuple(x.stride()), x.storage_offset(), bits)
+                key.append((x.dtype, shape) + geom)
+                geoms.append(geom)
+            elif _storage.is_whole(x, slot):
                 if shape == slot.shape:
                     key.append((x.dtype, shape))
                     geoms.append(None)
@@ -252,10 +270,39 @@ def user_frame() -> str | None:
 # ---------------------------------------------------------------- the fallback kernel
 
 
+def _wrap_numbers(info, args: tuple) -> tuple:
+    """PyTorch hands a wrapped number (`x % 4` is `remainder.Tensor(x, 4)`) to a Python kernel
+    as a Python number; overloads that take only Tensors need it back as a 0-d CPU tensor.
+    Its dtype keeps eager's promotion: a bool stays bool, an int is int64 (a 0-d tensor does
+    not widen the tensors' dtype), a float is the default dtype unless a float64 tensor is
+    among the arguments (then float64, keeping the number's precision), a complex likewise."""
+    out = list(args)
+    for i in info.tensor_slots:
+        if i < len(out) and isinstance(out[i], (bool, int, float, complex)):
+            v = out[i]
+            if isinstance(v, bool):
+                dtype = torch.bool
+            elif isinstance(v, int):
+                dtype = torch.int64
+            else:
+                wide = any(isinstance(a, torch.Tensor) and a.dtype in (torch.float64, torch.complex128) for a in args)
+                if isinstance(v, complex):
+                    dtype = torch.complex128 if wide else torch.complex64
+                else:
+                    dtype = torch.float64 if wide else torch.get_default_dtype()
+            out[i] = torch.tensor(v, dtype=dtype)
+    return tuple(out)
+
+
 def run(op, *args, **kwargs):
     """The boxed PrivateUse1 fallback: runs `op` on the tpu device."""
     _stats.bump("eager_ops")
     info = _infos.get(op) or info_of(op)
+    if info.tensor_slots:
+        for i in info.tensor_slots:
+            if i < len(args) and not isinstance(args[i], torch.Tensor) and isinstance(args[i], (bool, int, float, complex)):
+                args = _wrap_numbers(info, args)
+                break
     if info.kind == "view":
         return _view(op, args, kwargs)
     if not _modes.debug_on():

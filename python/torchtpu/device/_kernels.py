@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _dispatch, _dynamic, _random, _storage
+from torchtpu.device import _dispatch, _dynamic, _norms, _random, _storage
 
 aten = torch.ops.aten
 _DK = torch._C.DispatchKey
@@ -40,7 +40,7 @@ def copy_(self, src, non_blocking=False):
         cpu = src.detach().to(self.dtype).expand(self.shape)
         _storage.write(self, _storage.upload(cpu.contiguous()))
         return self
-    if src.dtype == self.dtype and tuple(src.shape) == tuple(self.shape):
+    if src.dtype == self.dtype and tuple(src.shape) == tuple(self.shape) and not (src.is_conj() or src.is_neg()):
         _storage.write(self, _storage.read(src))
         return self
     # Cast and broadcast on the device: the functional `copy`.
@@ -68,8 +68,24 @@ def resize_(self, size, memory_format=None):
     return self
 
 
-def _has_compatible_shallow_copy_type(self, from_):
-    return self.device.type == from_.device.type
+def as_strided_(self, size, stride, storage_offset=None):
+    # PyTorch's own kernel checks the bounds against the storage's bytes, which a tpu storage
+    # does not have on the host; the Meta `set_` re-points the tensor without that check.
+    offset = self.storage_offset() if storage_offset is None else storage_offset
+    aten.set_.source_Storage_storage_offset._op_dk(_DK.Meta, self, self.untyped_storage(), offset, list(size), list(stride))
+    return self
+
+
+def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    # tpu -> CPU without PyTorch's pinned staging buffer (`non_blocking=True` would ask the
+    # device hooks for a pinned-memory allocator, which a Python backend cannot provide).
+    target = torch.device(device) if device is not None else self.device
+    dtype = self.dtype if dtype is None else dtype
+    if self.device.type != _dispatch.DEVICE:  # CPU -> tpu
+        return _storage.from_host(self.detach().to(dtype).resolve_conj().resolve_neg())
+    if target.type == "cpu":
+        return _storage.to_host(self).to(dtype)
+    return _dispatch.run(aten._to_copy.default, self, dtype=dtype)
 
 
 def convolution_overrideable(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -109,8 +125,11 @@ KERNELS = {
     "_copy_from_and_resize": _copy_from_and_resize,
     "_local_scalar_dense": _local_scalar_dense,
     "resize_": resize_,
+    "as_strided_": as_strided_,
+    "_to_copy": _to_copy,
     **_random.KERNELS,
     **_dynamic.KERNELS,
+    **_norms.KERNELS,
 }
 
 # The boxed fallback: every other op.

@@ -177,7 +177,15 @@ def build(
                 return base
             if geom[1] is None:
                 return aten.view.default(base, list(x.shape))
-            return aten.as_strided.default(base, list(x.shape), list(geom[1]), geom[2])
+            # The view, made dense: the op (and its decomposition's own views) then sees a
+            # value whose strides are its own, as the lowering reads it.
+            v = aten.clone.default(aten.as_strided.default(base, list(x.shape), list(geom[1]), geom[2]))
+            conj, neg = geom[3] if len(geom) > 3 else (False, False)
+            if conj:
+                v = aten.conj_physical.default(v)
+            if neg:
+                v = aten.neg.default(v)
+            return v
         if isinstance(x, (list, tuple)):
             return type(x)(rebuild(v, it, fit) for v in x)
         if lift_floats and type(x) is float:

@@ -130,7 +130,17 @@ def write(t: torch.Tensor, buffer) -> None:
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of `t` (contiguous). A view that is a good part of its storage (a quarter or
+    """A CPU copy of `t`'s values (contiguous), its conjugate and negative bits resolved."""
+    out = _raw_to_host(t)
+    if t.is_conj():
+        out = torch.conj_physical(out)
+    if t.is_neg():
+        out = torch.neg(out)
+    return out
+
+
+def _raw_to_host(t: torch.Tensor) -> torch.Tensor:
+    """The stored values of `t` on the CPU (contiguous). A view that is a good part of its storage (a quarter or
     more) is cut from a host copy of the whole buffer rather than gathered on the device: no
     program to compile for each view shape (the first `count` rows of `x[mask]` differ at
     every call)."""
