@@ -531,3 +531,11 @@ def test_batch_norm_updates_running_stats(dims):
     bt.eval()
     close(bt(x.to(TPU)), bn(x).detach())
     assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
+
+
+def test_equal_and_cov():
+    a = torch.randn(3, 4)
+    t = a.to(TPU)
+    assert torch.equal(t, t.clone()) and not torch.equal(t, t + 1) and not torch.equal(t, t[:2])
+    close(torch.cov(t), torch.cov(a))
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {}

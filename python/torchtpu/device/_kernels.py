@@ -68,6 +68,13 @@ def resize_(self, size, memory_format=None):
     return self
 
 
+def equal(self, other):
+    # A Python bool: the shapes, then one reduction on the device read back.
+    if tuple(self.shape) != tuple(other.shape):
+        return False
+    return bool(_dispatch.run(aten.all.default, _dispatch.run(aten.eq.Tensor, self, other)).item())
+
+
 def as_strided_(self, size, stride, storage_offset=None):
     # PyTorch's own kernel checks the bounds against the storage's bytes, which a tpu storage
     # does not have on the host; the Meta `set_` re-points the tensor without that check.
@@ -126,6 +133,7 @@ KERNELS = {
     "_local_scalar_dense": _local_scalar_dense,
     "resize_": resize_,
     "as_strided_": as_strided_,
+    "equal": equal,
     "_to_copy": _to_copy,
     **_random.KERNELS,
     **_dynamic.KERNELS,
