@@ -197,7 +197,8 @@ def _list_of(t):
     return t.getElementType() if isinstance(t, torch.ListType) else None
 
 
-def _is_contiguous(shape, stride) -> bool:
+def is_contiguous(shape, stride) -> bool:
+    """Row-major strides for `shape`, ignoring the strides of size-1 dims."""
     expected = 1
     for sz, st in reversed(list(zip(shape, stride))):
         if sz != 1 and st != expected:
@@ -427,7 +428,7 @@ class _Writer:
                     not saved_for_backward
                     and math.prod(shape) > 1
                     and all(isinstance(s, int) for s in strides)
-                    and not _is_contiguous(shape, strides)
+                    and not is_contiguous(shape, strides)
                     and is_non_overlapping_and_dense(shape, strides)
                 ):
                     stride = strides

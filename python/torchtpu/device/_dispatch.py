@@ -99,43 +99,31 @@ def _without_options(args):
     return [(a.name, str(a.type)) for a in args if not (a.kwarg_only and a.name in _OPTIONS)]
 
 
+def _writes(schema) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
 def _functional_of(op, schema, written):
+    """The overload computing what `op` (in-place or out=) writes, or None."""
     ns, name = schema.name.split("::", 1)
-    overload = op._overloadname
     packet_ns = getattr(torch.ops, ns)
     if written == [0] and name.endswith("_"):
-        candidate = getattr(getattr(packet_ns, name[:-1], None), overload, None)
-        if candidate is not None and _signature(candidate._schema.arguments) == _signature(schema.arguments):
-            return candidate
-        # Another overload name (`floor_divide_.Tensor` is `floor_divide.default`).
+        # `add_.Tensor` is `add.Tensor`; `floor_divide_.Tensor` is `floor_divide.default`.
         packet = getattr(packet_ns, name[:-1], None)
-        for ov in packet.overloads() if packet is not None else ():
-            cs = getattr(packet, ov)._schema
-            if _signature(cs.arguments) == _signature(schema.arguments) and not any(
-                a.alias_info is not None and a.alias_info.is_write for a in cs.arguments
-            ):
-                return getattr(packet, ov)
-        return None
-    want = _signature(schema.arguments, skip=set(written))
-    packet = getattr(packet_ns, name, None)
-    if packet is None:
-        return None
-    for ov in packet.overloads():
-        candidate = getattr(packet, ov)
-        cs = candidate._schema
-        if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
-            continue
-        if _signature(cs.arguments) == want:
-            return candidate
-    # Factories (`arange.start_out`, `linspace.out`, `eye.m_out`): the functional form with
-    # the out tensor's dtype coming from the cast every out= result gets.
-    for ov in packet.overloads():
-        candidate = getattr(packet, ov)
-        cs = candidate._schema
-        if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
-            continue
-        if _without_options(cs.arguments) == want:
-            return candidate
+        same = getattr(packet, op._overloadname, None) if packet is not None else None
+        candidates = ([same] if same is not None else []) + [getattr(packet, ov) for ov in packet.overloads()] if packet else []
+        want, matches = _signature(schema.arguments), (_signature,)
+    else:
+        packet = getattr(packet_ns, name, None)
+        candidates = [getattr(packet, ov) for ov in packet.overloads()] if packet is not None else []
+        # Factories (`arange.start_out`, `linspace.out`, `eye.m_out`): the functional form
+        # with tensor options, the out tensor's dtype coming from the cast every out= result gets.
+        want, matches = _signature(schema.arguments, skip=set(written)), (_signature, _without_options)
+    candidates = [c for c in candidates if not _writes(c._schema)]
+    for match in matches:
+        for candidate in candidates:
+            if match(candidate._schema.arguments) == want:
+                return candidate
     return None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from torchtpu.device import _dispatch, _dynamic, _norms, _random, _storage
+from torchtpu.exporter import is_contiguous
 
 aten = torch.ops.aten
 _DK = torch._C.DispatchKey
@@ -23,7 +24,7 @@ def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memor
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     size, stride = tuple(size), tuple(stride)
-    if _storage.is_contiguous(size, stride):
+    if is_contiguous(size, stride):
         return _storage.new_tensor(size, _dtype(dtype))
     # A layout other than row-major (empty_like of a transposed tensor): storage for the span
     # of the strides, viewed with them.

@@ -47,15 +47,6 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
-def is_contiguous(shape, stride) -> bool:
-    expected = 1
-    for size, st in reversed(list(zip(shape, stride))):
-        if size != 1 and st != expected:
-            return False
-        expected *= size
-    return True
-
-
 def slot_of(t: torch.Tensor) -> Slot:
     slot = getattr(t.untyped_storage(), _SLOT, None)
     if slot is None:
@@ -78,8 +69,7 @@ def new_tensor(shape, dtype: torch.dtype, buffer=None) -> torch.Tensor:
 
 def is_whole(t: torch.Tensor, slot: Slot) -> bool:
     """Whether `t` is all of its storage, row-major from offset 0 (then its data is the buffer,
-    reshaped at most). PyTorch's own contiguity check, like `is_contiguous` above, ignores the
-    strides of size-1 dims."""
+    reshaped at most). PyTorch's own contiguity check ignores the strides of size-1 dims."""
     return t.numel() == slot.numel and t.storage_offset() == 0 and t.is_contiguous()
 
 
