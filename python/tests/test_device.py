@@ -539,3 +539,20 @@ def test_equal_and_cov():
     assert torch.equal(t, t.clone()) and not torch.equal(t, t + 1) and not torch.equal(t, t[:2])
     close(torch.cov(t), torch.cov(a))
     assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
+
+
+def test_deepcopy_keeps_values_and_aliasing():
+    import copy
+
+    m = torch.nn.BatchNorm1d(3).to(TPU)
+    m(torch.randn(4, 3).to(TPU))
+    m2 = copy.deepcopy(m)
+    assert isinstance(m2.weight, torch.nn.Parameter) and m2.weight.device.type == TPU
+    assert torch.equal(m2.running_mean.cpu(), m.running_mean.cpu())
+    m2.running_mean.add_(1)  # a copy: the original is unchanged
+    assert not torch.equal(m2.running_mean.cpu(), m.running_mean.cpu())
+    t = torch.randn(4).to(TPU)
+    t2, v2 = copy.deepcopy([t, t[1:]])
+    v2.add_(1)  # the copies share a storage, as the originals did
+    assert torch.equal(t2.cpu()[1:], v2.cpu())
+    assert not torch.equal(t2.cpu(), t.cpu())

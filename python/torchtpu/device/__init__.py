@@ -43,13 +43,15 @@ def register() -> None:
     module.patch_accelerator()
     module.register_pickling()
     module.patch_printing()
+    module.patch_storage_clone()
     _registered = True
 
 
 # The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.
 KERNEL_NAMES = (
     "empty.memory_format", "empty_strided", "copy_", "_copy_from", "_copy_from_and_resize",
-    "_local_scalar_dense", "resize_", "as_strided_", "_to_copy", "equal", "convolution_overrideable", "convolution_backward_overrideable",
+    "_local_scalar_dense", "resize_", "as_strided_", "_to_copy", "equal",
+    "set_.source_Storage_storage_offset", "set_.source_Storage", "convolution_overrideable", "convolution_backward_overrideable",
     "normal_", "uniform_", "random_", "random_.to", "random_.from", "bernoulli_.float",
     "bernoulli_.Tensor", "bernoulli", "native_dropout",
     "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put",

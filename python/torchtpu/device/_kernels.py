@@ -69,6 +69,20 @@ def resize_(self, size, memory_format=None):
     return self
 
 
+def set_storage_offset(self, source, storage_offset, size, stride=()):
+    # Points `self` at a tpu storage (deepcopy's `new_tensor.set_(storage, ...)`): the Meta
+    # kernel re-points the tensor; the storage carries its device data with it.
+    _storage.slot_of_storage(source)  # a tpu storage with device data, or a clear error
+    stride = list(stride) if len(stride) else list(_storage.contiguous_strides(size))
+    aten.set_.source_Storage_storage_offset._op_dk(_DK.Meta, self, source, storage_offset, list(size), stride)
+    return self
+
+
+def set_storage(self, source):
+    slot = _storage.slot_of_storage(source)
+    return set_storage_offset(self, source, 0, [slot.numel])
+
+
 def equal(self, other):
     # A Python bool: the shapes, then one reduction on the device read back.
     if tuple(self.shape) != tuple(other.shape):
@@ -135,6 +149,8 @@ KERNELS = {
     "resize_": resize_,
     "as_strided_": as_strided_,
     "equal": equal,
+    "set_.source_Storage_storage_offset": set_storage_offset,
+    "set_.source_Storage": set_storage,
     "_to_copy": _to_copy,
     **_random.KERNELS,
     **_dynamic.KERNELS,

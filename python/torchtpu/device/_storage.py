@@ -47,6 +47,13 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
+def slot_of_storage(storage) -> Slot:
+    slot = getattr(storage, _SLOT, None)
+    if slot is None:
+        raise RuntimeError("torchtpu: this tpu storage has no device data (it was not made by torchtpu's device kernels)")
+    return slot
+
+
 def slot_of(t: torch.Tensor) -> Slot:
     slot = getattr(t.untyped_storage(), _SLOT, None)
     if slot is None:

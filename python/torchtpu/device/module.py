@@ -187,3 +187,28 @@ def patch_printing() -> None:
         return text
 
     tensor_str._str = _str
+
+
+_original_clone = None
+
+
+def patch_storage_clone() -> None:
+    """`UntypedStorage.clone` (what `copy.deepcopy` of a tensor copies) allocates host-side
+    bytes through the device's allocator, which a Python backend does not have: for a tpu
+    storage it makes a new storage holding the same device buffer (buffers are never
+    changed in place, so sharing one is a copy)."""
+    global _original_clone
+    if _original_clone is not None:
+        return
+    _original_clone = torch.UntypedStorage.clone
+
+    def clone(self):
+        if self.device.type != "tpu":
+            return _original_clone(self)
+        from torchtpu.device import _storage
+
+        slot = _storage.slot_of_storage(self)
+        return _storage.new_tensor(slot.shape, slot.dtype, slot.buffer).untyped_storage()
+
+    clone.__doc__ = _original_clone.__doc__
+    torch.UntypedStorage.clone = clone
