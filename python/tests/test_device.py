@@ -556,3 +556,15 @@ def test_deepcopy_keeps_values_and_aliasing():
     v2.add_(1)  # the copies share a storage, as the originals did
     assert torch.equal(t2.cpu()[1:], v2.cpu())
     assert not torch.equal(t2.cpu(), t.cpu())
+
+
+def test_storage_methods_do_not_crash():
+    """PyTorch has no allocator for a Python backend's storages: what would allocate through
+    it is routed or refused with a clear error (each case once crashed the process)."""
+    t = torch.arange(4.0).to(TPU)
+    with pytest.raises(RuntimeError, match="storages cannot be allocated"):
+        torch.UntypedStorage(4, device=TPU)
+    host = t.untyped_storage().cpu()
+    assert host.nbytes() == 16
+    assert torch.equal(torch.frombuffer(bytearray(bytes(host.tolist())), dtype=torch.float32), torch.arange(4.0))
+    assert torch.UntypedStorage(8).nbytes() == 8  # CPU storages as before

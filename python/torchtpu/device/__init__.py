@@ -43,7 +43,7 @@ def register() -> None:
     module.patch_accelerator()
     module.register_pickling()
     module.patch_printing()
-    module.patch_storage_clone()
+    module.patch_storage()
     _registered = True
 
 

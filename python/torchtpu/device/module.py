@@ -192,15 +192,44 @@ def patch_printing() -> None:
 _original_clone = None
 
 
-def patch_storage_clone() -> None:
-    """`UntypedStorage.clone` (what `copy.deepcopy` of a tensor copies) allocates host-side
-    bytes through the device's allocator, which a Python backend does not have: for a tpu
-    storage it makes a new storage holding the same device buffer (buffers are never
-    changed in place, so sharing one is a copy)."""
+def patch_storage() -> None:
+    """Storages on tpu have no host-side bytes and PyTorch has no allocator for them (a Python
+    backend cannot register one), so the storage methods that would allocate through it
+    (and crash) are routed here:
+    - `UntypedStorage.clone` (what `copy.deepcopy` of a tensor copies) makes a new storage
+      holding the same device buffer (buffers are never changed in place, so sharing one is a
+      copy);
+    - `UntypedStorage.cpu` copies the buffer's bytes to the host;
+    - `torch.UntypedStorage(n, device="tpu")` raises instead of crashing."""
     global _original_clone
     if _original_clone is not None:
         return
     _original_clone = torch.UntypedStorage.clone
+    original_cpu = torch.UntypedStorage.cpu
+    original_new = torch.UntypedStorage.__new__
+
+    def cpu(self):
+        if self.device.type != "tpu":
+            return original_cpu(self)
+        from torchtpu.device import _storage
+
+        slot = _storage.slot_of_storage(self)
+        if slot.buffer is None:
+            return torch.UntypedStorage(slot.numel * slot.dtype.itemsize)
+        host = torch.from_dlpack(slot.buffer.to_host()).reshape(-1)
+        return host.view(torch.uint8).untyped_storage() if slot.dtype != torch.bool else host.untyped_storage()
+
+    def new(cls, *args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "tpu":
+            raise RuntimeError(
+                "torchtpu: storages cannot be allocated on the tpu device directly; make a tensor "
+                "(torch.empty(n, dtype=torch.uint8, device='tpu')) and use its storage"
+            )
+        return original_new(cls, *args, device=device, **kwargs) if device is not None else original_new(cls, *args, **kwargs)
+
+    cpu.__doc__ = original_cpu.__doc__
+    torch.UntypedStorage.cpu = cpu
+    torch.UntypedStorage.__new__ = new
 
     def clone(self):
         if self.device.type != "tpu":
