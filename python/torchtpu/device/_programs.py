@@ -1,8 +1,9 @@
-"""One-op programs for the eager `tpu` device: an ATen call on meta tensors becomes a
-one-node FX graph, which the exporter writes as IR (the same conventions, op registry and
-lowering as torch.compile graphs), which the engine compiles through its caches. Programs are
-kept per key (the op, its non-tensor arguments, and the dtype and shape of each tensor), so a
-warm op costs a dict lookup and one PJRT execution.
+"""One-op programs for the eager `tpu` device: an ATen call on meta tensors is traced with
+`make_fx` and the compiled path's decomposition table (an op without a lowering becomes its
+decomposition), the exporter writes the trace as IR (the same conventions, op registry and
+lowering as torch.compile graphs), and the engine compiles it through its caches. Programs are
+kept per key (the op, its non-tensor arguments, the dtype, shape and view geometry of each
+tensor), so a warm op costs a dict lookup and one PJRT execution.
 """
 
 from __future__ import annotations
