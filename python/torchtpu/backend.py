@@ -24,6 +24,8 @@ from torchtpu.exporter import unsupported_nodes
 from torchtpu.executor import CompiledGraph
 from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
+from torchtpu import sharding as _sharding
+from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
 log = logging.getLogger("torchtpu")
 _graph_ids = itertools.count()
@@ -148,6 +150,25 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
     name = f"{kind}_{next(_graph_ids)}"
+    relaid = None
+    if kind == "inference" and binding is None and opts.relayout_weights and not _sharding.ACTIVE:
+        # Convolution weights in the layout XLA's CPU convolutions use, permuted once per
+        # weight version instead of in every call (weight_layout.py). Everything below,
+        # the eager fallback included, then runs on the relaid inputs.
+        gm, perms = relayout_conv_weights(gm)
+        relaid = RelaidInputs(perms) if perms else None
+    boxed = _compile_static(gm, opts, kind, name, binding, link)
+    if relaid is None:
+        return boxed
+
+    def call(args):
+        return boxed(relaid.apply(args))
+
+    call._boxed_call = True
+    return call
+
+
+def _compile_static(gm, opts: Options, kind: str, name: str, binding, link):
     # A binding comes only with a graph `_PerShape` found free of unsupported ops.
     bad = {} if binding is not None else unsupported_nodes(gm, _supported())
     if bad:

@@ -23,6 +23,9 @@ class Options:
     # buffers: mutated inputs such as batch norm's running statistics, and any input whose
     # buffer an output of its type can take.
     donate: bool = True
+    # In inference graphs, give convolution weights to XLA in HWIO (its CPU layout), permuted
+    # once per weight version, instead of relaying them in every call (weight_layout.py).
+    relayout_weights: bool = True
 
     @staticmethod
     def from_dict(options: dict | None) -> "Options":
@@ -37,7 +40,7 @@ class Options:
             options["strict"] = fallback_is_error()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
-        for flag in ("strict", "donate"):
+        for flag in ("strict", "donate", "relayout_weights"):
             # Only real booleans: "no" or "false" would be truthy.
             if flag in options and not isinstance(options[flag], bool):
                 raise OptionsError(f"torchtpu option {flag!r} must be True or False, got {options[flag]!r}")
