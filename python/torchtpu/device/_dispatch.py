@@ -145,20 +145,17 @@ def _is_tpu(t) -> bool:
 
 
 def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str) -> None:
-    """Appends `x`'s part of the program key, its tensor leaves (tpu tensors and CPU scalars,
-    in the order `_programs.build` makes inputs) with their geometry, and its Python floats
-    (which may become inputs: the key then holds only a marker for each).
+    """Appends `x`'s part of the program key, the input buffer of each tensor leaf (tpu
+    tensors and CPU scalars, in the order `_programs.build` makes inputs) with its geometry,
+    and its Python floats (which may become inputs: the key then holds only a marker for each).
 
     A tpu leaf is passed as its storage's buffer: a view's geometry (the buffer's shape, the
     view's strides and offset) is in the key and its `as_strided` (or reshape) is the first
     step of the op's own program, instead of a program of its own."""
     if isinstance(x, torch.Tensor):
         if _is_tpu(x):
-            slot = _storage.slot_of(x)
-            if x.dtype is not slot.dtype:
-                raise NotImplementedError(
-                    f"torchtpu: a {x.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
-                )
+            slot = _storage.checked_slot(x)
+            leaves.append(_storage.buffer_of(slot))
             shape = tuple(x.shape)
             bits = (x.is_conj(), x.is_neg())
             if bits != (False, False):
@@ -180,17 +177,18 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
         elif x.dim() == 0 and x.device.type == "cpu":
             key.append(("cpu", x.dtype))
             geoms.append(None)
+            leaves.append(_programs.scalar_buffer(x))
         elif x.device.type == "cpu" and op_name.split(".")[0] in _CPU_INDEX_OPS and not x.dtype.is_floating_point:
             # Indices may stay on the CPU, as PyTorch allows for CUDA tensors: copied per call.
             key.append(("cpu", x.dtype, tuple(x.shape)))
             geoms.append(None)
+            leaves.append(_storage.upload(x))
         else:
             raise RuntimeError(
                 f"Expected all tensors to be on the same device, but found at least two devices, "
                 f"{DEVICE}:0 and {x.device}! (when checking arguments of {op_name}; only 0-d CPU "
                 "tensors may be mixed with tpu tensors)"
             )
-        leaves.append(x)
     elif isinstance(x, (list, tuple)):
         key.append(len(x))
         for v in x:
@@ -219,24 +217,6 @@ def _meta_of(x):
     if isinstance(x, (list, tuple)):
         return type(x)(_meta_of(v) for v in x)
     return x
-
-
-def _buffer_of(t):
-    """A leaf's input buffer: a tpu tensor's storage buffer (its view is taken in the program,
-    see `_flatten`), a CPU scalar's cached upload, CPU indices copied."""
-    if _is_tpu(t):
-        slot = _storage.slot_of(t)
-        return slot.buffer if slot.buffer is not None else _storage._zeros(slot)
-    return _programs.scalar_buffer(t) if t.dim() == 0 else _storage.upload(t)
-
-
-def _tensor_leaves(x, out: list) -> list:
-    if isinstance(x, torch.Tensor):
-        out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            _tensor_leaves(v, out)
-    return out
 
 
 def _type_text(t) -> str:
@@ -304,7 +284,7 @@ def run(op, *args, **kwargs):
         raise
     except Exception as e:
         read = [v for k, v in kwargs.items() if k not in info.out_names]
-        types = [_type_text(t) for t in _tensor_leaves((args, read), [])]
+        types = [_type_text(t) for t in _modes.tensors((args, read), tpu_only=False)]
         frame = user_frame()
         err = DeviceOpError(f"{info.name} on ({', '.join(types)}) failed at {frame}: {e}", info.name, types, frame)
         raise err from e
@@ -344,11 +324,10 @@ def _run(info: OpInfo, op, args, kwargs):
         floats = ()
     if isinstance(program, _CpuFallback):
         return _on_cpu(info, op, args, kwargs, program.reason)
-    buffers = [_buffer_of(t) for t in leaves]
     if floats:
-        buffers.extend(_programs.float_buffer(f) for f in floats)
-    outs = program.run(buffers, _modes.wait())
-    return _results(info, args, kwargs, program, outs, buffers)
+        leaves.extend(_programs.float_buffer(f) for f in floats)
+    outs = program.run(leaves, _modes.wait())
+    return _results(info, args, kwargs, program, outs, leaves)
 
 
 def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):

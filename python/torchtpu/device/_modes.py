@@ -49,16 +49,18 @@ def fallback_is_error() -> bool:
     return env_says()
 
 
-def _tensors(x, out: list):
+def tensors(x, tpu_only: bool = True, out: list | None = None) -> list:
+    """The tensors in `x` (nested lists, tuples, dicts), only the tpu ones by default."""
+    out = [] if out is None else out
     if isinstance(x, torch.Tensor):
-        if x.device.type == "tpu":
+        if not tpu_only or x.device.type == "tpu":
             out.append(x)
     elif isinstance(x, (list, tuple)):
         for v in x:
-            _tensors(v, out)
+            tensors(v, tpu_only, out)
     elif isinstance(x, dict):
         for v in x.values():
-            _tensors(v, out)
+            tensors(v, tpu_only, out)
     return out
 
 
@@ -73,7 +75,7 @@ def _has_non_finite(t: torch.Tensor) -> bool:
 def inputs_clean(args, kwargs) -> bool:
     """Whether no tpu tensor among the arguments holds a NaN or an infinity (checked before an
     op runs, since an in-place op overwrites its input)."""
-    return not any(_has_non_finite(t) for t in _tensors((args, kwargs), []))
+    return not any(_has_non_finite(t) for t in tensors((args, kwargs)))
 
 
 def after_op(info, args, kwargs, result, inputs_were_clean: bool) -> None:
@@ -83,7 +85,7 @@ def after_op(info, args, kwargs, result, inputs_were_clean: bool) -> None:
     from torchtpu.device._dispatch import _type_text, user_frame
     from torchtpu.errors import NonFiniteError
 
-    outs = _tensors(result, [])
+    outs = tensors(result)
     for t in outs:
         slot = _storage.slot_of(t)
         if slot.buffer is not None:
@@ -92,7 +94,7 @@ def after_op(info, args, kwargs, result, inputs_were_clean: bool) -> None:
         return
     if not any(_has_non_finite(t) for t in outs):
         return
-    types = [_type_text(t) for t in _tensors((args, kwargs), [])]
+    types = [_type_text(t) for t in tensors((args, kwargs))]
     frame = user_frame()
     raise NonFiniteError(
         f"{info.name} on ({', '.join(types)}) produced NaN or Inf at {frame} (its inputs were finite)",

@@ -301,33 +301,32 @@ def strided_write(base, shape, dtype, src, size, stride, offset):
     return p.run([base, src])[0]
 
 
-def float_buffer(value: float):
-    """A 0-d f64 device buffer holding `value` (a float argument lifted to an input)."""
-    key = (torch.float64, value, math.copysign(1.0, value))
-    b = _scalars.get(key)
-    if b is None:
-        if len(_scalars) >= _SCALAR_CACHE_LIMIT:
-            _scalars.clear()
-        b = _scalars[key] = _C.device_put(torch.tensor(value, dtype=torch.float64))
-    return b
-
-
-# CPU scalars (0-d tensors, Python numbers lifted to inputs) uploaded once per (dtype, value).
+# CPU scalars (0-d tensors, Python numbers lifted to inputs) uploaded once per (dtype, value);
+# the sign is in the key so that -0.0 and 0.0 stay apart.
 _scalars: dict = {}
 _SCALAR_CACHE_LIMIT = 4096
 
 
-def scalar_buffer(t: torch.Tensor):
-    value = t.item()
-    key = (t.dtype, value, math.copysign(1.0, value) if isinstance(value, float) else 0)
+def _scalar(dtype, value, make):
+    key = (dtype, value, math.copysign(1.0, value) if isinstance(value, float) else 0)
     b = _scalars.get(key)
     if b is None:
         if len(_scalars) >= _SCALAR_CACHE_LIMIT:
             _scalars.clear()
-        from torchtpu.device._storage import upload
-
-        b = _scalars[key] = upload(t)
+        b = _scalars[key] = make()
     return b
+
+
+def float_buffer(value: float):
+    """A 0-d f64 device buffer holding `value` (a float argument lifted to an input)."""
+    return _scalar(torch.float64, value, lambda: _C.device_put(torch.tensor(value, dtype=torch.float64)))
+
+
+def scalar_buffer(t: torch.Tensor):
+    """A device buffer holding the CPU 0-d tensor `t`."""
+    from torchtpu.device._storage import upload
+
+    return _scalar(t.dtype, t.item(), lambda: upload(t))
 
 
 def wait_all() -> None:

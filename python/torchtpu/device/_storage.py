@@ -20,6 +20,7 @@ import math
 import torch
 
 from torchtpu import _C
+from torchtpu.device import _programs
 from torchtpu.exporter import IR_DTYPES
 
 # The attribute a storage object carries its slot in (kept with the storage's Python object,
@@ -50,16 +51,23 @@ def contiguous_strides(shape) -> tuple:
 def slot_of_storage(storage) -> Slot:
     slot = getattr(storage, _SLOT, None)
     if slot is None:
-        raise RuntimeError("torchtpu: this tpu storage has no device data (it was not made by torchtpu's device kernels)")
+        raise RuntimeError(
+            "torchtpu: this tpu storage has no device data (it was not made by torchtpu's device kernels, "
+            "or a tensor's storage was replaced)"
+        )
     return slot
 
 
 def slot_of(t: torch.Tensor) -> Slot:
-    slot = getattr(t.untyped_storage(), _SLOT, None)
-    if slot is None:
-        raise RuntimeError(
-            f"torchtpu: this {t.device} tensor has no device data (it was not made by torchtpu's "
-            "device kernels, or its storage was replaced)"
+    return slot_of_storage(t.untyped_storage())
+
+
+def checked_slot(t: torch.Tensor) -> Slot:
+    """`t`'s slot, refusing a view of its storage as another dtype (`Tensor.view(dtype)`)."""
+    slot = slot_of(t)
+    if t.dtype is not slot.dtype:
+        raise NotImplementedError(
+            f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
         )
     return slot
 
@@ -80,47 +88,33 @@ def is_whole(t: torch.Tensor, slot: Slot) -> bool:
     return t.numel() == slot.numel and t.storage_offset() == 0 and t.is_contiguous()
 
 
-def _zeros(slot: Slot):
-    from torchtpu.device import _programs
-
-    slot.buffer = _programs.zeros(slot.shape, slot.dtype)
+def buffer_of(slot: Slot):
+    """The slot's buffer; an uninitialised storage (`torch.empty`) gets zeros first."""
+    if slot.buffer is None:
+        slot.buffer = _programs.zeros(slot.shape, slot.dtype)
     return slot.buffer
 
 
 def read(t: torch.Tensor):
     """`t`'s values as a dense device buffer of `t`'s shape."""
-    slot = getattr(t.untyped_storage(), _SLOT, None) or slot_of(t)
-    if t.dtype is not slot.dtype:
-        raise NotImplementedError(
-            f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
-        )
-    buffer = slot.buffer if slot.buffer is not None else _zeros(slot)
+    slot = checked_slot(t)
+    buffer = buffer_of(slot)
     shape = tuple(t.shape)
     if is_whole(t, slot):
         if shape == slot.shape:
             return buffer
-        from torchtpu.device import _programs
-
         return _programs.reshape(buffer, slot.shape, shape, slot.dtype)
-    from torchtpu.device import _programs
-
     return _programs.strided_read(buffer, slot.shape, slot.dtype, shape, tuple(t.stride()), t.storage_offset())
 
 
 def write(t: torch.Tensor, buffer) -> None:
     """Makes `t`'s values those of `buffer` (a dense buffer of `t`'s shape and dtype); every
     tensor sharing `t`'s storage sees them."""
-    slot = slot_of(t)
-    if t.dtype is not slot.dtype:
-        raise NotImplementedError(
-            f"torchtpu: writing a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
-        )
+    slot = checked_slot(t)
     if is_whole(t, slot):
         slot.buffer, slot.shape = buffer, tuple(t.shape)
         return
-    from torchtpu.device import _programs
-
-    base = slot.buffer if slot.buffer is not None else _zeros(slot)
+    base = buffer_of(slot)
     slot.buffer = _programs.strided_write(
         base, slot.shape, slot.dtype, buffer, tuple(t.shape), tuple(t.stride()), t.storage_offset()
     )
