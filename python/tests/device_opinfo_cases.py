@@ -109,15 +109,10 @@ def _map(x, fn):
 
 
 def _tensors(x, out):
-    if isinstance(x, torch.Tensor):
-        out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            _tensors(v, out)
-    elif isinstance(x, dict):
-        for v in x.values():
-            _tensors(v, out)
-    return out
+    # Every tensor, on any device, in nested lists, tuples and dicts: the device's own walk.
+    from torchtpu.device._modes import tensors
+
+    return tensors(x, tpu_only=False, out=out)
 
 
 def _clone(t):
