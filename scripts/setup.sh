@@ -75,7 +75,9 @@ PYEOF
 )
 if ((${#want[@]})); then
   log "pip installing: ${want[*]}"
-  "$VPY" -m pip install -q --disable-pip-version-check "${want[@]}"
+  # No wheel cache: torch and its CUDA wheels are ~5 GB, and a cached copy doubles the disk
+  # a fresh machine needs (a CI run once failed with "No space left on device" here).
+  "$VPY" -m pip install -q --disable-pip-version-check --no-cache-dir "${want[@]}"
 else
   log "Python packages present"
 fi
@@ -85,7 +87,7 @@ PLUGIN_SO="$PLUGIN_DIR/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
 if [ ! -f "$PLUGIN_SO" ] || [ "$(cat "$PLUGIN_DIR/.version" 2>/dev/null)" != "$PLUGIN_VERSION" ]; then
   log "installing PJRT CPU plugin $PLUGIN_PKG==$PLUGIN_VERSION into $PLUGIN_DIR"
   rm -rf "$PLUGIN_DIR"
-  "$VPY" -m pip install -q --disable-pip-version-check --no-deps --target "$PLUGIN_DIR" \
+  "$VPY" -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps --target "$PLUGIN_DIR" \
     "$PLUGIN_PKG==$PLUGIN_VERSION"
   echo "$PLUGIN_VERSION" > "$PLUGIN_DIR/.version"
 else
