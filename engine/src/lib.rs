@@ -23,9 +23,10 @@ pub use torchtpu_compiler::driver::{self, fault_injected, DriverError, Timings, 
 pub use torchtpu_compiler::ir;
 pub use torchtpu_compiler::passes::DEFAULT_PIPELINE;
 pub use torchtpu_runtime::dlpack::TensorView;
-pub use torchtpu_runtime::CacheSource;
+pub use torchtpu_runtime::{CacheSource, XlaOption};
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use torchtpu_compiler::ir::{parse_graph, print_graph, DType, Graph, TensorType};
@@ -126,6 +127,8 @@ pub struct Options {
     /// What the plugin's partitioner does with layout changes; `Engine::compile` sets it from
     /// the platform (see `sharding_target`).
     pub sharding_target: torchtpu_compiler::sharding::Target,
+    /// XLA option overrides for this graph's compile, over the platform's (`xla_defaults`).
+    pub xla_options: BTreeMap<String, XlaOption>,
 }
 
 /// 256 GiB: more than any one device holds, and below what XLA's CPU compiler survives (an
@@ -166,6 +169,7 @@ impl Default for Options {
             donate_inputs: true,
             max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES,
             sharding_target: torchtpu_compiler::sharding::Target::default(),
+            xla_options: BTreeMap::new(),
         }
     }
 }
@@ -222,6 +226,21 @@ pub fn sharding_target(platform: &str) -> torchtpu_compiler::sharding::Target {
     torchtpu_compiler::sharding::Target { reduce_scatter: platform != "cpu" }
 }
 
+/// Whether a platform's executions can take donated input buffers. The CPU plugin reads every
+/// input in place from the caller's memory and never donates it (docs/runtime.md, "The per-call
+/// path"), so there an alias only makes XLA copy the output into the aliased buffer (2048^2
+/// matmul: ~10% of its time, benches/xla_options.py).
+pub fn donation_pays(platform: &str) -> bool {
+    platform != "cpu"
+}
+
+/// The XLA options a platform's programs are compiled with (a graph's `Options::xla_options`
+/// override them), each kept for a measured win (docs/performance.md, "XLA's options").
+pub fn xla_defaults(platform: &str) -> BTreeMap<String, XlaOption> {
+    let _ = platform;
+    BTreeMap::new()
+}
+
 /// The variable that sets the CPU plugin's device count (`cpu_device_count`).
 pub const CPU_DEVICES_ENV: &str = "TORCHTPU_CPU_DEVICES";
 
@@ -265,6 +284,11 @@ impl Engine {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Whether graphs compiled here should alias outputs to inputs by default (`donation_pays`).
+    pub fn donates_by_default(&self) -> bool {
+        donation_pays(self.client.platform_name())
     }
 
     pub fn cache(&self) -> &ExecutableCache {
@@ -368,7 +392,9 @@ impl Engine {
         let compile_options = match &spmd {
             Some(s) => CompileOptions::spmd(s.devices.len() as i64),
             None => CompileOptions::default(),
-        };
+        }
+        .with_xla_options(xla_defaults(self.client.platform_name()))
+        .with_xla_options(options.xla_options.clone());
         let (exe, source) = self
             .cache
             .lookup_or_compile(&self.client, &code, &compile_options, Some(&graph.name))

@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyCapsule, PyDict};
 use pyo3::IntoPyObjectExt;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use torchtpu_engine::driver::{self, DriverError, Format, PipelineError};
 use torchtpu_engine::ir::{print_graph, DType};
@@ -148,9 +149,13 @@ fn run_pipeline(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<String> 
 /// Lowers IR text (after `pipeline`) to StableHLO text, in one driver run; with `with_ir`,
 /// returns `(IR after the passes, StableHLO text)`.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true, with_ir = false))]
-fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: bool, with_ir: bool) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = None, with_ir = false))]
+fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: Option<bool>, with_ir: bool) -> PyResult<Py<PyAny>> {
     guarded(py, "lower", || {
+        let donate = match donate {
+            Some(d) => d,
+            None => default_engine(py)?.donates_by_default(),
+        };
         let options =
             torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
         let c = torchtpu_engine::with_driver(|cx| {
@@ -401,20 +406,25 @@ fn executions() -> u64 {
 /// (per input None or the axes of each dim) and the outputs `output_shardings` names pinned
 /// to those layouts; a bad layout or too few devices is `torchtpu.errors.ShardingError`.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = true, mesh = None, input_shardings = None, output_shardings = None))]
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = None, mesh = None, input_shardings = None, output_shardings = None, xla_options = None))]
+#[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
     text: &str,
     pipeline: &str,
-    donate: bool,
+    donate: Option<bool>,
     mesh: Option<sharding::WireMesh>,
     input_shardings: Option<sharding::WireShardings>,
     output_shardings: Option<sharding::WireShardings>,
+    xla_options: Option<BTreeMap<String, WireXlaOption>>,
 ) -> PyResult<Program> {
     guarded(py, "compile", || {
-        let options =
-            torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
         let engine = default_engine(py)?;
+        let options = torchtpu_engine::Options {
+            donate_inputs: donate.unwrap_or_else(|| engine.donates_by_default()),
+            xla_options: xla_options.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into())).collect(),
+            ..torchtpu_engine::Options::with_pipeline(pipeline)
+        };
         let compiled = match mesh {
             None => py.detach(|| engine.compile_text(text, &options)),
             Some(mesh) => {
@@ -436,6 +446,32 @@ fn compile(
 #[pyfunction]
 fn device_count(py: Python<'_>) -> PyResult<usize> {
     guarded(py, "compile", || Ok(default_engine(py)?.client().addressable_devices().len()))
+}
+
+/// Whether graphs alias outputs to inputs unless told (`donate=None`): not on the CPU plugin,
+/// which reads inputs in place and never donates them (`torchtpu_engine::donation_pays`).
+#[pyfunction]
+fn donates_by_default(py: Python<'_>) -> PyResult<bool> {
+    guarded(py, "compile", || Ok(default_engine(py)?.donates_by_default()))
+}
+
+/// An XLA option override's value from Python: a bool, an int or a string (in that order:
+/// `True` is also an int).
+#[derive(FromPyObject)]
+enum WireXlaOption {
+    Bool(bool),
+    Int(i64),
+    Str(String),
+}
+
+impl From<WireXlaOption> for torchtpu_engine::XlaOption {
+    fn from(v: WireXlaOption) -> Self {
+        match v {
+            WireXlaOption::Bool(b) => torchtpu_engine::XlaOption::Bool(b),
+            WireXlaOption::Int(i) => torchtpu_engine::XlaOption::Int(i),
+            WireXlaOption::Str(s) => torchtpu_engine::XlaOption::Str(s),
+        }
+    }
 }
 
 /// The executable caches' counters: memory_hits, disk_hits, misses, compile_seconds,
@@ -527,6 +563,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
     m.add_function(wrap_pyfunction!(executions, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(donates_by_default, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_put, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_memory, m)?)?;

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu
+from torchtpu import _C
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from models.small import CNN, MLP, HandAttention, MHABlock
 from torchtpu.fallback import FallbackError
@@ -118,12 +119,13 @@ def test_stats_report_peak_memory_per_graph():
 
 
 def test_donation_keeps_eager_semantics():
-    """BatchNorm training mutates its running statistics: the compiled graph donates those
-    inputs (and others of an output's type) to its outputs. The caller's tensors that are not
-    mutated keep their values, the mutated ones get eager's new values, and outputs match."""
+    """BatchNorm training mutates its running statistics: with donation asked for (what
+    platforms that donate get by default), the compiled graph donates those inputs (and others
+    of an output's type) to its outputs. The caller's tensors that are not mutated keep their
+    values, the mutated ones get eager's new values, and outputs match."""
     model = CNN().train()
     mine = copy.deepcopy(model)
-    compiled = torch.compile(mine, backend="torchtpu")
+    compiled = torch.compile(mine, backend="torchtpu", options={"donate": True})
     x = torch.randn(2, 3, 10, 10)
     x_before = x.clone()
     weights_before = [p.detach().clone() for p in mine.parameters()]
@@ -141,16 +143,20 @@ def test_donation_keeps_eager_semantics():
     assert_compiled_cleanly()
 
 
-def test_donate_false_turns_aliasing_off(tmp_path):
+def test_donation_follows_the_option_and_defaults_to_the_platform(tmp_path):
+    """`donate` True / False turns aliasing on / off; unset, it is the platform's default, which
+    on the CPU plugin (inputs read in place, never donated) is off."""
     x = torch.randn(4, 4)
-    compiled = torch.compile(lambda a: a * 2, backend="torchtpu", options={"donate": False, "dump_dir": str(tmp_path)})
-    torch.testing.assert_close(compiled(x), x * 2)
-    (hlo,) = tmp_path.glob("*.stablehlo.mlir")
-    assert "tf.aliasing_output" not in hlo.read_text()
-    compiled = torch.compile(lambda a: a * 3, backend="torchtpu", options={"dump_dir": str(tmp_path / "on")})
-    torch.testing.assert_close(compiled(x), x * 3)
-    (hlo,) = (tmp_path / "on").glob("*.stablehlo.mlir")
-    assert "tf.aliasing_output = 0 : i32" in hlo.read_text()
+    aliased = {}
+    for k, donate in enumerate((False, True, None)):
+        options = {"dump_dir": str(tmp_path / str(k))} | ({} if donate is None else {"donate": donate})
+        compiled = torch.compile(lambda a, k=k: a * (k + 2), backend="torchtpu", options=options)
+        torch.testing.assert_close(compiled(x), x * (k + 2))
+        (hlo,) = (tmp_path / str(k)).glob("*.stablehlo.mlir")
+        aliased[donate] = "tf.aliasing_output = 0 : i32" in hlo.read_text()
+    assert aliased[False] is False and aliased[True] is True
+    assert _C.donates_by_default() is False  # the tests run on the CPU plugin
+    assert aliased[None] is False
 
 
 def test_graph_break_gives_two_compiled_graphs():
@@ -213,6 +219,21 @@ def test_dynamic_batch_sizes_compile_once_per_size():
     assert_compiled_cleanly()
 
 
+def test_graph_with_a_tensor_constant_at_a_second_batch_size():
+    """The second size makes Dynamo's graph symbolic, and AOTAutograd hands it over with its
+    fake mode still active: the tensor constant (a real tensor) is fingerprinted outside it.
+    It raised 'Please convert all Tensors to FakeTensors' (gpt2 at batch 16 after batch 1)."""
+
+    def f(x):
+        return x * torch.tensor([1.0, 2.0]) + 1
+
+    compiled = torch.compile(f, backend="torchtpu", options={"strict": True})
+    for b in (2, 3, 4):
+        x = torch.randn(b, 2)
+        torch.testing.assert_close(compiled(x), f(x), **FWD)
+    assert_compiled_cleanly()
+
+
 def _with_unsupported(x):
     return torch.special.airy_ai(torch.tanh(x) * 0.5) + x.exp()
 
@@ -258,11 +279,12 @@ def test_dump_dir_reproduces_stablehlo_byte_for_byte(tmp_path):
     for input_ir in irs:
         stem = input_ir.name[: -len(".input.ir")]
         want = (tmp_path / f"{stem}.stablehlo.mlir").read_text()
-        got = subprocess.run([opt, tmp_path / f"{stem}.ir", "--emit=stablehlo", "--donate-inputs"], check=True, capture_output=True, text=True).stdout
+        donate = ["--donate-inputs"] if _C.donates_by_default() else []  # the platform's default, as compiled
+        got = subprocess.run([opt, tmp_path / f"{stem}.ir", "--emit=stablehlo", *donate], check=True, capture_output=True, text=True).stdout
         assert got == want
         passes = input_ir.read_text().splitlines()[0].removeprefix("// passes: ")
         replay = subprocess.run(
-            [opt, input_ir, f"--pass-pipeline={passes}", "--emit=stablehlo", "--donate-inputs"], check=True, capture_output=True, text=True
+            [opt, input_ir, f"--pass-pipeline={passes}", "--emit=stablehlo", *donate], check=True, capture_output=True, text=True
         ).stdout
         assert replay == want
 
@@ -275,6 +297,33 @@ def test_options_are_validated():
     f = torch.compile(lambda x: x + 1, backend="torchtpu", options={"passes": "cse,nope"})
     with pytest.raises(Exception, match="unknown pass 'nope'"):
         f(torch.randn(2))
+
+
+def test_xla_options_reach_xla_and_key_the_executable():
+    """`xla_options` are XLA DebugOptions overrides sent with the compile: a name XLA does not
+    know is its error (so the overrides reach it), a known one compiles a program of its own
+    (a cache miss: the options are part of the executable's key) with eager's results."""
+    x = torch.randn(16, 16)
+    with pytest.raises(torchtpu.errors.CompileError, match="xla_cpu_no_such_option"):
+        torch.compile(lambda a: a @ a, backend="torchtpu", options={"strict": True, "xla_options": {"xla_cpu_no_such_option": True}})(x)
+    torch._dynamo.reset()
+    with pytest.raises(torchtpu.errors.CompileError, match="not a valid bool"):
+        torch.compile(lambda a: a @ a, backend="torchtpu", options={"strict": True, "xla_options": {"xla_cpu_enable_fast_math": "yes"}})(x)
+    torch._dynamo.reset()
+    for bad in ({"cpu_enable_fast_math": False}, {"xla_cpu_enable_fast_math": 1.5}, ["xla_cpu_enable_fast_math"]):
+        with pytest.raises(torchtpu.errors.OptionsError, match="xla_options"):
+            torch.compile(lambda a: a + 1, backend="torchtpu", options={"xla_options": bad})(x)
+        torch._dynamo.reset()
+
+    def f(a):
+        return (a @ a.T).tanh() * 3
+
+    misses = torchtpu.stats()["cache_misses"]
+    torch.testing.assert_close(torch.compile(f, backend="torchtpu")(x), f(x), **FWD)
+    torch._dynamo.reset()
+    overridden = {"xla_options": {"xla_cpu_enable_fast_math": False, "xla_cpu_experimental_ynn_fusion_type": ""}}
+    torch.testing.assert_close(torch.compile(f, backend="torchtpu", options=overridden)(x), f(x), **FWD)
+    assert torchtpu.stats()["cache_misses"] == misses + 2, torchtpu.stats()
 
 
 def test_custom_pipeline_is_used(tmp_path):

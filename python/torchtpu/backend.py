@@ -65,13 +65,18 @@ def _fingerprint(gm: torch.fx.GraphModule) -> str:
     constants' values."""
     import hashlib
 
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     h = hashlib.sha256(gm.code.encode())
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(gm, node.target)
-            if isinstance(value, torch.Tensor):
-                h.update(f"{node.target}:{value.dtype}:{tuple(value.shape)}".encode())
-                h.update(value.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
+    # AOTAutograd may call the compiler with its fake mode still active (graphs with symbolic
+    # shapes: gpt2 at a second batch size); the constants are real tensors, read outside it.
+    with unset_fake_temporarily():
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                value = getattr(gm, node.target)
+                if isinstance(value, torch.Tensor):
+                    h.update(f"{node.target}:{value.dtype}:{tuple(value.shape)}".encode())
+                    h.update(value.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 

@@ -41,23 +41,30 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
     if opts.dump_dir:
         _dump(exported, opts, name)
     graph = CompiledGraph(
-        None, exported, name, None if opts.strict else eager, passes=opts.passes, donate=opts.donate, reference=eager
+        None,
+        exported,
+        name,
+        None if opts.strict else eager,
+        passes=opts.passes,
+        donate=opts.donate,
+        reference=eager,
+        xla_options=opts.xla_options,
     )
     if _sharding.ACTIVE:
         # A mesh exists: the first call says whether this graph runs SPMD (its inputs'
         # layouts); the one-device program is compiled only if it does not.
         return graph
-    graph.bind(_compile_one_device(exported.text, opts.passes, opts.donate, name))
+    graph.bind(_compile_one_device(exported.text, opts.passes, opts.donate, name, xla_options=opts.xla_options))
     return graph
 
 
-def _compile_one_device(text: str, passes: str, donate: bool, name: str, **spmd):
+def _compile_one_device(text: str, passes: str, donate: bool | None, name: str, xla_options: tuple | None = None, **spmd):
     """Compiles IR text (with `spmd`: `mesh`, `input_shardings`, `output_shardings` for an SPMD
-    program) and records the compile in `torchtpu.stats()`."""
+    program; `xla_options`: XLA option overrides) and records the compile in `torchtpu.stats()`."""
     start = time.perf_counter()
     # One driver run (or a graph-cache hit, which keeps its estimate): the program says where
     # it came from and carries the memory estimate and the stage timings.
-    program = _C.compile(text, passes, donate, **spmd)
+    program = _C.compile(text, passes, donate, xla_options=dict(xla_options or ()), **spmd)
     seconds = time.perf_counter() - start
     source = program.source
     _stats.bump("compile_seconds_saved", program.compile_seconds_saved)
@@ -82,7 +89,7 @@ class IRProgram:
     `[(torch dtype, shape)]`; calling it with a list of tensors returns its outputs.
     Used to replay reproductions (`repro.replay`)."""
 
-    def __init__(self, text: str, passes: str, donate: bool):
+    def __init__(self, text: str, passes: str, donate: bool | None):
         self.program = _C.compile(text, passes, donate)
         self.input_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in self.program.input_types]
 
@@ -91,7 +98,7 @@ class IRProgram:
         return [_from_dlpack(c) for c in self.program.run([t.contiguous() for t in inputs])]
 
 
-def compile_ir(text: str, passes: str, donate: bool = True) -> IRProgram:
+def compile_ir(text: str, passes: str, donate: bool | None = None) -> IRProgram:
     return IRProgram(text, passes, donate)
 
 
@@ -112,7 +119,15 @@ class CompiledGraph:
     both raise."""
 
     def __init__(
-        self, program, exported: Exported, name: str, eager=None, passes: str = "", donate: bool = True, reference=None
+        self,
+        program,
+        exported: Exported,
+        name: str,
+        eager=None,
+        passes: str = "",
+        donate: bool | None = None,
+        reference=None,
+        xla_options: tuple | None = None,
     ):
         self.program = program
         # The graph run eagerly: what `torchtpu.sharding.explain` computes with, running nothing.
@@ -122,7 +137,7 @@ class CompiledGraph:
         self.eager = eager
         self.name = name
         # What a reproduction of a failure at run time needs.
-        self.ir_text, self.passes, self.donate = exported.text, passes, donate
+        self.ir_text, self.passes, self.donate, self.xla_options = exported.text, passes, donate, xla_options
         self.inputs = exported.inputs
         self.outputs = exported.outputs
         self.output_is_tuple = exported.output_is_tuple
@@ -207,7 +222,14 @@ class CompiledGraph:
         wire = [None if s is None else [list(d) for d in s.dims] for s in layouts]
         wire_out = None if hints is None else [None if s is None or s.mesh != mesh else [list(d) for d in s.dims] for s in hints]
         program = _compile_one_device(
-            self.ir_text, self.passes, False, self.name, mesh=mesh.axes, input_shardings=wire, output_shardings=wire_out
+            self.ir_text,
+            self.passes,
+            False,
+            self.name,
+            xla_options=self.xla_options,
+            mesh=mesh.axes,
+            input_shardings=wire,
+            output_shardings=wire_out,
         )
         plan = program.sharding
         _stats.record_sharding(self.name, plan)
@@ -253,7 +275,7 @@ class CompiledGraph:
                 return self._run_spmd(args, tensors, layouts)
             self.last_layouts = None
         if self.program is None:
-            self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name))
+            self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name, xla_options=self.xla_options))
         # The first input says the device (a per-call scan of every input would cost ~0.15 us
         # each); a later input on the other device is refused by either path's own check.
         if tensors and isinstance(tensors[0], torch.Tensor) and tensors[0].device.type == "tpu":

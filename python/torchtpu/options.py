@@ -21,11 +21,17 @@ class Options:
     passes: str = "canonicalize,fold-constants,cse,dce,schedule-memory"
     # Alias outputs to inputs of their type so PJRT reuses the (per-call, private) input
     # buffers: mutated inputs such as batch norm's running statistics, and any input whose
-    # buffer an output of its type can take.
-    donate: bool = True
+    # buffer an output of its type can take. Default (None): where the platform can donate,
+    # which the CPU plugin cannot (it reads inputs in place; an alias there only adds a copy).
+    donate: bool | None = None
     # In inference graphs, give convolution weights to XLA in HWIO (its CPU layout), permuted
     # once per weight version, instead of relaying them in every call (weight_layout.py).
     relayout_weights: bool = True
+    # XLA option overrides for this model's compiles, by XLA DebugOptions field name, over the
+    # platform's defaults (docs/performance.md, "XLA's options"): {"xla_cpu_...": value} with
+    # bool, int or str values (repeated and enum fields in XLA's flag syntax). Kept as sorted
+    # (name, value) pairs: Options are hashed into graph fingerprints.
+    xla_options: tuple | None = None
 
     @staticmethod
     def from_dict(options: dict | None) -> "Options":
@@ -41,9 +47,20 @@ class Options:
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
         for flag in ("strict", "donate", "relayout_weights"):
-            # Only real booleans: "no" or "false" would be truthy.
-            if flag in options and not isinstance(options[flag], bool):
+            # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
+            # the compile asks the platform, `_C.donates_by_default`.)
+            if flag in options and not isinstance(options[flag], bool) and not (flag == "donate" and options[flag] is None):
                 raise OptionsError(f"torchtpu option {flag!r} must be True or False, got {options[flag]!r}")
+        xla = options.get("xla_options")
+        if xla is not None:
+            if not isinstance(xla, dict) or not all(
+                isinstance(k, str) and k.startswith("xla_") and isinstance(v, (bool, int, str)) for k, v in xla.items()
+            ):
+                raise OptionsError(
+                    "torchtpu option 'xla_options' must be a dict of XLA DebugOptions field names (xla_...) to bool, int "
+                    f"or str values, got {xla!r}"
+                )
+            options["xla_options"] = tuple(sorted(xla.items()))
         if isinstance(options.get("passes"), (list, tuple)) and all(isinstance(p, str) for p in options["passes"]):
             options["passes"] = ",".join(options["passes"])
         if "passes" in options and not isinstance(options["passes"], str):

@@ -47,7 +47,7 @@ def on_failure(
     *,
     ir_text: str | None = None,
     passes: str = "",
-    donate: bool = True,
+    donate: bool | None = None,
     fx_code: str | None = None,
 ) -> None:
     """Returns when `where` (a graph or partition name) is to run eagerly, after recording and

@@ -43,7 +43,7 @@ sys.exit(replay(os.path.join(os.path.dirname(os.path.abspath(__file__)), {ir!r})
 '''
 
 
-def write(name: str, ir_text: str | None, passes: str, donate: bool, error: BaseException, stage: str | None, fx_code: str | None = None) -> str:
+def write(name: str, ir_text: str | None, passes: str, donate: bool | None, error: BaseException, stage: str | None, fx_code: str | None = None) -> str:
     """Writes the reproduction of `error` (raised compiling or running graph `name`) and
     returns the path of its script (or of the FX code, when the failure came before any IR)."""
     folder = repro_dir()
@@ -58,7 +58,8 @@ def write(name: str, ir_text: str | None, passes: str, donate: bool, error: Base
             f.write("\n# " + "\n# ".join("".join(traceback.format_exception(error)).splitlines()) + "\n")
         return path
     with open(base + ".ir", "w") as f:
-        f.write(f"// passes: {passes}\n// donate: {str(bool(donate)).lower()}\n" + ir_text)
+        # donate None: the platform's default (`_C.donates_by_default`), as compiled.
+        f.write(f"// passes: {passes}\n// donate: {'default' if donate is None else str(bool(donate)).lower()}\n" + ir_text)
     from torchtpu._C import FAULT_ENV  # the engine's name for it, TORCHTPU_INJECT_FAULT
 
     fault = os.environ.get(FAULT_ENV)
@@ -85,7 +86,7 @@ def replay(ir_path: str) -> int:
     with open(ir_path) as f:
         text = f.read()
     passes = _header(text, "passes", "")
-    donate = _header(text, "donate", "true") == "true"
+    donate = {"true": True, "false": False}.get(_header(text, "donate", "default"))
     try:
         run = compile_ir(text, passes, donate)
         run([torch.zeros(shape, dtype=dtype) for dtype, shape in run.input_types])

@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(base, base_key.clone().digest());
         let changed: Vec<CacheKey> = vec![
             key("module { }", CompileOptions::default(), "1"),
-            key("module {}", CompileOptions { num_replicas: 2, num_partitions: 1 }, "1"),
+            key("module {}", CompileOptions::new(2, 1), "1"),
             key("module {}", CompileOptions::default(), "2"),
             CacheKey { platform_name: "gpu", ..base_key.clone() },
             CacheKey { plugin_sha256: "ab13", ..base_key.clone() },

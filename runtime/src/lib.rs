@@ -31,7 +31,7 @@ pub use disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta, PutOut
 pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
 pub use executable::Executable;
 pub use optimized::{collectives_in, Collective};
-pub use options::CompileOptions;
+pub use options::{CompileOptions, XlaOption};
 pub use plugin::{Plugin, SUPPORTED_API_MAJOR};
 pub use store::{Level, Store};
 

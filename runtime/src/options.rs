@@ -3,6 +3,8 @@
 //! Only the fields we set are declared, with the tags of `xla/pjrt/proto/compile_options.proto`.
 //! The serialization is never empty: an empty options string aborts the whole process inside XLA.
 
+use std::collections::BTreeMap;
+
 use prost::Message;
 
 /// `xla.CompileOptionsProto` (only the fields we set).
@@ -10,6 +12,58 @@ use prost::Message;
 struct CompileOptionsProto {
     #[prost(message, optional, tag = "3")]
     executable_build_options: Option<ExecutableBuildOptionsProto>,
+    /// XLA `DebugOptions` fields by name (`xla_cpu_...`), applied to this compile only: what
+    /// `XLA_FLAGS` would set for the whole process. A BTreeMap, so the bytes (part of the
+    /// cache key) do not depend on insertion order.
+    #[prost(btree_map = "string, message", tag = "7")]
+    env_option_overrides: BTreeMap<String, OptionOverrideProto>,
+}
+
+/// `xla.OptionOverrideProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct OptionOverrideProto {
+    #[prost(oneof = "OptionOverrideValue", tags = "1, 2, 3")]
+    value: Option<OptionOverrideValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+enum OptionOverrideValue {
+    #[prost(string, tag = "1")]
+    String(String),
+    #[prost(bool, tag = "2")]
+    Bool(bool),
+    #[prost(int64, tag = "3")]
+    Int(i64),
+}
+
+/// The value of one XLA option override. Repeated and enum fields (e.g.
+/// `xla_cpu_experimental_ynn_fusion_type`) take XLA's flag syntax as a string.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum XlaOption {
+    Str(String),
+    Bool(bool),
+    Int(i64),
+}
+
+impl From<&XlaOption> for OptionOverrideProto {
+    fn from(v: &XlaOption) -> Self {
+        let value = match v {
+            XlaOption::Str(s) => OptionOverrideValue::String(s.clone()),
+            XlaOption::Bool(b) => OptionOverrideValue::Bool(*b),
+            XlaOption::Int(i) => OptionOverrideValue::Int(*i),
+        };
+        OptionOverrideProto { value: Some(value) }
+    }
+}
+
+impl std::fmt::Display for XlaOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            XlaOption::Str(s) => write!(f, "{s:?}"),
+            XlaOption::Bool(b) => write!(f, "{b}"),
+            XlaOption::Int(i) => write!(f, "{i}"),
+        }
+    }
 }
 
 /// `xla.ExecutableBuildOptionsProto` (only the fields we set).
@@ -49,23 +103,36 @@ struct ComputationDevice {
     replica_device_ids: Vec<i64>,
 }
 
-/// How a program is compiled. `Default` is one replica, one partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// How a program is compiled. `Default` is one replica, one partition, XLA's own options.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CompileOptions {
     pub num_replicas: i64,
     pub num_partitions: i64,
+    /// XLA `DebugOptions` overrides for this compile (`env_option_overrides`), by field name.
+    pub xla_options: BTreeMap<String, XlaOption>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { num_replicas: 1, num_partitions: 1 }
+        CompileOptions { num_replicas: 1, num_partitions: 1, xla_options: BTreeMap::new() }
     }
 }
 
 impl CompileOptions {
+    /// `num_replicas` replicas of `num_partitions` partitions, XLA's own options.
+    pub fn new(num_replicas: i64, num_partitions: i64) -> CompileOptions {
+        CompileOptions { num_replicas, num_partitions, ..CompileOptions::default() }
+    }
+
     /// One replica partitioned over `n` devices by Shardy (the module's `sdy.*` shardings).
     pub fn spmd(n: i64) -> CompileOptions {
-        CompileOptions { num_replicas: 1, num_partitions: n }
+        CompileOptions::new(1, n)
+    }
+
+    /// These options with XLA option overrides `xla_options` (replacing any of the same name).
+    pub fn with_xla_options(mut self, xla_options: impl IntoIterator<Item = (String, XlaOption)>) -> CompileOptions {
+        self.xla_options.extend(xla_options);
+        self
     }
 
     /// The serialized `CompileOptionsProto`. With `num_partitions > 1`, SPMD partitioning by
@@ -91,6 +158,7 @@ impl CompileOptions {
                 device_assignment,
                 use_shardy_partitioner: spmd,
             }),
+            env_option_overrides: self.xla_options.iter().map(|(k, v)| (k.clone(), v.into())).collect(),
         }
         .encode_to_vec()
     }
@@ -101,6 +169,11 @@ impl CompileOptions {
             return Err(crate::RuntimeError::InvalidArgument(format!(
                 "num_replicas and num_partitions must be >= 1, got {} and {}",
                 self.num_replicas, self.num_partitions
+            )));
+        }
+        if let Some(name) = self.xla_options.keys().find(|k| !k.starts_with("xla_")) {
+            return Err(crate::RuntimeError::InvalidArgument(format!(
+                "XLA option {name:?} is not an XLA DebugOptions field (their names start with \"xla_\")"
             )));
         }
         Ok(())
@@ -141,8 +214,27 @@ mod tests {
     }
 
     #[test]
+    fn xla_options_are_serialized_in_name_order_whatever_the_insertion_order() {
+        let a = CompileOptions::default().with_xla_options([
+            ("xla_cpu_b".to_string(), XlaOption::Bool(false)),
+            ("xla_cpu_a".to_string(), XlaOption::Str(String::new())),
+        ]);
+        let b = CompileOptions::default().with_xla_options([
+            ("xla_cpu_a".to_string(), XlaOption::Str(String::new())),
+            ("xla_cpu_b".to_string(), XlaOption::Bool(false)),
+        ]);
+        assert_eq!(a.serialize(), b.serialize());
+        assert_ne!(a.serialize(), CompileOptions::default().serialize());
+        let decoded = CompileOptionsProto::decode(a.serialize().as_slice()).unwrap();
+        let names: Vec<&str> = decoded.env_option_overrides.keys().map(String::as_str).collect();
+        assert_eq!(names, ["xla_cpu_a", "xla_cpu_b"]);
+        assert_eq!(decoded.env_option_overrides["xla_cpu_b"].value, Some(OptionOverrideValue::Bool(false)));
+        assert!(CompileOptions::default().with_xla_options([("cpu_a".into(), XlaOption::Int(1))]).validate().is_err());
+    }
+
+    #[test]
     fn rejects_zero_replicas() {
-        assert!(CompileOptions { num_replicas: 0, num_partitions: 1 }.validate().is_err());
+        assert!(CompileOptions::new(0, 1).validate().is_err());
         assert!(CompileOptions::default().validate().is_ok());
     }
 }

@@ -30,7 +30,7 @@ fn second_request_is_a_hit_with_the_same_executable() {
 #[test]
 fn different_options_give_different_keys_and_entries() {
     let one = CompileOptions::default();
-    let two = CompileOptions { num_replicas: 2, num_partitions: 1 };
+    let two = CompileOptions::new(2, 1);
     let k1 = CacheKey::new(client(), NEG, &one).unwrap();
     let k2 = CacheKey::new(client(), NEG, &two).unwrap();
     assert_eq!(k1.platform_name, "cpu");

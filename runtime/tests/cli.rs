@@ -43,7 +43,7 @@ fn json(dir: &Path, args: &[&str]) -> Value {
 /// one of them hit once. Returns the three keys.
 fn populate(dir: &Path) -> [String; 3] {
     let one = CompileOptions::default();
-    let two = CompileOptions { num_replicas: 2, num_partitions: 1 };
+    let two = CompileOptions::new(2, 1);
     let (a, b) = (neg_square(20), neg_square(21));
     let cache = ExecutableCache::with_disk(DiskCache::new(dir));
     cache.get_or_compile_named(client(), &a, &one, Some("graph_a")).unwrap();

@@ -105,7 +105,7 @@ fn malformed_mlir_is_the_plugins_error() {
 
 #[test]
 fn invalid_options_are_rejected_before_the_plugin() {
-    let err = client().compile(ADD, &CompileOptions { num_replicas: 0, num_partitions: 1 }).unwrap_err();
+    let err = client().compile(ADD, &CompileOptions::new(0, 1)).unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{err:?}");
 }
 
