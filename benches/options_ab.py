@@ -19,6 +19,12 @@ from pathlib import Path
 
 import torch
 
+# Every model is compiled by several backends, for inference and training, at two batch sizes:
+# more than Dynamo's default 8 entries per code object, past which it runs the rest eagerly
+# (and the table would compare eager with eager).
+torch._dynamo.config.recompile_limit = 64
+torch._dynamo.config.accumulated_recompile_limit = 4096
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import performance as perf  # noqa: E402  (the same models and step as the full run)
@@ -31,7 +37,8 @@ class OptionsRunner(perf.Runner):
         self.backend, self.train, self.args = label, train, args
         self.model = copy.deepcopy(model)
         self.model.train(train)
-        self.fn = self.model if options is None else torch.compile(self.model, backend="torchtpu", options=options)
+        # strict: a variant that fails to compile must fail the bench, not time eager instead.
+        self.fn = self.model if options is None else torch.compile(self.model, backend="torchtpu", options={"strict": True, **options})
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-4) if train else None
         self.samples = []
         self.calls = 1

@@ -48,6 +48,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
+# Every model is compiled by several backends, for inference and training, at two batch sizes:
+# more than Dynamo's default 8 entries per code object, past which it runs the rest eagerly
+# (and the table would compare eager with eager).
+torch._dynamo.config.recompile_limit = 64
+torch._dynamo.config.accumulated_recompile_limit = 4096
+
 BACKENDS = ["eager", "inductor", "torchtpu"]
 BATCHES = [1, 16]
 MODELS = ["mlp", "transformer_block", "cnn", "gpt2", "bert", "resnet18"]

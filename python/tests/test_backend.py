@@ -421,3 +421,50 @@ def test_executor_checks_what_memory_safety_needs():
         graph(torch.randn(2, 4), y)
     with pytest.raises(RuntimeError, match="compiled for"):
         graph(x, torch.randn(3, 4, dtype=torch.float64))
+
+
+def test_min_cut_partition_saves_no_transposed_weights(tmp_path):
+    """With the min-cut partitioner (the default) the forward hands the backward no
+    materialised views of its inputs (the transposed Linear weights the default partition
+    saved): the backward reads the weights themselves. Gradients match eager either way."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 5))
+    x = torch.randn(16, 12)
+    want = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    outputs = {}
+    for partitioner in ("default", "min_cut"):
+        torch._dynamo.reset()
+        mine = copy.deepcopy(model)
+        dump = tmp_path / partitioner
+        compiled = torch.compile(mine, backend="torchtpu", options={"partitioner": partitioner, "dump_dir": str(dump)})
+        got = torch.autograd.grad(compiled(x).square().mean(), list(mine.parameters()))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, **TRAIN)
+        (fw,) = dump.glob("forward_*.input.ir")
+        signature = next(line for line in fw.read_text().splitlines() if line.startswith("graph @"))
+        outputs[partitioner] = signature.split("->")[1].count("[")
+    # default saves t(W) of the last two layers (32x32 and 5x32) as outputs; min-cut does not.
+    assert outputs["min_cut"] <= outputs["default"] - 2, outputs
+    with pytest.raises(torchtpu.errors.OptionsError, match="partitioner"):
+        torch.compile(lambda a: a + 1, backend="torchtpu", options={"partitioner": "greedy"})(x)
+
+
+def test_inference_graphs_default_to_the_measured_xla_options():
+    """Inference graphs without `xla_options` are compiled with `INFERENCE_XLA_OPTIONS`: the
+    same graph with those options given explicitly is a cache hit, with none ({}) a new compile."""
+    from torchtpu.backend import INFERENCE_XLA_OPTIONS
+
+    x = torch.randn(8, 8)
+
+    def f(a):
+        return (a @ a).relu() + 2
+
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="torchtpu")(x), f(x), **FWD)
+        misses = torchtpu.stats()["cache_misses"]
+        torch._dynamo.reset()
+        torch.compile(f, backend="torchtpu", options={"xla_options": dict(INFERENCE_XLA_OPTIONS)})(x)
+        assert torchtpu.stats()["cache_misses"] == misses, "the default is INFERENCE_XLA_OPTIONS"
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend="torchtpu", options={"xla_options": {}})(x), f(x), **FWD)
+        assert torchtpu.stats()["cache_misses"] == misses + 1

@@ -10,6 +10,7 @@ Rust compiler and run on PJRT. What cannot be compiled runs eagerly, with the re
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 
@@ -140,6 +141,15 @@ class _PerShape:
         return compile_aten_graph(static, args, self.opts, self.kind)
 
 
+# XLA options for inference graphs when the user sets none: YNNPACK only for single dots (XLA
+# CPU's default also hands it reductions, elementwise fusions and convolutions). Measured side
+# by side (benches/options_ab.py, docs/performance.md "XLA's options"): inference 1.05x on the
+# geometric mean and no model slower (transformer block batch 1 1.12x, resnet18 batch 1 1.18x),
+# a 2048^2 matmul 0.80 -> 0.85x of torch.mm; training graphs were mixed (0.87x-1.07x), so
+# they keep XLA's default. The fields are XLA CPU's; other backends ignore them.
+INFERENCE_XLA_OPTIONS = (("xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"),)
+
+
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, kind: str, binding=None, link=None):
     """Compiles one ATen graph; returns a boxed callable. A graph with symbolic shapes is
     compiled per input signature (`_PerShape`), or for the one `binding` gives.
@@ -151,6 +161,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     inside torchtpu warns with a reproduction, strict raises either. `link` (a dict shared by
     one Dynamo graph's forward and backward) lets the backward lay its gradients out as the
     forward's inputs were (FSDP: gradients reduce-scattered to their parameters' shards)."""
+    if kind == "inference" and opts.xla_options is None:
+        opts = dataclasses.replace(opts, xla_options=INFERENCE_XLA_OPTIONS)
     if binding is None and _is_symbolic(gm):
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
@@ -190,6 +202,25 @@ def _compile_static(gm, opts: Options, kind: str, name: str, binding, link):
     return make_boxed_func(compiled)
 
 
+def _min_cut(joint, joint_inputs, **kwargs):
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
+def _default(joint, joint_inputs, **kwargs):
+    from torch._functorch.partitioners import default_partition
+
+    return default_partition(joint, joint_inputs, **kwargs)
+
+
+# How AOTAutograd splits a joint graph into forward and backward (option `partitioner`).
+# min-cut recomputes views and cheap elementwise work in the backward instead of saving it:
+# a transposed weight is no longer a materialised forward output but a view the backward's
+# dot reads for free, and fewer activations cross between the two programs.
+_PARTITIONERS = {"min_cut": _min_cut, "default": _default}
+
+
 def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """Entry point registered as `torchtpu` in the torch_dynamo_backends group."""
     opts = Options.from_dict(options)
@@ -217,6 +248,7 @@ def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | N
         bw_compiler=bw,
         inference_compiler=inference,
         decompositions=decomposition_table(),
+        partition_fn=_PARTITIONERS[opts.partitioner],
     )(gm, example_inputs)
 
 

@@ -27,6 +27,10 @@ class Options:
     # In inference graphs, give convolution weights to XLA in HWIO (its CPU layout), permuted
     # once per weight version, instead of relaying them in every call (weight_layout.py).
     relayout_weights: bool = True
+    # How training graphs are split into forward and backward: "min_cut" (recompute views
+    # and cheap elementwise work in the backward, save less; what Inductor uses) or
+    # "default" (AOTAutograd's default_partition: save every value the backward reads).
+    partitioner: str = "min_cut"
     # XLA option overrides for this model's compiles, by XLA DebugOptions field name, over the
     # platform's defaults (docs/performance.md, "XLA's options"): {"xla_cpu_...": value} with
     # bool, int or str values (repeated and enum fields in XLA's flag syntax). Kept as sorted
@@ -61,6 +65,8 @@ class Options:
                     f"or str values, got {xla!r}"
                 )
             options["xla_options"] = tuple(sorted(xla.items()))
+        if options.get("partitioner", "min_cut") not in ("min_cut", "default"):
+            raise OptionsError(f"torchtpu option 'partitioner' must be 'min_cut' or 'default', got {options['partitioner']!r}")
         if isinstance(options.get("passes"), (list, tuple)) and all(isinstance(p, str) for p in options["passes"]):
             options["passes"] = ",".join(options["passes"])
         if "passes" in options and not isinstance(options["passes"], str):
