@@ -401,23 +401,27 @@ def report(results: dict, images: list[str]) -> str:
         lines += [f"| {k} | {v:.1f} |" for k, v in oh.items()]
         lines.append("")
     lines += other_benches()
-    lines += ["## Targets (issue 8)", ""]
+    lines += ["## Targets (issue 17)", ""]
+    steady = results.get("steady", {})
     for mode, gi, gt, gti in summary_rows:
         if mode == "inference":
-            lines.append(f"- Inference, geometric-mean speedup over eager >= 1.3x and not slower than Inductor: "
-                         f"torchtpu {gt:.2f}x eager, Inductor {gi:.2f}x, torchtpu / Inductor {gti:.2f}x: "
-                         f"{'met' if gt >= 1.3 and gti >= 1.0 else 'missed'}.")
+            worst = min(((v["eager"]["median_ms"] / v["torchtpu"]["median_ms"], k) for k, v in steady.items()
+                         if k.endswith("/inference")), default=(float("nan"), "-"))
+            lines.append(f"- Inference at or above Inductor on the geometric mean, no model below 0.8x eager: "
+                         f"torchtpu {gt:.2f}x eager, Inductor {gi:.2f}x, torchtpu / Inductor {gti:.2f}x; slowest "
+                         f"{worst[1].rsplit('/', 1)[0]} at {worst[0]:.2f}x eager: "
+                         f"{'met' if gti >= 1.0 and worst[0] >= 0.8 else 'missed'}.")
         elif mode == "training":
-            lines.append(f"- Training step at least on par with eager: torchtpu {gt:.2f}x eager (Inductor {gi:.2f}x): "
-                         f"{'met' if gt >= 1.0 else 'missed'}.")
+            lines.append(f"- Training step at or above eager on the geometric mean: torchtpu {gt:.2f}x eager "
+                         f"(Inductor {gi:.2f}x): {'met' if gt >= 1.0 else 'missed'}.")
         else:
             lines.append(f"- Cold first call below Inductor's: Inductor takes {gt:.1f}x as long (geometric mean): "
                          f"{'met' if gt > 1.0 else 'missed'}.")
     if oh:
         above = oh["torchtpu"] - oh["dynamo, no-op backend (guards only)"]
         aot = oh["dynamo + AOTAutograd (backend=aot_eager)"] - oh["dynamo (backend=eager)"]
-        lines.append(f"- Tiny-graph call under 20 us above Dynamo's guard cost: {above:.1f} us above "
-                     f"({'met' if above < 20 else 'missed'}); AOTAutograd's runtime wrapper, which every torchtpu "
+        lines.append(f"- Tiny-graph call at most 20 us above Dynamo's guard cost: {above:.1f} us above "
+                     f"({'met' if above <= 20 else 'missed'}); AOTAutograd's runtime wrapper, which every torchtpu "
                      f"graph runs under, alone costs {aot:.1f} us (aot_eager - eager backend).")
     lines += ["", WHERE_THE_TIME_GOES, ""]
     return "\n".join(lines)
@@ -439,10 +443,26 @@ WHERE_THE_TIME_GOES = """## Where the time goes
   per call (45.7 MB of weight transposes and as many copies gone; `benches/weight_layout.py`,
   one run, eager 4.55 ms there); batch 16 and the small CNN, whose time is in activations, are
   unchanged.
-- **Training graphs** pay for what eager gets for free: saved activations that are transposed
-  views are materialised by XLA as outputs, XLA rewrites large reductions into reduce-window
-  trees, and embedding gradients are scatter loops. The training step's eager parts (loss,
-  optimizer) are the same for every backend.
+- **Training graphs** pay for what eager gets for free: XLA rewrites large reductions into
+  reduce-window trees, embedding gradients are scatter loops, and max pooling with indices is
+  a variadic reduce-window (fwd 0.56 ms vs eager's 0.28 for cnn/16's pool). Saved activations
+  that were views of inputs (transposed Linear weights) were materialised as forward outputs:
+  the min-cut partitioner (option `partitioner`, now the default) recomputes views and cheap
+  elementwise work in the backward instead (an MLP's forward: 7 -> 3 outputs; training steps
+  1.05x on the geometric mean, `benches/options_ab.py --a '{"partitioner": "default"}'`). The
+  training step's eager parts (loss, optimizer) are the same for every backend. Tried and
+  dropped: a scatter-free max-pool backward (2x2 pool backward 325 -> 94 us alone, but the
+  cnn/16 step was no faster, 4.44-4.55 vs 4.64-4.77 ms).
+- **XLA's options** (`benches/xla_options.py`; per compile through the compile options'
+  `env_option_overrides`, backend option `xla_options`): a 2048^2 f32 matmul ran at 0.80x of
+  `torch.mm` (277 vs 346 GFLOP/s; both sides use the machine's 2 threads). Outputs aliased to
+  inputs cost XLA a copy into place (0.74x with `donate=True`), and the CPU plugin never
+  donates, so the backend no longer aliases there. YNNPACK for single dots only (XLA CPU also
+  hands it reductions, elementwise fusions and convolutions by default) gives 0.85x, all of
+  YNNPACK off 0.89x, oneDNN or one-thread Eigen no better. On the models, single-dot YNNPACK
+  won for inference (1.05x geomean, none slower: `INFERENCE_XLA_OPTIONS`) and was mixed for
+  training (0.87x-1.07x), which keeps XLA's default. A lone 3x3 convolution (16x64x56x56) runs
+  at 0.59-0.63x of oneDNN under every option, its NCHW edge transposes included.
 - **Per call**, the path is short (inputs read in place and kept resident, outputs handed over
   without a copy, synchronous dispatch, release build: docs/runtime.md, "The per-call path");
   most of what remains above Dynamo's guards is AOTAutograd's runtime wrapper.
