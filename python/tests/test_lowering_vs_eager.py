@@ -181,6 +181,11 @@ CASES = [
     ("scatter_add", "aten.scatter_add.default", [f32(3, 5), torch.tensor([[0, 0], [1, 1], [4, 4]]), f32(3, 2, seed=9)], {"dim": 1}, lambda a, i, s: aten.scatter_add.default(a, 1, i, s), TIGHT),
     ("index_put", "aten.index_put.default", [f32(5, 3), torch.tensor([4, -1, 0]), f32(3, 3, seed=9)], {"indices": [0], "accumulate": False}, lambda a, i, v: aten.index_put.default(a, [i], v, False), TIGHT),
     ("index_put_acc", "aten.index_put.default", [f32(5, 3), torch.tensor([1, 1, 0]), f32(3, seed=9)], {"indices": [0], "accumulate": True}, lambda a, i, v: aten.index_put.default(a, [i], v, True), TIGHT),
+    # Leading dims indexed, the rest whole: row gathers and row scatters (one index per row).
+    ("index_rows", "aten.index.Tensor", [f32(5, 6), torch.tensor([[4, -1, 0], [2, 2, -5]])], {"indices": [0]}, lambda a, i: aten.index.Tensor(a, [i]), TIGHT),
+    ("index_rows_two_dims", "aten.index.Tensor", [f32(3, 5, 4), torch.tensor([[0], [2]]), torch.tensor([4, -1, 1])], {"indices": [0, 1]}, lambda a, i, j: aten.index.Tensor(a, [i, j]), TIGHT),
+    ("index_put_rows_embedding_grad", "aten.index_put.default", [torch.zeros(6, 4), torch.tensor([[0, 5, 0], [3, 0, 5]]), f32(2, 3, 4, seed=9)], {"indices": [0], "accumulate": True}, lambda a, i, v: aten.index_put.default(a, [i], v, True), TIGHT),
+    ("index_put_rows_two_dims", "aten.index_put.default", [f32(3, 5, 4), torch.tensor([[0], [2]]), torch.tensor([4, -1, 1]), f32(4, seed=9)], {"indices": [0, 1], "accumulate": False}, lambda a, i, j, v: aten.index_put.default(a, [i, j], v, False), TIGHT),
     ("cumsum", "aten.cumsum.default", [X], {"dim": 1}, lambda a: aten.cumsum.default(a, 1), LOOSE),
     ("cumsum_int", "aten.cumsum.default", [I], {"dim": 0}, lambda a: aten.cumsum.default(a, 0), TIGHT),
 ]
