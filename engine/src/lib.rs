@@ -241,6 +241,9 @@ pub fn xla_defaults(platform: &str) -> BTreeMap<String, XlaOption> {
     BTreeMap::new()
 }
 
+/// `TORCHTPU_MALLOC_TUNING=0` leaves the process's allocator as it was (see `Engine::new`).
+pub const MALLOC_TUNING_ENV: &str = "TORCHTPU_MALLOC_TUNING";
+
 /// The variable that sets the CPU plugin's device count (`cpu_device_count`).
 pub const CPU_DEVICES_ENV: &str = "TORCHTPU_CPU_DEVICES";
 
@@ -270,6 +273,11 @@ impl Engine {
             .or_else(|_| Client::new(plugin))
             .map_err(|e| EngineError::Plugin(e.to_string()))?;
         let device = client.first_device().map_err(|e| EngineError::Plugin(e.to_string()))?;
+        if client.platform_name() == "cpu" && std::env::var(MALLOC_TUNING_ENV).map_or(true, |v| v.trim() != "0") {
+            // The CPU plugin mallocs each execution's buffers: kept for reuse instead of
+            // being mapped, faulted in and zeroed afresh every call (docs/runtime.md).
+            torchtpu_runtime::keep_freed_host_memory();
+        }
         // Memory cache, backed by the persistent disk cache unless TORCHTPU_CACHE=0
         // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
         let cache = ExecutableCache::from_env();

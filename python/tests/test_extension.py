@@ -1,6 +1,7 @@
 """The Python package is importable and its `_C` is the Rust extension, wired to the compiler."""
 
 import importlib.machinery
+import os
 import pathlib
 
 import pytest
@@ -174,3 +175,31 @@ def test_a_missing_plugin_is_a_plugin_error():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("PluginError") and "/nonexistent/pjrt_plugin.so" in r.stdout, r.stdout
+
+
+def test_cpu_engine_keeps_freed_host_memory_unless_told_not_to():
+    """Starting the engine on the CPU plugin tunes glibc's allocator to keep freed blocks
+    (execution buffers are then reused, not mapped and zeroed afresh every call): a freed
+    64 MiB tensor stays in the process. TORCHTPU_MALLOC_TUNING=0 leaves glibc as it was, and
+    the block goes back to the system."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, torchtpu\n"
+        "from torchtpu import _C\n"
+        "_C.device_count()  # starts the engine\n"
+        "def rss():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')) * 1024\n"
+        "x = torch.empty(64 << 20, dtype=torch.uint8).fill_(1)\n"
+        "held = rss()\n"
+        "del x\n"
+        "print(held - rss())\n"
+    )
+    released = {}
+    for tuning in ("1", "0"):
+        env = dict(os.environ, TORCHTPU_MALLOC_TUNING=tuning)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        released[tuning] = int(r.stdout.split()[-1])
+    assert released["1"] < 8 << 20, released  # kept for reuse
+    assert released["0"] > 48 << 20, released  # unmapped: glibc's default for large blocks

@@ -30,6 +30,7 @@ pub use client::{Client, ClientOption, Device};
 pub use disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta, PutOutcome};
 pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
 pub use executable::Executable;
+pub use ffi::keep_freed_host_memory;
 pub use optimized::{collectives_in, Collective};
 pub use options::{CompileOptions, XlaOption};
 pub use plugin::{Plugin, SUPPORTED_API_MAJOR};
