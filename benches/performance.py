@@ -443,9 +443,17 @@ WHERE_THE_TIME_GOES = """## Where the time goes
   per call (45.7 MB of weight transposes and as many copies gone; `benches/weight_layout.py`,
   one run, eager 4.55 ms there); batch 16 and the small CNN, whose time is in activations, are
   unchanged.
-- **Training graphs** pay for what eager gets for free: XLA rewrites large reductions into
-  reduce-window trees, embedding gradients are scatter loops, and max pooling with indices is
-  a variadic reduce-window (fwd 0.56 ms vs eager's 0.28 for cnn/16's pool). Saved activations
+- **Host memory** (issue 17): the CPU plugin mallocs each execution's buffers, and blocks
+  above glibc's mmap threshold were mapped, faulted in and zeroed afresh in every call (a third
+  of resnet18's training forward, `perf`). The CPU engine now tunes glibc to keep freed blocks
+  (docs/runtime.md, "Host memory"; `TORCHTPU_MALLOC_TUNING=0` opts out): resnet18 batch 16,
+  inference 55.6 -> 42.8 ms, training step 222 -> 195 ms (`benches/host_memory.py`).
+- **Training graphs** pay for what eager gets for free. Embedding gradients were scatters
+  with one coordinate tuple per element; they now scatter rows (16 x 64 tokens into a
+  1000 x 256 table: 1424 -> 451 us, eager 121; `benches/row_indexing.py`). Max pooling with
+  indices is a variadic reduce-window (fwd 0.56 ms vs eager's 0.28 for cnn/16's pool). XLA's
+  reduce-window trees for large reductions are not a cost here: turning the pass off
+  (`xla_disable_hlo_passes=tree_reduction_rewriter`) changed no training step (1.00x). Saved activations
   that were views of inputs (transposed Linear weights) were materialised as forward outputs:
   the min-cut partitioner (option `partitioner`, now the default) recomputes views and cheap
   elementwise work in the backward instead (an MLP's forward: 7 -> 3 outputs; training steps
@@ -463,6 +471,11 @@ WHERE_THE_TIME_GOES = """## Where the time goes
   won for inference (1.05x geomean, none slower: `INFERENCE_XLA_OPTIONS`) and was mixed for
   training (0.87x-1.07x), which keeps XLA's default. A lone 3x3 convolution (16x64x56x56) runs
   at 0.59-0.63x of oneDNN under every option, its NCHW edge transposes included.
+- **Warm start**: a process's first compile built the decomposition table from
+  `core_aten_decompositions()`, whose CompositeImplicitAutograd scan cost 0.14 s; the table now
+  starts from the post-autograd core set (the MLP's warm first call 0.38 -> 0.29 s). What
+  remains of a warm first call is Dynamo's and AOTAutograd's tracing (PyTorch's caches of those
+  serve Inductor only).
 - **Per call**, the path is short (inputs read in place and kept resident, outputs handed over
   without a copy, synchronous dispatch, release build: docs/runtime.md, "The per-call path");
   most of what remains above Dynamo's guards is AOTAutograd's runtime wrapper.
