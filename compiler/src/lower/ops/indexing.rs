@@ -79,13 +79,7 @@ fn leading_rows<'c, 'a>(
     if dims.iter().enumerate().any(|(i, &d)| i != d) || dims.len() == x.rank() {
         return Ok(None);
     }
-    let mut b: Vec<i64> = Vec::new();
-    for t in idx {
-        b = match crate::ir::types::broadcast_shapes(&static_dims(&b), &static_dims(&t.dims)) {
-            Some(s) => s.iter().map(|d| if let crate::ir::Dim::Static(v) = d { *v } else { 0 }).collect(),
-            None => return bad!("index tensors do not broadcast together"),
-        };
-    }
+    let b = broadcast_index_shape(idx)?;
     let mut one = b.clone();
     one.push(1);
     let comps: Vec<Tv> = idx
@@ -450,13 +444,7 @@ fn advanced_index<'c, 'a>(
     if idx.iter().any(|t| t.dtype == DType::Bool || t.dtype == DType::U8) {
         return bad!("boolean mask indices (refused by `index_legal`)");
     }
-    let mut b: Vec<i64> = Vec::new();
-    for t in idx {
-        b = match crate::ir::types::broadcast_shapes(&static_dims(&b), &static_dims(&t.dims)) {
-            Some(s) => s.iter().map(|d| if let crate::ir::Dim::Static(v) = d { *v } else { 0 }).collect(),
-            None => return bad!("index tensors do not broadcast together"),
-        };
-    }
+    let b = broadcast_index_shape(idx)?;
     let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
     let k = dims.len();
     // Where the B block starts in the result, and where each non-indexed dim of x lands.
@@ -493,6 +481,18 @@ fn advanced_index<'c, 'a>(
     full.push(x.rank() as i64);
     let coords = e.concatenate(&comps, shape.len(), DType::I64, &full)?;
     Ok((shape, coords))
+}
+
+/// The shape the index tensors of an advanced index broadcast to (NumPy rules).
+fn broadcast_index_shape(idx: &[&Tv<'_, '_>]) -> RuleResult<Vec<i64>> {
+    let mut b: Vec<i64> = Vec::new();
+    for t in idx {
+        b = match crate::ir::types::broadcast_shapes(&static_dims(&b), &static_dims(&t.dims)) {
+            Some(s) => s.iter().map(|d| if let crate::ir::Dim::Static(v) = d { *v } else { 0 }).collect(),
+            None => return bad!("index tensors do not broadcast together"),
+        };
+    }
+    Ok(b)
 }
 
 fn static_dims(v: &[i64]) -> Vec<crate::ir::Dim> {
