@@ -127,7 +127,7 @@ pub struct Options {
     /// What the plugin's partitioner does with layout changes; `Engine::compile` sets it from
     /// the platform (see `sharding_target`).
     pub sharding_target: torchtpu_compiler::sharding::Target,
-    /// XLA option overrides for this graph's compile, over the platform's (`xla_defaults`).
+    /// XLA option overrides for this graph's compile (`CompileOptions::xla_options`).
     pub xla_options: BTreeMap<String, XlaOption>,
 }
 
@@ -232,13 +232,6 @@ pub fn sharding_target(platform: &str) -> torchtpu_compiler::sharding::Target {
 /// matmul: ~10% of its time, benches/xla_options.py).
 pub fn donation_pays(platform: &str) -> bool {
     platform != "cpu"
-}
-
-/// The XLA options a platform's programs are compiled with (a graph's `Options::xla_options`
-/// override them), each kept for a measured win (docs/performance.md, "XLA's options").
-pub fn xla_defaults(platform: &str) -> BTreeMap<String, XlaOption> {
-    let _ = platform;
-    BTreeMap::new()
 }
 
 /// `TORCHTPU_MALLOC_TUNING=0` leaves the process's allocator as it was (see `Engine::new`).
@@ -401,7 +394,6 @@ impl Engine {
             Some(s) => CompileOptions::spmd(s.devices.len() as i64),
             None => CompileOptions::default(),
         }
-        .with_xla_options(xla_defaults(self.client.platform_name()))
         .with_xla_options(options.xla_options.clone());
         let (exe, source) = self
             .cache

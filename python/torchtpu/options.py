@@ -31,8 +31,9 @@ class Options:
     # and cheap elementwise work in the backward, save less; what Inductor uses) or
     # "default" (AOTAutograd's default_partition: save every value the backward reads).
     partitioner: str = "min_cut"
-    # XLA option overrides for this model's compiles, by XLA DebugOptions field name, over the
-    # platform's defaults (docs/performance.md, "XLA's options"): {"xla_cpu_...": value} with
+    # XLA option overrides for this model's compiles, by XLA DebugOptions field name
+    # (docs/performance.md, "XLA's options"); unset, inference graphs get
+    # backend.INFERENCE_XLA_OPTIONS: {"xla_cpu_...": value} with
     # bool, int or str values (repeated and enum fields in XLA's flag syntax). Kept as sorted
     # (name, value) pairs: Options are hashed into graph fingerprints.
     xla_options: tuple | None = None

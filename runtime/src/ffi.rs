@@ -565,6 +565,34 @@ impl_args!(
     PJRT_Buffer_UnsafePointer_Args,
 );
 
+// glibc's allocator tuning (malloc.h): `mallopt(M_MMAP_MAX, 0)` serves every allocation from
+// the heap instead of a fresh mapping, `M_TRIM_THRESHOLD` keeps freed memory for reuse.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" {
+    fn mallopt(param: c_int, value: c_int) -> c_int;
+}
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const M_TRIM_THRESHOLD: c_int = -1;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const M_MMAP_MAX: c_int = -4;
+
+/// Makes the process's allocator keep large freed blocks instead of unmapping them. A CPU
+/// plugin allocates each execution's buffers (resnet18's training forward: one 88 MiB temp)
+/// with malloc; above glibc's mmap threshold (at most 32 MiB) each is a fresh mapping whose
+/// pages the kernel faults in and zeroes on every call, a third of that forward's time.
+/// Returns whether the tuning was applied (false off glibc, or if glibc refused it).
+pub fn keep_freed_host_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only changes allocator parameters; any value is accepted or refused.
+        unsafe { mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, c_int::MAX) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -608,33 +636,5 @@ mod tests {
         let a = PJRT_Buffer_ToHostBuffer_Args::new();
         assert_eq!(a.struct_size, size_of::<PJRT_Buffer_ToHostBuffer_Args>());
         assert!(a.dst.is_null() && a.event.is_null() && a.dst_size == 0);
-    }
-}
-
-// glibc's allocator tuning (malloc.h): `mallopt(M_MMAP_MAX, 0)` serves every allocation from
-// the heap instead of a fresh mapping, `M_TRIM_THRESHOLD` keeps freed memory for reuse.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-extern "C" {
-    fn mallopt(param: c_int, value: c_int) -> c_int;
-}
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const M_TRIM_THRESHOLD: c_int = -1;
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const M_MMAP_MAX: c_int = -4;
-
-/// Makes the process's allocator keep large freed blocks instead of unmapping them. A CPU
-/// plugin allocates each execution's buffers (resnet18's training forward: one 88 MiB temp)
-/// with malloc; above glibc's mmap threshold (at most 32 MiB) each is a fresh mapping whose
-/// pages the kernel faults in and zeroes on every call, a third of that forward's time.
-/// Returns whether the tuning was applied (false off glibc, or if glibc refused it).
-pub fn keep_freed_host_memory() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only changes allocator parameters; any value is accepted or refused.
-        unsafe { mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, c_int::MAX) == 1 }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
     }
 }
