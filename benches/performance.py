@@ -471,11 +471,11 @@ WHERE_THE_TIME_GOES = """## Where the time goes
   won for inference (1.05x geomean, none slower: `INFERENCE_XLA_OPTIONS`) and was mixed for
   training (0.87x-1.07x), which keeps XLA's default. A lone 3x3 convolution (16x64x56x56) runs
   at 0.59-0.63x of oneDNN under every option, its NCHW edge transposes included.
-- **Warm start**: a process's first compile built the decomposition table from
-  `core_aten_decompositions()`, whose CompositeImplicitAutograd scan cost 0.14 s; the table now
-  starts from the post-autograd core set (the MLP's warm first call 0.38 -> 0.29 s). What
-  remains of a warm first call is Dynamo's and AOTAutograd's tracing (PyTorch's caches of those
-  serve Inductor only).
+- **Warm start**: a warm first call is Dynamo's and AOTAutograd's tracing (PyTorch's caches
+  of those serve Inductor only) plus, once per process, the decomposition table:
+  `core_aten_decompositions()`'s CompositeImplicitAutograd scan costs 0.14 s (the MLP's warm
+  first call 0.38 s, 0.29 s without it). Starting from the post-autograd core set instead was
+  tried and reverted: the tpu device's BERT forward then differed from CPU by 7e-4.
 - **Per call**, the path is short (inputs read in place and kept resident, outputs handed over
   without a copy, synchronous dispatch, release build: docs/runtime.md, "The per-call path");
   most of what remains above Dynamo's guards is AOTAutograd's runtime wrapper.

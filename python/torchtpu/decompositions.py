@@ -276,16 +276,11 @@ def _base(op) -> str | None:
 def _base_table() -> dict:
     """Core decompositions, then PyTorch's other decompositions for ops torchtpu has no
     lowering for (group norm, repeat, diagonal, upsampling, ...), then torchtpu's own."""
-    from torch._decomp import _core_aten_decompositions_post_autograd
+    from torch._decomp import core_aten_decompositions
     from torch._decomp import decomposition_table as every_decomposition
 
     policies = registry_policies()
-    # The core table without the CompositeImplicitAutograd entries `core_aten_decompositions()`
-    # adds for torch.export: under AOTAutograd's tracing those ops decompose through their own
-    # kernels anyway, and collecting them scans every registered op (0.14 s of each process's
-    # first compile, half of a warm-cache first call's torchtpu time; docs/performance.md).
-    core = _core_aten_decompositions_post_autograd()
-    table = {op: fn for op, fn in core.items() if policies.get(_base(op)) != "lowering"}
+    table = {op: fn for op, fn in core_aten_decompositions().items() if policies.get(_base(op)) != "lowering"}
     for op, fn in every_decomposition.items():
         base = _base(op)
         if op not in table and base is not None and base not in policies and base not in NEVER_DECOMPOSE:
