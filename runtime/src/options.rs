@@ -56,16 +56,6 @@ impl From<&XlaOption> for OptionOverrideProto {
     }
 }
 
-impl std::fmt::Display for XlaOption {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            XlaOption::Str(s) => write!(f, "{s:?}"),
-            XlaOption::Bool(b) => write!(f, "{b}"),
-            XlaOption::Int(i) => write!(f, "{i}"),
-        }
-    }
-}
-
 /// `xla.ExecutableBuildOptionsProto` (only the fields we set).
 #[derive(Clone, PartialEq, prost::Message)]
 struct ExecutableBuildOptionsProto {

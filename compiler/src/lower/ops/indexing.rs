@@ -27,18 +27,21 @@ pub(crate) fn coordinates<'c, 'a>(
     rank: usize,
 ) -> RuleResult<Tv<'c, 'a>> {
     let shape = index.dims.clone();
-    let mut one = shape.clone();
-    one.push(1);
     let idx = e.convert(index, DType::I64)?;
     let parts: Vec<Tv> = (0..rank)
-        .map(|j| {
-            let c = if j == d { idx.clone() } else { e.iota(DType::I64, &shape, j)? };
-            e.reshape(&c, &one)
-        })
+        .map(|j| if j == d { Ok(idx.clone()) } else { e.iota(DType::I64, &shape, j) })
         .collect::<RuleResult<_>>()?;
-    let mut full = shape.clone();
-    full.push(rank as i64);
-    e.concatenate(&parts, shape.len(), DType::I64, &full)
+    stack_coords(e, &parts, &shape)
+}
+
+/// Stacks per-dim coordinate components (each of shape S, i64) into coordinates S + [n].
+fn stack_coords<'c, 'a>(e: &Emitter<'c, 'a>, parts: &[Tv<'c, 'a>], shape: &[i64]) -> RuleResult<Tv<'c, 'a>> {
+    let mut one = shape.to_vec();
+    one.push(1);
+    let columns: Vec<Tv> = parts.iter().map(|c| e.reshape(c, &one)).collect::<RuleResult<_>>()?;
+    let mut full = shape.to_vec();
+    full.push(parts.len() as i64);
+    e.concatenate(&columns, shape.len(), DType::I64, &full)
 }
 
 /// Gathers `x` at element coordinates `coords` (shape S + [rank]) -> shape S.
@@ -80,20 +83,16 @@ fn leading_rows<'c, 'a>(
         return Ok(None);
     }
     let b = broadcast_index_shape(idx)?;
-    let mut one = b.clone();
-    one.push(1);
     let comps: Vec<Tv> = idx
         .iter()
         .enumerate()
         .map(|(j, t)| {
             let t = wrap_negative(e, t, x.dims[j])?;
             let mapping: Vec<i64> = (b.len() - t.rank()..b.len()).map(|r| r as i64).collect();
-            e.reshape(&e.broadcast_in_dim(&t, &b, &mapping)?, &one)
+            e.broadcast_in_dim(&t, &b, &mapping)
         })
         .collect::<RuleResult<_>>()?;
-    let mut full = b.clone();
-    full.push(dims.len() as i64);
-    let coords = e.concatenate(&comps, b.len(), DType::I64, &full)?;
+    let coords = stack_coords(e, &comps, &b)?;
     Ok(Some((b, coords)))
 }
 
@@ -462,11 +461,9 @@ fn advanced_index<'c, 'a>(
         rest_pos[j] = shape.len();
         shape.push(x.dims[j]);
     }
-    let mut one = shape.clone();
-    one.push(1);
     let mut comps = Vec::with_capacity(x.rank());
     for (j, &pos) in rest_pos.iter().enumerate().take(x.rank()) {
-        let c = match dims.iter().position(|&d| d == j) {
+        comps.push(match dims.iter().position(|&d| d == j) {
             Some(i) => {
                 let t = wrap_negative(e, idx[i], x.dims[j])?;
                 let lead = block + b.len() - t.rank();
@@ -474,12 +471,9 @@ fn advanced_index<'c, 'a>(
                 e.broadcast_in_dim(&t, &shape, &mapping)?
             }
             None => e.iota(DType::I64, &shape, pos)?,
-        };
-        comps.push(e.reshape(&c, &one)?);
+        });
     }
-    let mut full = shape.clone();
-    full.push(x.rank() as i64);
-    let coords = e.concatenate(&comps, shape.len(), DType::I64, &full)?;
+    let coords = stack_coords(e, &comps, &shape)?;
     Ok((shape, coords))
 }
 
@@ -592,8 +586,6 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
         return Ok(vec![Tv { v, dtype: out, dims: x.dims.clone() }]);
     }
     let shape = src.dims.clone();
-    let mut one = shape.clone();
-    one.push(1);
     let mut comps = Vec::with_capacity(x.rank());
     for j in 0..x.rank() {
         let mut c = e.iota(DType::I64, &shape, j)?;
@@ -602,11 +594,9 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
             let o = e.constant(DType::I64, &shape, Scalar::I(start))?;
             c = e.ew("stablehlo.add", &[&e.ew("stablehlo.multiply", &[&c, &s], DType::I64)?, &o], DType::I64)?;
         }
-        comps.push(e.reshape(&c, &one)?);
+        comps.push(c);
     }
-    let mut full = shape.clone();
-    full.push(x.rank() as i64);
-    let coords = e.concatenate(&comps, shape.len(), DType::I64, &full)?;
+    let coords = stack_coords(e, &comps, &shape)?;
     Ok(vec![scatter_at(e, &x, &coords, &src, false)?])
 }
 
