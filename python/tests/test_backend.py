@@ -468,3 +468,44 @@ def test_inference_graphs_default_to_the_measured_xla_options():
         torch._dynamo.reset()
         torch.testing.assert_close(torch.compile(f, backend="torchtpu", options={"xla_options": {}})(x), f(x), **FWD)
         assert torchtpu.stats()["cache_misses"] == misses + 1
+
+
+# (input shape, weight shape, stride, padding, dilation): weight gradients in each of the three
+# forms of decompositions.convolution_backward, by batch x output positions: rows (<= 64, or a
+# 1x1 kernel), patches (<= 256), the convolution (above), in 1-3 spatial dims.
+CONV_GRAD_CASES = {
+    "rows_stage4": ((1, 16, 2, 2), (8, 16, 3, 3), 1, 1, 1),
+    "rows_strided": ((2, 6, 8, 8), (5, 6, 3, 3), 2, 1, 1),
+    "rows_dilated_1d": ((3, 4, 9), (6, 4, 3), 1, 2, 2),
+    "rows_1x1_large_map": ((4, 6, 12, 12), (5, 6, 1, 1), 2, 0, 1),
+    "patches": ((2, 5, 10, 10), (4, 5, 3, 3), 1, 1, 1),
+    "patches_3d": ((1, 3, 6, 6, 6), (4, 3, 2, 2, 2), 1, 0, 1),
+    "convolution": ((4, 3, 12, 12), (4, 3, 3, 3), 1, 1, 1),
+    "convolution_stride_remainder": ((5, 3, 18, 17), (4, 3, 3, 3), 2, 0, 1),
+}
+
+
+@pytest.mark.parametrize("case", CONV_GRAD_CASES)
+def test_convolution_gradients_match_eager(case):
+    """Input and weight gradients of a convolution against eager. The forms sum the same
+    products in other orders: f32 rtol=1e-4, atol=1e-5."""
+    from torchtpu.decompositions import _weight_grad_as_matmul
+
+    xs, ws, stride, padding, dilation = CONV_GRAD_CASES[case]
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(xs)]
+
+    def f(x, w, b):
+        return conv(x, w, b, stride=stride, padding=padding, dilation=dilation)
+
+    torch.manual_seed(0)
+    x, w, b = (torch.randn(*s, requires_grad=True) for s in (xs, ws, ws[:1]))
+    y = f(x, w, b)
+    grad = torch.randn_like(y)
+    form = _weight_grad_as_matmul(grad, w)
+    assert form == (None if case.startswith("convolution") else case.split("_")[0]), form
+    want = torch.autograd.grad(y, (x, w, b), grad)
+    leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    got = torch.autograd.grad(torch.compile(f, backend="torchtpu")(*leaves), leaves, grad)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, **TRAIN)
+    assert_compiled_cleanly()

@@ -16,6 +16,7 @@ other gives wrong gradients. Both are decomposed here, consistently: the forward
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import torch
@@ -128,7 +129,9 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
             for i in range(spatial)
         ]
         grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, True, out_pad, groups)
-    if output_mask[1]:
+    if output_mask[1] and groups == 1 and _weight_grad_as_matmul(grad_output, weight) is not None:
+        grad_weight = _weight_grad_matmul(grad_output, input, weight, stride, padding, dilation)
+    elif output_mask[1]:
         # One convolution for every group at once: the input's channels of group g become
         # the "input channels" (g, n) with cin as the batch, grad_output of group g the
         # kernels (g, cout) over n; groups=G keeps the groups apart.
@@ -147,6 +150,54 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     if output_mask[2]:
         grad_bias = grad_output.sum(dim=[0] + list(range(2, input.dim())))
     return grad_input, grad_weight, grad_bias
+
+
+# Weight gradients contract over batch x output positions. XLA CPU runs the convolution form
+# (the batch as the feature dim, the output map as the window) slowly when that contraction is
+# small: resnet18's last stage at batch 1 took 11 ms per 512x512 3x3 weight gradient (eager
+# 0.47 ms). Up to ROWS_MAX_CONTRACTION it is one matmul of output-major rows of patches;
+# up to PATCHES_MAX_CONTRACTION a contraction of kernel-position-major patches; beyond that,
+# the convolution wins (benches/conv_weight_grad.py).
+ROWS_MAX_CONTRACTION = 64
+PATCHES_MAX_CONTRACTION = 256
+
+
+def _weight_grad_as_matmul(grad_output, weight) -> str | None:
+    """The matmul form a (groups = 1) weight gradient takes, or None for the convolution form."""
+    contraction = grad_output.shape[0] * math.prod(grad_output.shape[2:])
+    if contraction <= ROWS_MAX_CONTRACTION or all(k == 1 for k in weight.shape[2:]):
+        return "rows"
+    if contraction <= PATCHES_MAX_CONTRACTION:
+        return "patches"
+    return None
+
+
+def _weight_grad_matmul(grad_output, input, weight, stride, padding, dilation):
+    """grad_weight[o, i, k] = sum over (n, p) of grad_output[n, o, p] * input_padded[n, i, p * stride +
+    k * dilation]: one strided slice of the padded input per kernel position k (the patches),
+    contracted with grad_output over the batch and the output positions p."""
+    spatial = input.dim() - 2
+    n, cin, cout = input.shape[0], input.shape[1], grad_output.shape[1]
+    kernel, out_sp = list(weight.shape[2:]), list(grad_output.shape[2:])
+    pad = [p for i in reversed(range(spatial)) for p in (padding[i], padding[i])]
+    xp = aten.constant_pad_nd.default(input, pad, 0.0)
+    parts = []
+    for k in itertools.product(*(range(kk) for kk in kernel)):
+        part = xp
+        for i in range(spatial):
+            start = k[i] * dilation[i]
+            part = aten.slice.Tensor(part, 2 + i, start, start + stride[i] * (out_sp[i] - 1) + 1, stride[i])
+        parts.append(part)
+    positions, outputs = math.prod(kernel), math.prod(out_sp)
+    if _weight_grad_as_matmul(grad_output, weight) == "rows":
+        # [n, out..., cin, K] rows: the matmul writes [cout, cin * K], the weight's own order.
+        cols = torch.stack(parts, dim=-1).permute([0, *range(2, 2 + spatial), 1, 2 + spatial])
+        cols = cols.reshape(n * outputs, cin * positions)
+        g = grad_output.transpose(0, 1).reshape(cout, n * outputs)
+        return torch.mm(g, cols).reshape(weight.shape).to(weight.dtype)
+    cols = torch.stack(parts, dim=2).reshape(n, cin, positions, outputs)
+    g = grad_output.reshape(n, cout, outputs)
+    return torch.einsum("nikp,nop->oik", cols, g).reshape(weight.shape).to(weight.dtype)
 
 
 def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
