@@ -523,6 +523,13 @@ fn supported_ops(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     guarded(py, "lower", || Ok(torchtpu_engine::supported_ops()))
 }
 
+/// Whether the lowering runs a convolution as patches times a matmul (see
+/// `weight_layout.py`: such a convolution's weight is not relaid).
+#[pyfunction]
+fn convolution_runs_as_matmul(input_spatial: Vec<i64>, kernel_spatial: Vec<i64>, groups: i64) -> bool {
+    torchtpu_engine::convolution_runs_as_matmul(&input_spatial, &kernel_spatial, groups)
+}
+
 /// The PJRT plugin the default engine loads (or would load).
 #[pyfunction]
 fn plugin_path(py: Python<'_>) -> PyResult<String> {
@@ -558,6 +565,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(cache_warnings, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(convolution_runs_as_matmul, m)?)?;
     m.add_function(wrap_pyfunction!(registry::op_registry, m)?)?;
     m.add_function(wrap_pyfunction!(registry::check_lowerable, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;

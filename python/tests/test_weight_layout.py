@@ -59,6 +59,25 @@ def test_only_convolution_weights_are_relaid():
         torch.testing.assert_close(a, b)
 
 
+def test_weights_of_convolutions_run_as_matmuls_are_not_relaid():
+    """A 3x3 kernel on a 2x2 map runs as patches times a matmul, which reads the OIHW weight
+    as it is: relaid, it would be permuted back by a copy in every call."""
+
+    def f(x, w, v):
+        small = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        large = aten.convolution.default(x.repeat(1, 1, 3, 3), v, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return small, large
+
+    args = (torch.randn(1, 2, 2, 2), torch.randn(3, 2, 3, 3), torch.randn(3, 2, 3, 3))
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    _, perms = relayout_conv_weights(gm)
+    assert perms == {2: (2, 3, 1, 0)}  # only the 6x6 map's weight
+    compiled = torch.compile(f, backend="torchtpu")
+    with torch.no_grad():
+        for a, b in zip(compiled(*args), f(*args)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_relaid_copies_are_kept_per_version():
     w = torch.randn(4, 3, 3, 3)
     relaid = RelaidInputs({0: (2, 3, 1, 0)})

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from torchtpu import _C
+
 aten = torch.ops.aten
 
 # OIHW -> HWIO, and its inverse for the permute in the graph.
@@ -31,6 +33,13 @@ def _conv_weight_only(node: torch.fx.Node) -> bool:
             return False
         if user.args[1] is not node or user.args[0] is node or user.args[6]:  # weight, not transposed
             return False
+        # A convolution the lowering runs as a matmul reads the OIHW weight as it is.
+        x = user.args[0].meta.get("val") if isinstance(user.args[0], torch.fx.Node) else None
+        groups = user.args[8] if len(user.args) > 8 else 1
+        dims = [list(x.shape[2:]), list(val.shape[2:])] if isinstance(x, torch.Tensor) else None
+        if dims and all(isinstance(d, int) for d in dims[0] + dims[1] + [groups]):
+            if _C.convolution_runs_as_matmul(*dims, groups):
+                return False
     return True
 
 

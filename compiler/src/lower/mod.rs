@@ -14,6 +14,7 @@ mod promote;
 pub use emitter::{element_type, tensor_type};
 pub use error::LowerError;
 pub use legality::{check_graph, Refusal};
+pub use ops::nn::convolution_runs_as_matmul;
 pub use ops::RuleFn;
 pub use promote::result_type;
 

@@ -273,6 +273,21 @@ fn fit(v: i128) -> RuleResult<i64> {
 /// slice per position would be emitted).
 const MAX_PATCH_POSITIONS: i64 = 4096;
 
+/// Whether a convolution runs as patches times a matmul rather than `stablehlo.convolution`:
+/// groups = 1 and a kernel with more positions than the input map (up to
+/// `MAX_PATCH_POSITIONS`). XLA's algebraic simplifier swaps such a convolution's operands (the
+/// kernel is the larger), and XLA CPU then runs the swapped, reversed-window form as a naive
+/// loop: resnet18's last stage at 64x64 (3x3 kernels on 2x2 maps) took 10x eager. As patches
+/// times a matmul it stays on the fast dot path. The weight-layout rewrite of inference graphs
+/// asks this too: the matmul reads the weight as given, so relaying it would only add a copy.
+pub fn convolution_runs_as_matmul(input_spatial: &[i64], kernel_spatial: &[i64], groups: i64) -> bool {
+    let (Ok(kernel), Ok(input)) = (product(kernel_spatial.iter().copied()), product(input_spatial.iter().copied()))
+    else {
+        return false;
+    };
+    groups == 1 && kernel > input && kernel <= MAX_PATCH_POSITIONS
+}
+
 /// Convolutions of 1-3 spatial dims, the weight of the input's rank.
 pub fn convolution_legal(c: &Check) -> Result<(), String> {
     let (x, w) = (c.operand_rank(0).unwrap_or(0), c.operand_rank(1).unwrap_or(0));
@@ -339,13 +354,7 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     } else {
         (format!("[o, i, {}]", s.join(", ")), vec![1; sp], stride.clone(), padding.iter().map(|&p| [p, p]).collect())
     };
-    let kernel_elems: i64 = product(w.dims[2..].iter().copied())?;
-    let input_elems: i64 = product(x.dims[2..].iter().copied())?;
-    let mut y = if groups == 1 && kernel_elems > input_elems && kernel_elems <= MAX_PATCH_POSITIONS {
-        // XLA's algebraic simplifier swaps such a convolution's operands (the kernel is the
-        // larger), and XLA CPU then runs the swapped, reversed-window form as a naive loop:
-        // resnet18's last stage at 64x64 (3x3 kernels on 2x2 maps) took 10x eager. As patches
-        // times a matmul it stays on the fast dot path.
+    let mut y = if convolution_runs_as_matmul(&x.dims[2..], &w.dims[2..], groups) {
         conv_as_matmul(e, &xc, &wc, !transposed, &lhs_dilation, &dilation, &strides, &pads, &dims)?
     } else {
         conv_op(e, &xc, &wc, &kernel_layout, &lhs_dilation, &dilation, &strides, &pads, groups, &dims)?
@@ -445,20 +454,30 @@ fn conv_as_matmul<'c, 'a>(
     cols_dims.extend(out_sp);
     let cols = e.concatenate(&parts, 2, x.dtype, &cols_dims)?;
     let wk = e.reshape(w, &[w.dims[0], w.dims[1], positions])?;
-    let (o, w_c) = if kernel_oi { (w.dims[0], 1) } else { (w.dims[1], 0) };
-    let mut prod_dims = vec![n];
-    prod_dims.extend(out_sp);
-    prod_dims.push(o);
-    let text = format!("#stablehlo.dot<lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [{w_c}, 2]>");
-    let prod = e.op(
-        "stablehlo.dot_general",
-        &[&cols, &wk],
-        x.dtype,
-        &prod_dims,
-        &[("dot_dimension_numbers", e.attr(&text)?)],
-    )?;
-    let mut perm = vec![0, r - 1];
-    perm.extend(1..r - 1);
+    let dot = |lhs: &Tv<'c, 'a>, rhs: &Tv<'c, 'a>, contracting: &str, dims: &[i64]| {
+        let text = format!("#stablehlo.dot<{contracting}>");
+        e.op("stablehlo.dot_general", &[lhs, rhs], x.dtype, dims, &[("dot_dimension_numbers", e.attr(&text)?)])
+    };
+    let mut perm: Vec<usize> = Vec::with_capacity(r);
+    let prod = if kernel_oi {
+        // [O, C, K] is the left operand, read row-major: on small maps it is the larger
+        // operand, and as the right one XLA copied it into place in every call (resnet18's
+        // 512x512 3x3 stage at 2x2: 4.4 ms per training forward vs 0.6).
+        let mut dims = vec![w.dims[0], n];
+        dims.extend(out_sp);
+        perm.extend([1, 0]);
+        perm.extend(2..r);
+        dot(&wk, &cols, "lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [1, 2]", &dims)?
+    } else {
+        // A transposed convolution's [C, O, K] kernel contracts its leading dim: as the left
+        // operand it ran 1.8x slower (the weight transposed either way).
+        let mut dims = vec![n];
+        dims.extend(out_sp);
+        dims.push(w.dims[1]);
+        perm.extend([0, r - 1]);
+        perm.extend(1..r - 1);
+        dot(&cols, &wk, "lhs_contracting_dimensions = [1, 2], rhs_contracting_dimensions = [0, 2]", &dims)?
+    };
     e.transpose(&prod, &perm)
 }
 
