@@ -100,11 +100,19 @@ def output_tensor(out) -> torch.Tensor:
     return out[0]
 
 
+def _dynamo_only(gm, example_inputs):
+    """A backend that runs Dynamo's graph as it is: Dynamo's tracing alone, the floor under any
+    backend's first call (what a warm cache cannot skip)."""
+    return gm.forward
+
+
 def compiled(model, backend: str):
     if backend == "eager":
         return model
     if backend == "inductor":
         return torch.compile(model)
+    if backend == "dynamo":
+        return torch.compile(model, backend=_dynamo_only)
     return torch.compile(model, backend="torchtpu")
 
 
@@ -236,6 +244,8 @@ def first_calls(name: str, batch: int) -> dict:
             cold = child(name, batch, backend, d)
             warm = child(name, batch, backend, d) if backend != "eager" else cold
         out[backend] = {"cold": cold, "warm": warm}
+    with tempfile.TemporaryDirectory(prefix="ttpu-perf-") as d:
+        out["dynamo"] = {"cold": child(name, batch, "dynamo", d)}
     return out
 
 
@@ -374,22 +384,30 @@ def report(results: dict, images: list[str]) -> str:
                   "fresh process; cold = empty cache directories (Inductor's `TORCHINDUCTOR_CACHE_DIR`, "
                   "torchtpu's `TORCHTPU_CACHE_DIR`), warm = a second process on the cache the cold one left. "
                   "Call peak: resident-set peak over 5 steady-state calls above the resident set before them. "
-                  "Process peak: the process's resident-set peak, compilation included.", "",
-                  "| model | eager first s | Inductor cold s | Inductor warm s | torchtpu cold s | torchtpu warm s | "
-                  "call peak MiB eager / Inductor / torchtpu | process peak MiB eager / Inductor / torchtpu |",
-                  "|---|---|---|---|---|---|---|---|"]
-        cold_ratio, warm_ratio = [], []
+                  "Process peak: the process's resident-set peak, compilation included. Dynamo alone: the "
+                  "first call with a backend that runs Dynamo's graph as it is (Dynamo's tracing, which no "
+                  "backend's cache skips).", "",
+                  "| model | eager first s | Dynamo alone s | Inductor cold s | Inductor warm s | torchtpu cold s | "
+                  "torchtpu warm s | torchtpu warm / cold | call peak MiB eager / Inductor / torchtpu | "
+                  "process peak MiB eager / Inductor / torchtpu |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        cold_ratio, warm_ratio, warm_share, dynamo_share = [], [], [], []
         for key, v in fc.items():
             f = lambda b, c: v[b][c]["first_call_s"]  # noqa: E731
             cold_ratio.append(f("inductor", "cold") / f("torchtpu", "cold"))
             warm_ratio.append(f("inductor", "warm") / f("torchtpu", "warm"))
             peaks = " / ".join(f"{v[b]['warm']['call_peak_bytes'] / 2**20:.1f}" for b in BACKENDS)
             procs = " / ".join(f"{v[b]['cold']['process_peak_bytes'] / 2**20:.0f}" for b in BACKENDS)
-            lines.append(f"| {key.split('/')[0]} | {f('eager', 'cold'):.3f} | {f('inductor', 'cold'):.2f} | {f('inductor', 'warm'):.2f} | "
-                         f"{f('torchtpu', 'cold'):.2f} | {f('torchtpu', 'warm'):.2f} | {peaks} | {procs} |")
+            dynamo = v["dynamo"]["cold"]["first_call_s"] if "dynamo" in v else float("nan")
+            warm_share.append(f("torchtpu", "warm") / f("torchtpu", "cold"))
+            dynamo_share.append(dynamo / f("torchtpu", "cold"))
+            lines.append(f"| {key.split('/')[0]} | {f('eager', 'cold'):.3f} | {dynamo:.2f} | {f('inductor', 'cold'):.2f} | "
+                         f"{f('inductor', 'warm'):.2f} | {f('torchtpu', 'cold'):.2f} | {f('torchtpu', 'warm'):.2f} | "
+                         f"{warm_share[-1]:.0%} | {peaks} | {procs} |")
         lines += ["", f"Cold first call, Inductor / torchtpu: geometric mean **{geomean(cold_ratio):.1f}x** "
                   f"(torchtpu is that many times faster); warm: {geomean(warm_ratio):.1f}x.", ""]
         summary_rows.append(("first call cold (Inductor s / torchtpu s)", None, geomean(cold_ratio), None))
+        summary_rows.append(("warm start", geomean(warm_ratio), max(warm_share), min(dynamo_share)))
         for name in ("perf_first_call.png", "perf_memory.png"):
             if name in images:
                 lines += [f"![{name[5:-4]}](img/{name})", ""]
@@ -414,6 +432,11 @@ def report(results: dict, images: list[str]) -> str:
         elif mode == "training":
             lines.append(f"- Training step at or above eager on the geometric mean: torchtpu {gt:.2f}x eager "
                          f"(Inductor {gi:.2f}x): {'met' if gt >= 1.0 else 'missed'}.")
+        elif mode == "warm start":
+            lines.append(f"- Warm first call below Inductor's warm: Inductor's takes {gi:.1f}x as long (geometric "
+                         f"mean): {'met' if gi > 1.0 else 'missed'}. At most 25% of cold: up to {gt:.0%} "
+                         f"({'met' if gt <= 0.25 else 'missed'}); Dynamo's tracing alone is at least {gti:.0%} "
+                         f"of torchtpu's cold first call.")
         else:
             lines.append(f"- Cold first call below Inductor's: Inductor takes {gt:.1f}x as long (geometric mean): "
                          f"{'met' if gt > 1.0 else 'missed'}.")
@@ -434,15 +457,34 @@ WHERE_THE_TIME_GOES = """## Where the time goes
 - **The program runs on XLA's CPU backend**, whose kernels are the peers here: dots and most
   convolutions go to YNNPACK/Eigen, elementwise work to XLA's fused loops. On these 2 cores eager's
   oneDNN convolutions and Inductor's generated C++ are faster than XLA CPU on convolution-heavy
-  graphs (cnn/16, resnet18), which is most of the inference gap. XLA's CPU layout assignment
-  already runs every convolution NHWC/HWIO and keeps activations NHWC between convolutions
-  (optimised HLO, `dim_labels=b01f_01io->b01f`); what it adds is a transpose at the graph's
-  edges and, for weights that arrive as OIHW parameters, a relayout of every weight in every
-  call. Inference graphs now take their convolution weights as HWIO, permuted once per weight
-  version (`weight_layout.py`, option `relayout_weights`): resnet18, batch 1: 22.4 -> 8.4 ms
-  per call (45.7 MB of weight transposes and as many copies gone; `benches/weight_layout.py`,
-  one run, eager 4.55 ms there); batch 16 and the small CNN, whose time is in activations, are
-  unchanged.
+  graphs (cnn/16, resnet18), which is most of the inference gap: a lone convolution of
+  resnet18's at batch 16 runs at 0.4-0.6x of eager under every XLA option
+  (`benches/conv_weight_grad.py` for weight gradients, `benches/xla_options.py`). XLA CPU runs
+  every convolution NHWC/HWIO (`dim_labels=b01f_01io->b01f`), but its layout assignment
+  constrains only the convolutions: the batch norms, reductions and elementwise ops between
+  them stayed row-major NCHW, a transpose copy around each convolution. Layout assignment is
+  now torchtpu's own pass (`assign-layouts`, default; docs/passes.md): convolution regions
+  run NHWC with permutes only at their edges (programs alone, `benches/layouts.py`: resnet18/16
+  inference 32.7 -> 30.8 ms, training forward 46.2 -> 44.0 ms, backward 83.3 -> 81.0 ms;
+  resnet18/1 inference 5.28 -> 4.77 ms; the small CNN's training forward 0.95x, its 8-channel
+  batch statistics reduce worse NHWC). Across programs, saved convolution activations now
+  leave the forward and enter the backward NHWC (`saved_layout.py`, option `relayout_saved`:
+  resnet18/16 forward 52.3 -> 47.8 ms, backward 92.3 -> 89.1 ms). What transposes remain are
+  the weights' (OIHW parameters to HWIO in every call, about 45 MB per resnet18 step) and the
+  dots' operands, both XLA's kernels' layouts. Inference graphs take their convolution
+  weights as HWIO, permuted once per weight version (`weight_layout.py`, option
+  `relayout_weights`): resnet18, batch 1: 22.4 -> 8.4 ms per call; batch 16 and the small
+  CNN, whose time is in activations, are unchanged.
+- **Small maps** (issue 17): a convolution whose kernel has more positions than its input
+  map runs as patches times a matmul (XLA swapped its operands into a naive loop). Its
+  kernel is now the dot's left operand, read row-major, and inference graphs no longer relay
+  it to HWIO (a copy back in every call): resnet18's 512x512 3x3 stage at 2x2, batch 1,
+  training forward 4.4 -> 0.65 ms, inference 2.1 -> 0.5 ms (eager 0.5). Weight gradients
+  whose batch x output-positions contraction is small (at most 256, or 1x1 kernels) are
+  matmuls of patches instead of XLA's convolution form, which treats the batch as the
+  feature dim and the output map as the window: resnet18's layer4 weight gradient at batch 1
+  9.4 -> 0.66 ms (eager 0.57), at batch 16 10.4 -> 2.5 ms (eager 4.0); the resnet18/1
+  training step 95 -> 41 ms (`benches/conv_weight_grad.py`).
 - **Host memory** (issue 17): the CPU plugin mallocs each execution's buffers, and blocks
   above glibc's mmap threshold were mapped, faulted in and zeroed afresh in every call (a third
   of resnet18's training forward, `perf`). The CPU engine now tunes glibc to keep freed blocks

@@ -40,7 +40,7 @@ MODELS = {
 
 
 # The default pipeline, and every pass (fusion and scheduling included): both must match eager.
-ALL_PASSES = "canonicalize,fold-constants,cse,fuse-softmax,fuse-matmuls,dce,form-regions,schedule-memory"
+ALL_PASSES = "canonicalize,fold-constants,assign-layouts,cse,fuse-softmax,fuse-matmuls,dce,form-regions,schedule-memory"
 PIPELINES = {"default": {}, "all_passes": {"passes": ALL_PASSES}}
 
 

@@ -31,7 +31,7 @@ def test_c_is_a_compiled_extension_module():
 def test_passes_are_listed_from_the_rust_registry():
     names = [name for name, _ in torchtpu.list_passes()]
     assert names == [
-        "canonicalize", "cse", "dce", "fold-constants", "fuse-softmax", "fuse-matmuls", "form-regions",
+        "canonicalize", "cse", "dce", "fold-constants", "fuse-softmax", "fuse-matmuls", "form-regions", "assign-layouts",
         "propagate-sharding", "schedule-memory",
     ]
     assert all(desc for _, desc in torchtpu.list_passes())

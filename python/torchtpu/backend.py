@@ -26,6 +26,7 @@ from torchtpu.executor import CompiledGraph
 from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
 from torchtpu import sharding as _sharding
+from torchtpu.saved_layout import relayout_saved_activations
 from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
 log = logging.getLogger("torchtpu")
@@ -214,6 +215,22 @@ def _default(joint, joint_inputs, **kwargs):
     return default_partition(joint, joint_inputs, **kwargs)
 
 
+def _partition(opts: Options):
+    """The partition function for AOTAutograd: the option's partitioner, then (option
+    `relayout_saved`) saved convolution activations relaid NHWC between the two graphs."""
+    split = _PARTITIONERS[opts.partitioner]
+    if not opts.relayout_saved:
+        return split
+
+    def partition(joint, joint_inputs, **kwargs):
+        fw, bw = split(joint, joint_inputs, **kwargs)
+        if not _sharding.ACTIVE:  # sharded programs keep the layouts their shardings name
+            relayout_saved_activations(fw, bw, kwargs["num_fwd_outputs"])
+        return fw, bw
+
+    return partition
+
+
 # How AOTAutograd splits a joint graph into forward and backward (option `partitioner`).
 # min-cut recomputes views and cheap elementwise work in the backward instead of saving it:
 # a transposed weight is no longer a materialised forward output but a view the backward's
@@ -248,7 +265,7 @@ def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | N
         bw_compiler=bw,
         inference_compiler=inference,
         decompositions=decomposition_table(),
-        partition_fn=_PARTITIONERS[opts.partitioner],
+        partition_fn=_partition(opts),
     )(gm, example_inputs)
 
 

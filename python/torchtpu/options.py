@@ -18,7 +18,7 @@ class Options:
     dump_dir: str | None = None
     # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax; a list of
     # pass names is joined with commas).
-    passes: str = "canonicalize,fold-constants,cse,dce,schedule-memory"
+    passes: str = "canonicalize,fold-constants,assign-layouts,cse,dce,schedule-memory"
     # Alias outputs to inputs of their type so PJRT reuses the (per-call, private) input
     # buffers: mutated inputs such as batch norm's running statistics, and any input whose
     # buffer an output of its type can take. Default (None): where the platform can donate,
@@ -27,6 +27,9 @@ class Options:
     # In inference graphs, give convolution weights to XLA in HWIO (its CPU layout), permuted
     # once per weight version, instead of relaying them in every call (weight_layout.py).
     relayout_weights: bool = True
+    # In training graphs, saved activations laid out like a convolution's cross from the
+    # forward to the backward program NHWC, so neither transposes them (saved_layout.py).
+    relayout_saved: bool = True
     # How training graphs are split into forward and backward: "min_cut" (recompute views
     # and cheap elementwise work in the backward, save less; what Inductor uses) or
     # "default" (AOTAutograd's default_partition: save every value the backward reads).
@@ -51,7 +54,7 @@ class Options:
             options["strict"] = fallback_is_error()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
-        for flag in ("strict", "donate", "relayout_weights"):
+        for flag in ("strict", "donate", "relayout_weights", "relayout_saved"):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)
             if flag in options and not isinstance(options[flag], bool) and not (flag == "donate" and options[flag] is None):

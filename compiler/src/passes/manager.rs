@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// The pipeline used when none is given.
-pub const DEFAULT_PIPELINE: &str = "canonicalize,fold-constants,cse,dce,schedule-memory";
+pub const DEFAULT_PIPELINE: &str = "canonicalize,fold-constants,assign-layouts,cse,dce,schedule-memory";
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {

@@ -15,6 +15,7 @@ macro_rules! pass_identity {
     };
 }
 
+mod assign_layouts;
 mod canonicalize;
 mod cse;
 mod dce;
@@ -27,6 +28,7 @@ pub mod patterns;
 mod propagate_sharding;
 mod schedule;
 
+pub use assign_layouts::AssignLayouts;
 pub use canonicalize::Canonicalize;
 pub use cse::Cse;
 pub use dce::Dce;
@@ -105,6 +107,12 @@ pub static REGISTRY: &[PassInfo] = &[
         description: FormRegions::DESCRIPTION,
         options: &[],
         create: no_options::<FormRegions>,
+    },
+    PassInfo {
+        name: AssignLayouts::NAME,
+        description: AssignLayouts::DESCRIPTION,
+        options: &[],
+        create: no_options::<AssignLayouts>,
     },
     PassInfo {
         name: PropagateSharding::NAME,

@@ -120,6 +120,24 @@ pub struct ShardingRule {
     pub name: &'static str,
 }
 
+/// How an op takes part in a channels-last region (`passes::assign_layouts`): which operands
+/// and results are rank-4 activations that can be NHWC instead of NCHW, and what the op needs
+/// told. Elementwise ops follow their operands without being told (`OpDef::layout_rule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutRule {
+    /// Results laid out like the (broadcast) operands.
+    Elementwise,
+    /// Operand 0 and result 0 NHWC by the `channels_last` attribute; the weight stays OIHW.
+    Convolution,
+    /// Operand 0 and result 0 NHWC by `channel_dim = 3`; the per-channel operands and results
+    /// are unchanged.
+    BatchNorm,
+    /// The `dim` attribute renumbered; result 0 NHWC when kept rank-4 (`keepdim`).
+    Reduction,
+    /// Pooling: operand 0 and the 4-D results (values, indices) NHWC by `channels_last`.
+    Pool,
+}
+
 /// One op, declared once.
 #[derive(Clone, Copy)]
 pub struct OpDef {
@@ -130,6 +148,7 @@ pub struct OpDef {
     pub lowering: Option<Lowering>,
     pub decomposition: Decomposition,
     pub sharding: Option<ShardingRule>,
+    pub layout: Option<LayoutRule>,
 }
 
 impl OpDef {
@@ -142,6 +161,7 @@ impl OpDef {
             lowering: None,
             decomposition: Decomposition::None,
             sharding: None,
+            layout: None,
         }
     }
 
@@ -181,6 +201,17 @@ impl OpDef {
     pub const fn shard(mut self, s: ShardingRule) -> OpDef {
         self.sharding = Some(s);
         self
+    }
+
+    /// Takes part in channels-last regions by `l`.
+    pub const fn layout(mut self, l: LayoutRule) -> OpDef {
+        self.layout = Some(l);
+        self
+    }
+
+    /// The op's layout rule: its own, or `Elementwise` for an elementwise op.
+    pub fn layout_rule(&self) -> Option<LayoutRule> {
+        self.layout.or(self.traits.contains(Traits::ELEMENTWISE).then_some(LayoutRule::Elementwise))
     }
 
     pub const fn decomposition(mut self, d: Decomposition) -> OpDef {

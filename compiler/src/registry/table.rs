@@ -2,7 +2,7 @@
 //! (family rule and its parameter, legality check) and decomposition policy. Adding an op is
 //! one line here plus, when no family rule fits, its rule in `lower/ops/`.
 
-use super::{Decomposition as D, OpDef, ShardingRule, Signature, Traits as T};
+use super::{Decomposition as D, LayoutRule as L, OpDef, ShardingRule, Signature, Traits as T};
 use crate::ir::ops::Arity::{AtLeast, Between, Exactly};
 use crate::ir::ops::ShapeRule;
 use crate::lower::ops::{
@@ -162,10 +162,10 @@ pub(super) static OPS: &[OpDef] = &[
     op("aten.lift_fresh_copy").traits(T::ELEMENTWISE).rule(rule!(elementwise::identity)).shard(S::ELEMENTWISE),
     op("aten.complex").traits(T::ELEMENTWISE).sig(BINARY).rule(rule!(elementwise::complex)).shard(S::ELEMENTWISE).decomposition(D::Lowering),
     // reductions
-    op("aten.sum").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "sum").shard(S::REDUCE).decomposition(D::Python),
-    op("aten.mean").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "mean").legal(reduce::mean_legal).shard(S::REDUCE).decomposition(D::Lowering),
+    op("aten.sum").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "sum").shard(S::REDUCE).decomposition(D::Python).layout(L::Reduction),
+    op("aten.mean").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "mean").legal(reduce::mean_legal).shard(S::REDUCE).decomposition(D::Lowering).layout(L::Reduction),
     op("aten.prod").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "prod").shard(S::REDUCE).decomposition(D::Lowering),
-    op("aten.amax").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "max").shard(S::REDUCE).decomposition(D::Lowering),
+    op("aten.amax").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "max").shard(S::REDUCE).decomposition(D::Lowering).layout(L::Reduction),
     op("aten.amin").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "min").shard(S::REDUCE).decomposition(D::Lowering),
     op("aten.any").traits(T::REDUCTION).sig(REDUCE).rule_with(rule!(reduce::simple), "or").shard(S::REDUCE).decomposition(D::Lowering),
     op("aten.all").traits(T::REDUCTION).rule_with(rule!(reduce::simple), "and").shard(S::REDUCE).decomposition(D::Python),
@@ -223,12 +223,12 @@ pub(super) static OPS: &[OpDef] = &[
     op("aten._softmax").sig(SOFTMAX).rule_with(rule!(nn::softmax), "softmax").shard(S::NORMALIZE).decomposition(D::Lowering),
     op("aten._log_softmax").sig(SOFTMAX).rule_with(rule!(nn::softmax), "log").shard(S::NORMALIZE).decomposition(D::Lowering),
     op("aten.native_layer_norm").sig(LAYER_NORM).rule(rule!(nn::layer_norm)).shard(S::NORMALIZE).decomposition(D::Lowering),
-    op("aten._native_batch_norm_legit_no_training").rule_with(rule!(nn::batch_norm), "no_training").decomposition(D::Lowering),
-    op("aten._native_batch_norm_legit_functional").rule_with(rule!(nn::batch_norm), "functional").decomposition(D::Lowering),
-    op("aten._native_batch_norm_legit").rule_with(rule!(nn::batch_norm), "legit").decomposition(D::Lowering),
+    op("aten._native_batch_norm_legit_no_training").rule_with(rule!(nn::batch_norm), "no_training").decomposition(D::Lowering).layout(L::BatchNorm),
+    op("aten._native_batch_norm_legit_functional").rule_with(rule!(nn::batch_norm), "functional").decomposition(D::Lowering).layout(L::BatchNorm),
+    op("aten._native_batch_norm_legit").rule_with(rule!(nn::batch_norm), "legit").decomposition(D::Lowering).layout(L::BatchNorm),
     op("aten.native_dropout").traits(T::RANDOM).sig(DROPOUT).rule(rule!(nn::dropout)).decomposition(D::Lowering),
-    op("aten.convolution").rule(rule!(nn::convolution)).legal(nn::convolution_legal).shard(S::CONVOLUTION),
-    op("aten.max_pool2d_with_indices").rule(rule!(nn::max_pool2d)).decomposition(D::Lowering),
+    op("aten.convolution").rule(rule!(nn::convolution)).legal(nn::convolution_legal).shard(S::CONVOLUTION).layout(L::Convolution),
+    op("aten.max_pool2d_with_indices").rule(rule!(nn::max_pool2d)).decomposition(D::Lowering).layout(L::Pool),
     op("aten.avg_pool2d").rule(rule!(nn::avg_pool2d)),
     op("aten.avg_pool2d_backward").rule(rule!(nn::avg_pool2d_backward)),
     // indexing

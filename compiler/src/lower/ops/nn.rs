@@ -107,7 +107,7 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     Ok(vec![e.convert(&out, n.out_dtype())?, stat(&mean, 1)?, stat(&rstd, 2)?])
 }
 
-/// Batch norm over channel dim 1: inference (`_no_training`), functional training (returns
+/// Batch norm over channel dim 1 (or `channel_dim`): inference (`_no_training`), functional training (returns
 /// updated running stats) and `_native_batch_norm_legit` (with or without running stats).
 pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let no_training = n.param()? == "no_training";
@@ -127,9 +127,11 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     }
     let compute = acc_type(input.dtype);
     let x = e.convert(input, compute)?;
-    let channels = x.dims[1];
-    let cshape: Vec<i64> = (0..rank).map(|i| if i == 1 { channels } else { 1 }).collect();
-    let axes: Vec<usize> = (0..rank).filter(|&i| i != 1).collect();
+    // Channels are dim 1 (NCHW), or where the layout pass put them (`channel_dim`).
+    let cd = dim(n.int_or("channel_dim", 1)?, rank)?;
+    let channels = x.dims[cd];
+    let cshape: Vec<i64> = (0..rank).map(|i| if i == cd { channels } else { 1 }).collect();
+    let axes: Vec<usize> = (0..rank).filter(|&i| i != cd).collect();
     let count: i64 = product(axes.iter().map(|&a| x.dims[a]))?;
     let per_channel = |t: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
         e.broadcast_to(&e.reshape(&e.convert(t, compute)?, &cshape)?, &x.dims)
@@ -155,7 +157,7 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     // Per-channel vectors [C] of the batch statistics.
     let first = |t: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
         let lo = vec![0; rank];
-        let hi: Vec<i64> = (0..rank).map(|i| if i == 1 { channels } else { 1 }).collect();
+        let hi: Vec<i64> = (0..rank).map(|i| if i == cd { channels } else { 1 }).collect();
         e.reshape(&e.slice(t, &lo, &hi, &vec![1; rank])?, &[channels])
     };
     let declared = |i: usize, t: Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
@@ -317,6 +319,9 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     if groups < 1 {
         return bad!("groups must be positive");
     }
+    // NHWC activations (the layout pass's `channels_last`); the kernel keeps its layout.
+    let channels_last = n.bool_or("channels_last", false)?;
+    let x_spatial = if channels_last { &x.dims[1..=sp] } else { &x.dims[2..] };
     let out = n.out_dtype();
     let (xc, mut wc) = (e.convert(x, out)?, e.convert(w, out)?);
     let s: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
@@ -354,26 +359,32 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
     } else {
         (format!("[o, i, {}]", s.join(", ")), vec![1; sp], stride.clone(), padding.iter().map(|&p| [p, p]).collect())
     };
-    let mut y = if convolution_runs_as_matmul(&x.dims[2..], &w.dims[2..], groups) {
+    let mut y = if convolution_runs_as_matmul(x_spatial, &w.dims[2..], groups) {
+        if channels_last {
+            return bad!("a convolution run as patches times a matmul takes NCHW input, not channels_last");
+        }
         conv_as_matmul(e, &xc, &wc, !transposed, &lhs_dilation, &dilation, &strides, &pads, &dims)?
     } else {
-        conv_op(e, &xc, &wc, &kernel_layout, &lhs_dilation, &dilation, &strides, &pads, groups, &dims)?
+        conv_op(e, &xc, &wc, &kernel_layout, channels_last, &lhs_dilation, &dilation, &strides, &pads, groups, &dims)?
     };
     if let Some(b) = ps[2].tensor() {
-        let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == 1 { dims[1] } else { 1 }).collect();
+        let c = if channels_last { dims.len() - 1 } else { 1 };
+        let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == c { dims[c] } else { 1 }).collect();
         let b = e.broadcast_to(&e.reshape(&e.convert(b, out)?, &bshape)?, &dims)?;
         y = e.ew("stablehlo.add", &[&y, &b], out)?;
     }
     Ok(vec![y])
 }
 
-/// One `stablehlo.convolution` of NC* input `x` with kernel `w` (`kernel_layout` names its dims).
+/// One `stablehlo.convolution` of NC* (or, `channels_last`, N*C) input `x` with kernel `w`
+/// (`kernel_layout` names its dims); the result has the input's layout.
 #[allow(clippy::too_many_arguments)]
 fn conv_op<'c, 'a>(
     e: &Emitter<'c, 'a>,
     x: &Tv<'c, 'a>,
     w: &Tv<'c, 'a>,
     kernel_layout: &str,
+    channels_last: bool,
     lhs_dilation: &[i64],
     dilation: &[i64],
     strides: &[i64],
@@ -383,7 +394,8 @@ fn conv_op<'c, 'a>(
 ) -> RuleResult<Tv<'c, 'a>> {
     let sp = x.rank() - 2;
     let s: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
-    let layout = format!("[b, f, {0}]x{kernel_layout}->[b, f, {0}]", s.join(", "));
+    let act = if channels_last { format!("[b, {}, f]", s.join(", ")) } else { format!("[b, f, {}]", s.join(", ")) };
+    let layout = format!("{act}x{kernel_layout}->{act}");
     let pad = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
     let attrs = [
         ("dimension_numbers", e.attr(&format!("#stablehlo.conv<{layout}>"))?),
@@ -501,21 +513,31 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     if out_dims.len() != r || n.results.len() != 2 {
         return bad!("max_pool2d_with_indices of a rank-{r} input declares {:?}", n.results);
     }
-    let (h, w) = (x.dims[r - 2], x.dims[r - 1]);
+    // The window dims: the last two, or H and W of an NHWC input (the layout pass's
+    // `channels_last`). Indices count positions in each H x W plane either way.
+    let (hd, wd) = if n.bool_or("channels_last", false)? {
+        if r != 4 {
+            return bad!("channels_last max_pool2d needs a 4-D input");
+        }
+        (1, 2)
+    } else {
+        (r - 2, r - 1)
+    };
+    let (h, w) = (x.dims[hd], x.dims[wd]);
     // Extra high padding so that ceil_mode windows exist; the declared output size rules.
     let mut pads = vec![[0i64, 0i64]; r];
-    for (k, (size, out_size)) in [(h, out_dims[r - 2]), (w, out_dims[r - 1])].into_iter().enumerate() {
+    for (k, (size, out_size)) in [(h, out_dims[hd]), (w, out_dims[wd])].into_iter().enumerate() {
         let need = (out_size as i128 - 1) * stride[k] as i128 + (kernel[k] as i128 - 1) * dilation[k] as i128 + 1;
         let high = fit((need - size as i128 - padding[k] as i128).max(padding[k] as i128))?;
-        pads[r - 2 + k] = [padding[k], high];
+        pads[[hd, wd][k]] = [padding[k], high];
     }
     let mut win = vec![1i64; r];
     let mut strides = vec![1i64; r];
     let mut dil = vec![1i64; r];
-    for k in 0..2 {
-        win[r - 2 + k] = kernel[k];
-        strides[r - 2 + k] = stride[k];
-        dil[r - 2 + k] = dilation[k];
+    for (k, d) in [hd, wd].into_iter().enumerate() {
+        win[d] = kernel[k];
+        strides[d] = stride[k];
+        dil[d] = dilation[k];
     }
     let pad_text = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
     let d = x.dtype;
@@ -537,8 +559,8 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         return Ok(vec![values, unread]);
     }
     let idx_plane = {
-        let rows = e.iota(DType::I64, &x.dims, r - 2)?;
-        let cols = e.iota(DType::I64, &x.dims, r - 1)?;
+        let rows = e.iota(DType::I64, &x.dims, hd)?;
+        let cols = e.iota(DType::I64, &x.dims, wd)?;
         let wc = e.constant(DType::I64, &x.dims, Scalar::I(w))?;
         let base = e.ew("stablehlo.multiply", &[&rows, &wc], DType::I64)?;
         e.ew("stablehlo.add", &[&base, &cols], DType::I64)?
