@@ -26,6 +26,7 @@ from torchtpu.executor import CompiledGraph
 from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
 from torchtpu import sharding as _sharding
+from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
 from torchtpu.saved_layout import relayout_saved_activations
 from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
@@ -168,19 +169,29 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
         per_shape = _PerShape(gm, opts, kind)
         return make_boxed_func(per_shape)
     name = f"{kind}_{next(_graph_ids)}"
-    relaid = None
-    if kind == "inference" and binding is None and opts.relayout_weights and not _sharding.ACTIVE:
+    transforms = []  # input rewrites, applied in order before every call
+    inference_weights = kind == "inference" and binding is None and not _sharding.ACTIVE
+    if inference_weights and opts.fold_batch_norm:
+        # Batch norms folded into the convolutions before them, the folded weights and
+        # biases computed once per version of what they are made of (batch_norm_folding.py).
+        gm, folds = fold_batch_norms(gm)
+        if folds:
+            transforms.append(FoldedInputs(folds))
+    if inference_weights and opts.relayout_weights:
         # Convolution weights in the layout XLA's CPU convolutions use, permuted once per
         # weight version instead of in every call (weight_layout.py). Everything below,
         # the eager fallback included, then runs on the relaid inputs.
         gm, perms = relayout_conv_weights(gm)
-        relaid = RelaidInputs(perms) if perms else None
+        if perms:
+            transforms.append(RelaidInputs(perms))
     boxed = _compile_static(gm, opts, kind, name, binding, link)
-    if relaid is None:
+    if not transforms:
         return boxed
 
     def call(args):
-        return boxed(relaid.apply(args))
+        for t in transforms:
+            args = t.apply(args)
+        return boxed(args)
 
     call._boxed_call = True
     return call

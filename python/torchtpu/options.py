@@ -27,6 +27,10 @@ class Options:
     # In inference graphs, give convolution weights to XLA in HWIO (its CPU layout), permuted
     # once per weight version, instead of relaying them in every call (weight_layout.py).
     relayout_weights: bool = True
+    # In inference graphs, fold each batch norm into the convolution before it, the folded
+    # weight and bias computed once per version of the tensors they come from
+    # (batch_norm_folding.py).
+    fold_batch_norm: bool = True
     # In training graphs, saved activations laid out like a convolution's cross from the
     # forward to the backward program NHWC, so neither transposes them (saved_layout.py).
     relayout_saved: bool = True
@@ -54,7 +58,7 @@ class Options:
             options["strict"] = fallback_is_error()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
-        for flag in ("strict", "donate", "relayout_weights", "relayout_saved"):
+        for flag in ("strict", "donate", "relayout_weights", "relayout_saved", "fold_batch_norm"):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)
             if flag in options and not isinstance(options[flag], bool) and not (flag == "donate" and options[flag] is None):
