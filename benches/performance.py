@@ -474,7 +474,10 @@ WHERE_THE_TIME_GOES = """## Where the time goes
   dots' operands, both XLA's kernels' layouts. Inference graphs take their convolution
   weights as HWIO, permuted once per weight version (`weight_layout.py`, option
   `relayout_weights`): resnet18, batch 1: 22.4 -> 8.4 ms per call; batch 16 and the small
-  CNN, whose time is in activations, are unchanged.
+  CNN, whose time is in activations, are unchanged. Their batch norms are folded into the
+  convolutions before them, the folded weights and biases computed once per version
+  (`batch_norm_folding.py`, option `fold_batch_norm`): resnet18 inference programs alone,
+  batch 1 7.39 -> 7.08 ms, batch 16 a tie (42.2 ms both).
 - **Small maps** (issue 17): a convolution whose kernel has more positions than its input
   map runs as patches times a matmul (XLA swapped its operands into a naive loop). Its
   kernel is now the dot's left operand, read row-major, and inference graphs no longer relay
