@@ -509,3 +509,43 @@ def test_convolution_gradients_match_eager(case):
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, **TRAIN)
     assert_compiled_cleanly()
+
+
+def test_inference_graphs_without_mutation_skip_aotautograds_wrapper(monkeypatch):
+    """An inference graph that mutates no input and returns no alias of one is compiled
+    straight from the exported graph (no AOTAutograd runtime wrapper); a graph that mutates
+    its input, a training graph and the option turned off take AOTAutograd's path. All match
+    eager."""
+    from torchtpu import backend
+
+    taken = []
+    real = backend._inference_without_wrapper
+
+    def spy(*args):
+        out = real(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(backend, "_inference_without_wrapper", spy)
+    x = torch.randn(5)
+    f = torch.compile(lambda t: (t * 2 + 1,), backend="torchtpu")
+    torch.testing.assert_close(f(x)[0], x * 2 + 1)
+    g = torch.compile(lambda t: t.relu() - 1, backend="torchtpu")  # a single output, not a tuple
+    torch.testing.assert_close(g(x), x.relu() - 1)
+    y, want = torch.zeros(3), torch.ones(3)
+    torch.compile(lambda t: t.add_(1), backend="torchtpu")(y)
+    torch.testing.assert_close(y, want)
+    assert taken == [True, True, False], taken
+    model = MLP()
+    ref = copy.deepcopy(model)
+    inp = torch.randn(4, 12)
+    torch.compile(model, backend="torchtpu")(inp).sum().backward()
+    ref(inp).sum().backward()
+    assert taken[-1] is False  # parameters require grad: AOTAutograd's training path
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TRAIN)
+    off = torch.compile(lambda t: t * 3, backend="torchtpu", options={"skip_aot_wrapper": False})
+    before = len(taken)
+    torch.testing.assert_close(off(x), x * 3)
+    assert len(taken) == before  # not even tried
+    assert_compiled_cleanly()

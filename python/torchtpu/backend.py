@@ -249,6 +249,53 @@ def _partition(opts: Options):
 _PARTITIONERS = {"min_cut": _min_cut, "default": _default}
 
 
+def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: Options):
+    """An inference graph with no input mutation and no output aliasing an input, compiled
+    without AOTAutograd's runtime wrapper: nothing is left for the wrapper to do (no
+    mutation to apply, no alias to regenerate, no autograd function), and it cost about
+    15 us per call (`benches/call_overhead.py`). None when the graph needs the wrapper."""
+    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        return None
+    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+        return None
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        return None  # tensors held by the module (AOTAutograd lifts and fakifies those)
+    from torch._functorch.aot_autograd import aot_export_joint_simple
+
+    single = []
+
+    def run_nodes(*args):
+        # Through an Interpreter, so that each traced node keeps its Dynamo node's metadata
+        # (the user's stack trace, which explain and the sharding plan cite).
+        out = torch.fx.Interpreter(gm).run(*args)
+        if isinstance(out, (tuple, list)):
+            return tuple(out)
+        single.append(True)
+        return (out,)
+
+    try:
+        with torch.fx.traceback.preserve_node_meta():
+            graph = aot_export_joint_simple(run_nodes, example_inputs, trace_joint=False, decompositions=decomposition_table())
+    except RuntimeError as e:
+        # Its refusals (an input mutation, an output aliasing an input, pytrees): AOTAutograd's
+        # wrappers handle those. Anything else is a tracing failure the wrapped path meets too.
+        if "aot_export_joint_simple" not in str(e):
+            raise
+        return None
+    # Export's tracing checks its inputs' metadata in the graph; Dynamo's guards already do.
+    for node in list(graph.graph.nodes):
+        if node.target is torch.ops.aten._assert_tensor_metadata.default and not node.users:
+            graph.graph.erase_node(node)
+    graph.recompile()
+    boxed = compile_aten_graph(graph, example_inputs, opts, "inference")
+
+    def run(*args):
+        out = boxed(list(args))
+        return out[0] if single else out
+
+    return run
+
+
 def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """Entry point registered as `torchtpu` in the torch_dynamo_backends group."""
     opts = Options.from_dict(options)
@@ -259,6 +306,10 @@ def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | N
             f"torchtpu ignores mode={mode!r}: it has one compilation mode (settings go in options=, see docs/backend.md)",
         )
     _stats.bump("graphs_seen")
+    if opts.skip_aot_wrapper:
+        direct = _inference_without_wrapper(gm, example_inputs, opts)
+        if direct is not None:
+            return direct
 
     link = {}  # this graph's forward, for its backward's gradient layouts
 

@@ -27,6 +27,9 @@ class Options:
     # In inference graphs, give convolution weights to XLA in HWIO (its CPU layout), permuted
     # once per weight version, instead of relaying them in every call (weight_layout.py).
     relayout_weights: bool = True
+    # Inference graphs that mutate no input and return no alias of one are compiled without
+    # AOTAutograd's runtime wrapper (which would have nothing to do).
+    skip_aot_wrapper: bool = True
     # In inference graphs, fold each batch norm into the convolution before it, the folded
     # weight and bias computed once per version of the tensors they come from
     # (batch_norm_folding.py).
@@ -58,7 +61,7 @@ class Options:
             options["strict"] = fallback_is_error()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
-        for flag in ("strict", "donate", "relayout_weights", "relayout_saved", "fold_batch_norm"):
+        for flag in ("strict", "donate", "relayout_weights", "relayout_saved", "fold_batch_norm", "skip_aot_wrapper"):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)
             if flag in options and not isinstance(options[flag], bool) and not (flag == "donate" and options[flag] is None):
