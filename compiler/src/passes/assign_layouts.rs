@@ -22,6 +22,8 @@ use super::{Pass, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, TensorType, Value};
 use crate::lower::convolution_runs_as_matmul;
 use crate::registry::{self, LayoutRule};
+use petgraph::unionfind::UnionFind;
+use petgraph::visit::NodeIndexable;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// NCHW -> NHWC, and back.
@@ -142,17 +144,6 @@ fn role(g: &Graph, id: NodeId) -> Option<Role> {
     }
 }
 
-/// Union-find over node ids.
-fn find(parent: &mut HashMap<NodeId, NodeId>, id: NodeId) -> NodeId {
-    let p = parent[&id];
-    if p == id {
-        return id;
-    }
-    let root = find(parent, p);
-    parent.insert(id, root);
-    root
-}
-
 fn op(name: &str) -> OpName {
     OpName::new("aten", name, Some("default"))
 }
@@ -270,25 +261,24 @@ impl Pass for AssignLayouts {
             return Ok(false);
         }
         // Regions: candidates joined where one's carried result is another's layout operand.
-        let mut parent: HashMap<NodeId, NodeId> = roles.keys().map(|&id| (id, id)).collect();
+        let mut sets = UnionFind::<usize>::new(g.petgraph().node_bound());
         for (&id, r) in &roles {
             for &slot in &r.operands {
                 let v = g.node(id).operands[slot as usize];
                 if roles.get(&v.node).is_some_and(|p| p.results.contains(&v.result)) {
-                    let (a, b) = (find(&mut parent, id), find(&mut parent, v.node));
-                    parent.insert(a, b);
+                    sets.union(id.index(), v.node.index());
                 }
             }
         }
-        let with_conv: HashSet<NodeId> = roles
+        let with_conv: HashSet<usize> = roles
             .iter()
             .filter(|(_, r)| r.rule == LayoutRule::Convolution)
-            .map(|(&id, _)| find(&mut parent, id))
+            .map(|(&id, _)| sets.find_mut(id.index()))
             .collect();
         let chosen: Vec<NodeId> = order
             .iter()
             .copied()
-            .filter(|id| roles.contains_key(id) && with_conv.contains(&find(&mut parent, *id)))
+            .filter(|id| roles.contains_key(id) && with_conv.contains(&sets.find_mut(id.index())))
             .collect();
         let mut rw = Rewriter { g, nhwc: HashMap::new(), same: HashMap::new(), entries: HashMap::new() };
         for &id in &chosen {

@@ -9,7 +9,9 @@
 use super::{Pass, PassError};
 use crate::ir::{Attr, Graph, NodeId, NodeKind};
 use crate::registry::{self, Traits};
-use std::collections::HashMap;
+use petgraph::unionfind::UnionFind;
+use petgraph::visit::NodeIndexable;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Default)]
 pub struct FormRegions;
@@ -38,26 +40,12 @@ fn kind(g: &Graph, id: NodeId) -> Option<bool> {
     }
 }
 
-fn find(parent: &mut HashMap<NodeId, NodeId>, x: NodeId) -> NodeId {
-    let p = parent[&x];
-    if p == x {
-        return x;
-    }
-    let root = find(parent, p);
-    parent.insert(x, root);
-    root
-}
-
 impl Pass for FormRegions {
     pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
-        let mut parent: HashMap<NodeId, NodeId> = HashMap::new();
-        for &id in &order {
-            if kind(g, id).is_some() {
-                parent.insert(id, id);
-            }
-        }
+        let candidates: HashSet<NodeId> = order.iter().copied().filter(|&id| kind(g, id).is_some()).collect();
+        let mut sets = UnionFind::<usize>::new(g.petgraph().node_bound());
         for &id in &order {
             let Some(is_reduction) = kind(g, id) else { continue };
             let node = g.node(id);
@@ -73,28 +61,24 @@ impl Pass for FormRegions {
                 if users.iter().any(|(u, _)| *u != id) {
                     continue;
                 }
-                let (a, b) = (find(&mut parent, p), find(&mut parent, id));
-                if a != b {
-                    parent.insert(a, b);
-                }
+                sets.union(p.index(), id.index());
             }
         }
         // Number regions of two or more members in canonical order.
-        let mut members: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        let mut members: HashMap<usize, Vec<NodeId>> = HashMap::new();
         for &id in &order {
-            if parent.contains_key(&id) {
-                let r = find(&mut parent, id);
-                members.entry(r).or_default().push(id);
+            if candidates.contains(&id) {
+                members.entry(sets.find_mut(id.index())).or_default().push(id);
             }
         }
         let mut next = 0i64;
-        let mut numbered: HashMap<NodeId, i64> = HashMap::new();
+        let mut numbered: HashMap<usize, i64> = HashMap::new();
         let mut changed = false;
         for &id in &order {
-            if !matches!(g.node(id).kind, NodeKind::Op(_)) || !parent.contains_key(&id) {
+            if !matches!(g.node(id).kind, NodeKind::Op(_)) || !candidates.contains(&id) {
                 continue;
             }
-            let root = find(&mut parent, id);
+            let root = sets.find_mut(id.index());
             if members[&root].len() < 2 {
                 continue;
             }
