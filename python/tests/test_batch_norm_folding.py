@@ -13,6 +13,7 @@ from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the
 from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
 
 aten = torch.ops.aten
+pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 FWD = dict(rtol=1e-5, atol=1e-5)
 
 

@@ -21,6 +21,7 @@ from lowering_harness import from_wire, to_wire
 from models.small import CNN
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 FWD = dict(rtol=1e-5, atol=1e-5)
 TRAIN = dict(rtol=1e-4, atol=1e-5)
 BASE = "canonicalize,fold-constants,cse,dce"
