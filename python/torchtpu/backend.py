@@ -260,6 +260,8 @@ def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: O
         return None
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None  # tensors held by the module (AOTAutograd lifts and fakifies those)
+    if torch.is_grad_enabled() and any(n.kwargs.get("requires_grad") for n in gm.graph.nodes):
+        return None  # a leaf made inside the graph: its output needs autograd's wrapper
     from torch._functorch.aot_autograd import aot_export_joint_simple
 
     single = []

@@ -29,7 +29,8 @@ aten = torch.ops.aten
 TO_NHWC = [0, 2, 3, 1]
 FROM_NHWC = [0, 3, 1, 2]
 
-# Ops whose 4-D result has the layout of their 4-D inputs in XLA's layout assignment.
+# Ops whose 4-D result has the layout of their 4-D inputs inside a channels-last region (the
+# compiler's assign-layouts pass): batch norm, pooling and elementwise ops.
 _FOLLOWERS = {
     aten.relu.default,
     aten.threshold.default,
