@@ -79,17 +79,17 @@ def fold_batch_norms(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, li
             continue  # the running mean is read elsewhere: it cannot carry the bias
         pairs.append((conv, bn, Fold(slots["weight"], ph(b), ph(gamma), ph(beta), slots["mean"], slots["var"],
                                      float(eps), bias_slot)))
-    # Each fold rewrites only inputs that its own convolution or batch norm alone reads.
-    chosen = pairs
-    if not chosen:
+    # Each fold rewrites only inputs that its own convolution or batch norm alone reads, so
+    # no two folds touch the same input.
+    if not pairs:
         return gm, []
     graph = torch.fx.Graph()
     env: dict = {}
     out = graph.graph_copy(gm.graph, env)
     graph.output(out)
-    for conv, bn, fold in chosen:
+    for conv, bn, fold in pairs:
         c, n = env[conv], env[bn]
-        bias = [p for p in graph.nodes if p.op == "placeholder"][fold.bias_slot]
+        bias = env[placeholders[fold.bias_slot]]
         args = list(c.args)
         args[2] = bias
         with graph.inserting_after(n):
@@ -103,7 +103,7 @@ def fold_batch_norms(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, li
         graph.erase_node(c)
     graph.eliminate_dead_code()
     graph.lint()
-    return torch.fx.GraphModule(gm, graph), [fold for _, _, fold in chosen]
+    return torch.fx.GraphModule(gm, graph), [fold for _, _, fold in pairs]
 
 
 class FoldedInputs:

@@ -129,8 +129,9 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
             for i in range(spatial)
         ]
         grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, True, out_pad, groups)
-    if output_mask[1] and groups == 1 and _weight_grad_as_matmul(grad_output, weight) is not None:
-        grad_weight = _weight_grad_matmul(grad_output, input, weight, stride, padding, dilation)
+    form = _weight_grad_as_matmul(grad_output, weight) if output_mask[1] and groups == 1 else None
+    if form is not None:
+        grad_weight = _weight_grad_matmul(form, grad_output, input, weight, stride, padding, dilation)
     elif output_mask[1]:
         # One convolution for every group at once: the input's channels of group g become
         # the "input channels" (g, n) with cin as the batch, grad_output of group g the
@@ -172,7 +173,7 @@ def _weight_grad_as_matmul(grad_output, weight) -> str | None:
     return None
 
 
-def _weight_grad_matmul(grad_output, input, weight, stride, padding, dilation):
+def _weight_grad_matmul(form: str, grad_output, input, weight, stride, padding, dilation):
     """grad_weight[o, i, k] = sum over (n, p) of grad_output[n, o, p] * input_padded[n, i, p * stride +
     k * dilation]: one strided slice of the padded input per kernel position k (the patches),
     contracted with grad_output over the batch and the output positions p."""
@@ -189,7 +190,7 @@ def _weight_grad_matmul(grad_output, input, weight, stride, padding, dilation):
             part = aten.slice.Tensor(part, 2 + i, start, start + stride[i] * (out_sp[i] - 1) + 1, stride[i])
         parts.append(part)
     positions, outputs = math.prod(kernel), math.prod(out_sp)
-    if _weight_grad_as_matmul(grad_output, weight) == "rows":
+    if form == "rows":
         # [n, out..., cin, K] rows: the matmul writes [cout, cin * K], the weight's own order.
         cols = torch.stack(parts, dim=-1).permute([0, *range(2, 2 + spatial), 1, 2 + spatial])
         cols = cols.reshape(n * outputs, cin * positions)
