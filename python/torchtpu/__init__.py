@@ -22,8 +22,8 @@ from torchtpu._stats import reset_stats, stats  # noqa: E402
 # pass-through type), which `import torch` must not pay for when the tpu device autoloads.
 _ERRORS = (
     "CompileError", "DeviceOpError", "ExecutionError", "FallbackError", "InputError", "InternalError",
-    "IRError", "NonFiniteError", "OptionsError", "PluginError", "ShardingError", "TorchTPUError",
-    "UnsupportedError",
+    "IRError", "NonFiniteError", "OptionsError", "PluginError", "RecompileError", "ShardingError",
+    "TorchTPUError", "UnsupportedError",
 )
 _SHARDING = ("FSDP", "Colwise", "Mesh", "Replicate", "Rowwise", "parallelize", "shard", "sharding_constraint")
 _LAZY = {

@@ -37,6 +37,12 @@ def _fresh() -> dict:
         "eager_ops": 0,
         "eager_programs_compiled": 0,
         "eager_cpu_fallbacks": collections.Counter(),
+        # DeferAndFuse (docs/eager.md): ops recorded instead of run, regions run, regions
+        # compiled (each also counts in eager_programs_compiled) and found in the region cache.
+        "eager_ops_deferred": 0,
+        "eager_regions": 0,
+        "eager_regions_compiled": 0,
+        "eager_region_hits": 0,
     }
 
 

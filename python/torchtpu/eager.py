@@ -9,6 +9,10 @@ Modes: "strict" (the default; TORCHTPU_EAGER_MODE sets it): each op is dispatche
 comes, asynchronously where the plugin allows. "debug": synchronous, errors carry the op, its
 input types and the user's frame (`torchtpu.errors.DeviceOpError`); `check_finite=True` raises
 `torchtpu.errors.NonFiniteError` at the first op that produces a NaN or an infinity.
+"defer_and_fuse": ops are recorded and nothing runs until a cut (a host read, the end of
+`backward()`, an optimizer step, `torch.tpu.synchronize()`, ...); the region between two cuts
+is compiled as one program, cached by its structure, and run. `explain()` says where each
+region was cut and why, and whether it was compiled.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class _Restore:
 
 
 def mode(name: str | None = None, *, check_finite: bool | None = None) -> _Restore:
-    """Sets the eager device's mode ("strict" or "debug") and, for debug, whether each op's
+    """Sets the eager device's mode ("strict", "debug" or "defer_and_fuse") and, for debug, whether each op's
     result is checked for NaN/Inf. Returns a context manager that restores the previous
     setting on exit; `mode()` with no arguments changes nothing."""
     saved = {"mode": _modes.state.mode, "check_finite": _modes.state.check_finite}
@@ -60,3 +64,71 @@ def fallback(policy: str) -> _Restore:
     saved = {"fallback_error": _modes.state.fallback_error}
     _modes.state.fallback_error = policy == "error"
     return _Restore(saved)
+
+
+class Explained:
+    """DeferAndFuse's regions since the last `reset_explain()`: `regions` is one dict per region
+    run (reason, detail, where, line, ops, outputs, inputs, key, hit, differs on a miss,
+    record_ms, compile_ms, run_ms, bytes_in, bytes_out, bytes_peak); `str()` is a summary
+    per cut site."""
+
+    def __init__(self, regions: list):
+        self.regions = regions
+
+    @property
+    def compiles(self) -> int:
+        return sum(1 for r in self.regions if not r["hit"])
+
+    def __len__(self) -> int:
+        return len(self.regions)
+
+    def __str__(self) -> str:
+        if not self.regions:
+            return "DeferAndFuse: no region ran"
+        sites: dict = {}
+        for r in self.regions:
+            s = sites.setdefault((r["reason"], r["where"]), {"n": 0, "miss": 0, "ops": 0, "ms": 0.0, "line": r["line"], "keys": set()})
+            s["n"] += 1
+            s["miss"] += 0 if r["hit"] else 1
+            s["ops"] += r["ops"]
+            s["ms"] += r["run_ms"]
+            s["keys"].add(r["key"])
+        lines = [f"DeferAndFuse: {len(self.regions)} regions, {self.compiles} compiled"]
+        for (reason, where), s in sites.items():
+            lines.append(
+                f"  {reason:<20} {where or '?'}  {s['line']!r}: {s['n']} regions ({s['miss']} compiled, "
+                f"{len(s['keys'])} keys), {s['ops'] / s['n']:.0f} ops each, run {s['ms'] / s['n']:.2f} ms each"
+            )
+        misses = [r for r in self.regions if not r["hit"] and r.get("differs")]
+        for r in misses[-5:]:
+            lines.append(f"  compiled region {r['key']} ({r['reason']} at {r['where']}): {r['differs']}")
+        return "\n".join(lines)
+
+
+def explain() -> Explained:
+    """What DeferAndFuse did: one record per region run (see `Explained`)."""
+    from torchtpu.device import _defer
+
+    return Explained(_defer.explained())
+
+
+def reset_explain() -> None:
+    from torchtpu.device import _defer
+
+    _defer.reset()
+
+
+def flush() -> None:
+    """Runs the ops DeferAndFuse has recorded so far (a cut with reason "explicit")."""
+    from torchtpu.device import _defer
+
+    _defer.flush("explicit")
+
+
+def mark_warm() -> None:
+    """Ends warm-up now: under TORCHTPU_EAGER_CACHE_ONLY=1 any later region compile raises
+    `torchtpu.RecompileError` (otherwise warm-up ends after TORCHTPU_EAGER_WARMUP_STEPS
+    optimizer steps, 2 by default)."""
+    from torchtpu.device import _defer
+
+    _defer.mark_warm()

@@ -181,6 +181,18 @@ def from_rust(kind: str, message: str, fields: dict | None = None) -> TorchTPUEr
     return cls(message)
 
 
+class RecompileError(TorchTPUError):
+    """Under TORCHTPU_EAGER_CACHE_ONLY=1, DeferAndFuse mode would compile after warm-up: `what`
+    names the region (its key, op count, cut reason and site, and how it differs from the
+    nearest cached region)."""
+
+    kind = "recompile"
+
+    def __init__(self, message: str, what: str):
+        super().__init__(message)
+        self.what = what
+
+
 class DeviceOpError(TorchTPUError):
     """An op on the `tpu` device failed (debug mode, `torchtpu.eager.mode("debug")`): `op` (the
     ATen overload), `input_types` (`f32[4, 4]` per tensor argument) and `frame` (the user's

@@ -325,6 +325,12 @@ class CompiledGraph:
                     "a compiled graph takes all its tensors on one device: move them with .to('tpu') or .cpu()",
                     index,
                 )
+        from torchtpu.device import _defer
+
+        if _defer.region is not None:
+            # DeferAndFuse: a compiled graph is a cut where its inputs are still pending.
+            with _defer.cause("compiled_graph", self.name):
+                buffers = _defer.resolved(buffers, self.name)
         outs = self.program.run_device(buffers, False)
         return [_storage.new_tensor(s, d, b) for b, (d, s) in zip(outs, self.out_types)]
 

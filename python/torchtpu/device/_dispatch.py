@@ -134,6 +134,9 @@ def info_of(op) -> OpInfo:
     info = _infos.get(op)
     if info is None:
         info = _infos[op] = OpInfo(op)
+        # Kept on the overload too: `OpOverload.__hash__` is Python code, an attribute read
+        # is not (the per-op path reads it, and keys programs by the OpInfo).
+        op._torchtpu_info = info
     return info
 
 
@@ -265,7 +268,7 @@ def _wrap_numbers(info, args: tuple) -> tuple:
 def run(op, *args, **kwargs):
     """The boxed PrivateUse1 fallback: runs `op` on the tpu device."""
     _stats.bump("eager_ops")
-    info = _infos.get(op) or info_of(op)
+    info = getattr(op, "_torchtpu_info", None) or info_of(op)
     if info.tensor_slots:
         for i in info.tensor_slots:
             if i < len(args) and not isinstance(args[i], torch.Tensor) and isinstance(args[i], (bool, int, float, complex)):
@@ -299,7 +302,7 @@ def _view(op, args, kwargs):
 
 
 def _run(info: OpInfo, op, args, kwargs):
-    key: list = [op]
+    key: list = [info]
     leaves: list = []
     floats: list = []
     geoms: list = []
@@ -473,12 +476,12 @@ def resize(t: torch.Tensor, shape) -> None:
 # ---------------------------------------------------------------- on the CPU
 
 
-def _to_cpu(x):
+def _to_cpu(x, why=("host_read", None)):
     if isinstance(x, torch.Tensor) and _is_tpu(x):
         # A tensor of its own (DLPack memory cannot be resized, and out= ops resize).
-        return _storage.to_host(x).clone()
+        return _storage.to_host(x, why).clone()
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_cpu(v) for v in x)
+        return type(x)(_to_cpu(v, why) for v in x)
     return x
 
 
@@ -487,8 +490,9 @@ def _on_cpu(info: OpInfo, op, args, kwargs, reason: str):
         raise UnsupportedError(f"{info.name} has no tpu program ({reason}); TORCHTPU_FALLBACK=error", [info.base])
     _stats.record_eager_fallback(info.base)
     warn_once(f"tpu-cpu:{info.name}", f"torchtpu: {info.name} runs on the CPU for the tpu device ({reason})")
-    cpu_args = tuple(_to_cpu(a) for a in args)
-    cpu_kwargs = {k: _to_cpu(v) for k, v in kwargs.items()}
+    why = ("cpu_fallback", f"{info.name} ({reason})")
+    cpu_args = tuple(_to_cpu(a, why) for a in args)
+    cpu_kwargs = {k: _to_cpu(v, why) for k, v in kwargs.items()}
     out = op(*cpu_args, **cpu_kwargs)
     # Mutated arguments: copy their new values back into the tpu tensors.
     schema_args = op._schema.arguments

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _dispatch
+from torchtpu.device import _dispatch, _storage
 
 aten = torch.ops.aten
 
@@ -23,8 +23,9 @@ def _bucket(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def _count(mask) -> int:
-    return int(_dispatch.run(aten.count_nonzero.default, mask).item())
+def _count(mask, op: str) -> int:
+    counted = _dispatch.run(aten.count_nonzero.default, mask)
+    return int(_storage.to_host(counted, ("data_dependent_shape", op)).item())
 
 
 def _padded_nonzero(self, count: int, fill: int):
@@ -32,7 +33,7 @@ def _padded_nonzero(self, count: int, fill: int):
 
 
 def nonzero(self):
-    count = _count(self)
+    count = _count(self, "aten::nonzero")
     return _padded_nonzero(self, count, -1)[:count]
 
 
@@ -59,7 +60,7 @@ def index(self, indices):
         return _dispatch.run(aten.index.Tensor, self, indices)
     if len(indices) == 1 and indices[0].device.type == self.device.type:
         mask = indices[0]
-        count = _count(mask)
+        count = _count(mask, "indexing with a boolean mask (x[mask], masked_select)")
         padded = _padded_nonzero(mask, count, 0).unbind(1)  # rows past `count` point at 0
         return _dispatch.run(aten.index.Tensor, self, list(padded))[:count]
     return _dispatch.run(aten.index.Tensor, self, _exact_indices(indices))

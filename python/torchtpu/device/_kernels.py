@@ -59,8 +59,11 @@ def _copy_from_and_resize(self, dst):
     return copy_(dst, self)
 
 
+_SCALAR_READ = ("host_read", "a scalar read (.item(), bool(), int(), float())")
+
+
 def _local_scalar_dense(self):
-    return _storage.to_host(self).item()
+    return _storage.to_host(self, _SCALAR_READ).item()
 
 
 def resize_(self, size, memory_format=None):
@@ -87,7 +90,8 @@ def equal(self, other):
     # A Python bool: the shapes, then one reduction on the device read back.
     if tuple(self.shape) != tuple(other.shape):
         return False
-    return bool(_dispatch.run(aten.all.default, _dispatch.run(aten.eq.Tensor, self, other)).item())
+    same = _dispatch.run(aten.all.default, _dispatch.run(aten.eq.Tensor, self, other))
+    return bool(_storage.to_host(same, ("host_read", "torch.equal")).item())
 
 
 def as_strided_(self, size, stride, storage_offset=None):

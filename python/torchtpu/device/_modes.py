@@ -6,6 +6,8 @@ TORCHTPU_EAGER_MODE):
   caused it, as `torchtpu.errors.DeviceOpError` naming the op, its input types and the user's
   frame. With `check_finite`, the first op whose result holds a NaN or an infinity that none of
   its inputs held raises `torchtpu.errors.NonFiniteError`.
+- "defer_and_fuse": ops are recorded, not run; at a cut the region of recorded ops is compiled
+  as one program (or found in the region cache) and run (`_defer.py`).
 """
 
 from __future__ import annotations
@@ -15,19 +17,32 @@ import os
 import torch
 
 MODE_ENV = "TORCHTPU_EAGER_MODE"
-MODES = ("strict", "debug")
+MODES = ("strict", "debug", "defer_and_fuse")
 
 
 class _State:
-    __slots__ = ("mode", "check_finite", "fallback_error")
+    __slots__ = ("_mode", "check_finite", "fallback_error")
 
     def __init__(self):
         mode = os.environ.get(MODE_ENV, "strict").strip().lower() or "strict"
         if mode not in MODES:
             raise ValueError(f"{MODE_ENV}={mode!r}: expected one of {MODES}")
+        self._mode = "strict"
         self.mode = mode
         self.check_finite = False
         self.fallback_error = None  # None: follow TORCHTPU_FALLBACK
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, name: str) -> None:
+        # Entering DeferAndFuse starts recording; leaving it runs what was recorded.
+        from torchtpu.device import _defer
+
+        self._mode = name
+        _defer.set_active(name == "defer_and_fuse")
 
 
 state = _State()

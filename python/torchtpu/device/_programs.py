@@ -8,12 +8,14 @@ tensor), so a warm op costs a dict lookup and one PJRT execution.
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
 import torch
 
 from torchtpu import _C, _stats
+from torchtpu.device import _defer
 from torchtpu.exporter import TORCH_DTYPES, export
 
 aten = torch.ops.aten
@@ -75,43 +77,85 @@ def _tensor_sibling(op):
 
 
 class Program:
-    """A compiled one-op graph: which leaf (tensor argument, in flattening order) or constant
-    feeds each input, and what each output is."""
+    """A one-op graph: which leaf (tensor argument, in flattening order) or constant feeds
+    each IR input, and what each output is. `gm` (None for IR written by hand, `build_text`)
+    is the traced graph, its placeholders the leaves in order: what DeferAndFuse (`_defer.py`)
+    records and splices into a region. The executable is compiled at the first eager run
+    (at once in strict and debug modes, not at all where every run is deferred)."""
 
-    __slots__ = ("program", "sources", "outputs", "out_types", "name", "plain", "write_base")
+    __slots__ = (
+        "_compiled", "text", "sources", "outputs", "out_types", "ir_types", "ir_nodes", "name", "plain",
+        "write_base", "gm", "serial", "key", "_placeholders",
+    )
 
-    def __init__(self, program, sources, outputs, name):
-        self.program = program
+    def __init__(self, text, sources, outputs, name, out_types, ir_types, gm=None, compiled=None, key=None):
+        self.text = text
+        self._compiled = compiled
         self.sources = sources  # per IR input: ("leaf", i) or ("const", DeviceBuffer)
         self.outputs = outputs  # exporter OutputSpecs
-        ir_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
-        # One (dtype, shape) per output spec: an input returned as is has the input's type.
-        in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
-        self.out_types = [
-            ir_types[o.index] if o.kind == "ir" else in_types[self._input_of(sources, o.index)] if o.kind == "input" else (None, ())
-            for o in outputs
-        ]
+        self.out_types = out_types  # per output spec: (dtype, shape); (None, ()) for "none"
+        self.ir_types = ir_types  # per IR output: (dtype, shape)
         self.name = name
+        self.gm = gm
+        # Per IR output: the position in gm's output list that it is.
+        self.ir_nodes = [j for k in range(len(ir_types)) for j, o in enumerate(outputs) if o.kind == "ir" and o.index == k]
+        self.serial = next(_serials)  # names the program in region keys (`_defer.py`)
+        self.key = key
+        self._placeholders = None
         # Per output: whether it is the whole new buffer of an in-place target (`build`).
         self.write_base = None
         # The outputs are the IR's results in order (no None or other kinds to map).
-        self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == len(
-            ir_types
-        )
+        self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == len(ir_types)
 
-    @staticmethod
-    def _input_of(sources, leaf: int) -> int:
-        return next(k for k, (kind, v) in enumerate(sources) if kind == "leaf" and v == leaf)
+    def placeholders(self) -> list:
+        """The traced graph's placeholders: one per leaf, in order."""
+        if self._placeholders is None:
+            self._placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        return self._placeholders
+
+    @property
+    def program(self):
+        if self._compiled is None:
+            self._compiled = _compile(self.text)
+        return self._compiled
 
     def run(self, leaves: list, wait: bool = True) -> list:
         """Executes on `leaves` (device buffers, in flattening order); returns the device
-        buffers of the IR outputs."""
+        buffers of the IR outputs. In DeferAndFuse mode a traced program is recorded instead
+        and its outputs are pending values (`_defer.Pending`)."""
         global _last
+        if _defer.active and self.gm is not None:
+            return _defer.record(self, leaves)
+        if _defer.region is not None:
+            leaves = _defer.resolved(leaves, self.name)
         inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
         outs = self.program.run_device(inputs, wait)
         if not wait:
             _last = tuple(weakref.ref(b) for b in outs)
         return outs
+
+
+_serials = itertools.count()
+
+
+def _compile(text: str):
+    _defer.check_compile_allowed("a one-op program")
+    compiled = _C.compile(text, donate=False)
+    _stats.bump("eager_programs_compiled")
+    return compiled
+
+
+def _types_of(gm, outputs) -> tuple[list, list]:
+    """Per output spec and per IR output, (dtype, shape), from the traced graph's values."""
+    nodes = gm.graph.output_node().args[0]
+    out_types, ir_types = [], {}
+    for node, spec in zip(nodes, outputs):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        t = (val.dtype, tuple(val.shape)) if isinstance(val, torch.Tensor) else (None, ())
+        out_types.append(t)
+        if spec.kind == "ir":
+            ir_types[spec.index] = t
+    return out_types, [ir_types[k] for k in range(len(ir_types))]
 
 
 _programs: dict = {}
@@ -233,9 +277,20 @@ def build(
             from torchtpu.device._storage import upload
 
             sources.append(("const", upload(spec.value)))
-    compiled = _C.compile(exported.text, donate=False)
-    _stats.bump("eager_programs_compiled")
-    program = Program(compiled, sources, exported.outputs, name)
+    out_types, ir_types = _types_of(gm, exported.outputs)
+    if _defer.active:
+        # Recorded, not run: the registry's legality checks stand in for a compile (what
+        # strict mode's compile would refuse becomes a CPU fallback the same way).
+        refused = _C.check_lowerable(exported.text)
+        if refused:
+            from torchtpu.exporter import Unsupported
+
+            line, bad, reason = refused[0]
+            raise Unsupported(f"{bad}: {reason}" if reason else f"no lowering for {bad}", [bad])
+        compiled = None
+    else:
+        compiled = _compile(exported.text)
+    program = Program(exported.text, sources, exported.outputs, name, out_types, ir_types, gm=gm, compiled=compiled, key=key)
     program.write_base = write_base
     _programs[key] = program
     return program
@@ -246,10 +301,12 @@ def build_text(key, text: str, name: str) -> Program:
     `key`: for the device's own `tpu.*` ops, which have no ATen form to trace."""
     from torchtpu.exporter import OutputSpec
 
-    compiled = _C.compile(text, donate=False)
-    _stats.bump("eager_programs_compiled")
-    n_in, n_out = len(compiled.input_types), len(compiled.output_types)
-    program = Program(compiled, [("leaf", i) for i in range(n_in)], [OutputSpec("ir", i) for i in range(n_out)], name)
+    compiled = _compile(text)
+    n_out = len(compiled.output_types)
+    types = [(TORCH_DTYPES[d], tuple(s)) for d, s in compiled.output_types]
+    n_in = len(compiled.input_types)
+    outputs = [OutputSpec("ir", i) for i in range(n_out)]
+    program = Program(text, [("leaf", i) for i in range(n_in)], outputs, name, types, types, compiled=compiled, key=key)
     _programs[key] = program
     return program
 
@@ -333,6 +390,7 @@ def wait_all() -> None:
     """Waits for the device's enqueued work (`torch.tpu.synchronize`): the engine runs programs
     in order on one device, so the last execution's outputs being ready means all of it is."""
     global _last
+    _defer.flush("synchronize")
     last, _last = _last, ()
     for ref in last:
         b = ref()

@@ -20,7 +20,8 @@ import math
 import torch
 
 from torchtpu import _C
-from torchtpu.device import _programs
+from torchtpu.device import _defer, _programs
+from torchtpu.device._defer import Pending
 from torchtpu.exporter import IR_DTYPES
 
 # The attribute a storage object carries its slot in (kept with the storage's Python object,
@@ -90,9 +91,13 @@ def is_whole(t: torch.Tensor, slot: Slot) -> bool:
 
 def buffer_of(slot: Slot):
     """The slot's buffer; an uninitialised storage (`torch.empty`) gets zeros first."""
-    if slot.buffer is None:
-        slot.buffer = _programs.zeros(slot.shape, slot.dtype)
-    return slot.buffer
+    b = slot.buffer
+    if b is None:
+        b = slot.buffer = _programs.zeros(slot.shape, slot.dtype)
+    elif type(b) is Pending and b.buffer is not None:
+        # DeferAndFuse: the region that computed it has run; the storage keeps the buffer.
+        b = slot.buffer = b.buffer
+    return b
 
 
 def read(t: torch.Tensor):
@@ -120,9 +125,17 @@ def write(t: torch.Tensor, buffer) -> None:
     )
 
 
-def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of `t`'s values (contiguous), its conjugate and negative bits resolved."""
-    out = _raw_to_host(t)
+_TO_CPU = ("host_read", "a copy to the CPU (.cpu(), .to('cpu'), .tolist(), .numpy())")
+
+
+def to_host(t: torch.Tensor, why: tuple = _TO_CPU) -> torch.Tensor:
+    """A CPU copy of `t`'s values (contiguous), its conjugate and negative bits resolved. In
+    DeferAndFuse mode a pending value is a cut, for the reason `why` (`_defer.CUT_REASONS`)."""
+    if _defer.active:
+        with _defer.cause(*why), _defer.immediate():
+            out = _raw_to_host(t)
+    else:
+        out = _raw_to_host(t)
     if t.is_conj():
         out = torch.conj_physical(out)
     if t.is_neg():

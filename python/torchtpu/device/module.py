@@ -175,7 +175,9 @@ def patch_printing() -> None:
     def _str(self, *, tensor_contents=None):
         if self.device.type != "tpu":
             return _original_str(self, tensor_contents=tensor_contents)
-        with torch.no_grad():
+        from torchtpu.device import _defer
+
+        with torch.no_grad(), _defer.cause("host_read", "printing a tensor"):
             text = _original_str(self.detach().to("cpu"), tensor_contents=tensor_contents)
         suffix = f"device='{self.device}'"
         at = text.find(", dtype=")

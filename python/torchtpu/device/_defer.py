@@ -1,0 +1,577 @@
+"""DeferAndFuse, the eager device's third mode (docs/eager.md, "DeferAndFuse").
+
+Ops on `tpu` tensors still go through `_dispatch` (views, in-place writes, casts, CPU
+fallbacks: every rule of strict mode), but a one-op `Program` is recorded instead of run
+(`record`): its outputs are `Pending` values that storages hold in place of device buffers.
+Nothing runs until a cut (`flush`). Then the region (the recorded programs, wired together)
+is spliced into one FX graph, exported as IR and compiled through the compiler's whole
+pipeline, or found in the region cache, and run once. Only the pending values Python still
+references become outputs; the rest are intermediates XLA never materialises.
+
+A region's key is structural: each recorded program's serial (which names its op, attributes
+and input types, `_dispatch._run`'s key), how its inputs are wired (an earlier value, or the
+k-th distinct external buffer: aliasing is in the key), and which values are still
+referenced. A loop that does the same thing every step records the same keys.
+
+Cuts, each with its reason (`CUT_REASONS`), the user's file:line and source text: host reads
+(`.item()`, `.cpu()`, printing, `.tolist()`, `bool()`), ops with data-dependent shapes,
+`torch.tpu.synchronize()`, the end of `backward()`, before and after an optimizer step, a cap
+on recorded ops and live bytes, a CPU fallback that needs values, and leaving the mode.
+`explain()` and TORCHTPU_EAGER_TRACE hold one record per region; TORCHTPU_EAGER_CACHE_ONLY=1
+makes a region compile after warm-up an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import weakref
+
+import torch
+
+from torchtpu import _C, _stats
+
+# Why a region was cut (the `reason` of each record).
+CUT_REASONS = {
+    "host_read": "a tensor's values were read on the host (.item(), bool(), .cpu(), .tolist(), printing)",
+    "data_dependent_shape": "an op whose result size depends on values (nonzero, masked_select, x[mask])",
+    "synchronize": "torch.tpu.synchronize()",
+    "backward_end": "the end of a backward() pass",
+    "optimizer_step": "an optimizer step (PyTorch's optimizer step hooks, before and after)",
+    "size_cap": "the region reached TORCHTPU_EAGER_MAX_OPS ops or TORCHTPU_EAGER_MAX_LIVE_BYTES live bytes",
+    "cpu_fallback": "an op without a tpu program ran on the CPU and needed values",
+    "untraced_program": "a program that cannot be recorded (the device's own random-number programs) needed values",
+    "compiled_graph": "a torch.compile graph ran on tpu tensors that were still pending",
+    "mode_change": "the eager mode changed away from defer_and_fuse",
+    "explicit": "torchtpu.eager.flush()",
+}
+
+MAX_OPS = int(os.environ.get("TORCHTPU_EAGER_MAX_OPS", "20000"))
+MAX_LIVE_BYTES = int(os.environ.get("TORCHTPU_EAGER_MAX_LIVE_BYTES", str(8 << 30)))
+# Live bytes are counted every this many recorded ops (a scan of the region's values).
+_LIVE_CHECK_EVERY = 512
+TRACE_ENV = "TORCHTPU_EAGER_TRACE"
+CACHE_ONLY_ENV = "TORCHTPU_EAGER_CACHE_ONLY"
+WARMUP_ENV = "TORCHTPU_EAGER_WARMUP_STEPS"
+_EXPLAIN_LIMIT = 10000
+
+# Whether the mode is defer_and_fuse; whether ops are recorded (the mode, outside a host read's
+# own data movement, `immediate`); the region being recorded.
+in_mode = False
+active = False
+region = None
+
+
+class Pending:
+    """A value of the open region: output `index` of its recorded programs. `buffer` is the
+    device buffer once the region ran (storages holding the Pending then use it)."""
+
+    __slots__ = ("region", "index", "nbytes", "buffer", "__weakref__")
+
+    def __init__(self, owner, index: int, nbytes: int):
+        self.region = owner
+        self.index = index
+        self.nbytes = nbytes
+        self.buffer = None
+
+    def _value(self, reason: str):
+        if self.buffer is None:
+            flush(reason)
+        if self.buffer is None:  # the region ran without this value as an output: a bug
+            from torchtpu.errors import InternalError
+
+            raise InternalError("a pending tpu value was not computed by its region", stage="execute")
+        return self.buffer
+
+    # What callers of a DeviceBuffer use, each a cut when the value is still pending.
+    def to_host(self):
+        return self._value("host_read").to_host()
+
+    def wait(self):
+        return self._value("synchronize").wait()
+
+
+class Region:
+    """The ops recorded since the last cut."""
+
+    __slots__ = ("records", "tokens", "refs", "externals", "ext_index", "nbytes", "started")
+
+    def __init__(self):
+        self.records: list = []  # (program, wiring, first value index)
+        self.tokens: list = []  # (program serial, wiring): the key's op part
+        self.refs: list = []  # per value: a weak reference to its Pending
+        self.externals: list = []  # device buffers read, in first-use order
+        self.ext_index: dict = {}  # id(buffer) -> index in externals
+        self.nbytes: list = []  # per value: its size
+        self.started = time.perf_counter()
+
+
+def record(program, leaves: list) -> list:
+    """Records `program` run on `leaves` (device buffers or Pending values) in the open
+    region; returns Pending values for its IR outputs."""
+    global region
+    r = region
+    if r is None:
+        r = region = Region()
+    if torch._C._current_graph_task_id() != -1:
+        _queue_backward_cut()
+    wiring = []
+    for b in leaves:
+        if type(b) is Pending:
+            if b.buffer is None:
+                if b.region is not r:
+                    from torchtpu.errors import InternalError
+
+                    raise InternalError("a pending tpu value of an earlier region was never computed", stage="record")
+                wiring.append(b.index)
+                continue
+            b = b.buffer
+        k = r.ext_index.get(id(b))
+        if k is None:
+            k = r.ext_index[id(b)] = len(r.externals)
+            r.externals.append(b)
+        wiring.append(-1 - k)
+    wiring = tuple(wiring)
+    base = len(r.refs)
+    outs = [Pending(r, base + i, _nbytes(dtype, shape)) for i, (dtype, shape) in enumerate(program.ir_types)]
+    r.records.append((program, wiring, base))
+    r.tokens.append((program.serial, wiring))
+    r.refs.extend(weakref.ref(p) for p in outs)
+    r.nbytes.extend(p.nbytes for p in outs)
+    n = len(r.records)
+    if n >= MAX_OPS:
+        flush("size_cap", f"{n} ops (TORCHTPU_EAGER_MAX_OPS={MAX_OPS})")
+    elif n % _LIVE_CHECK_EVERY == 0:
+        live = sum(nb for ref, nb in zip(r.refs, r.nbytes) if ref() is not None)
+        if live > MAX_LIVE_BYTES:
+            flush("size_cap", f"{live} live bytes (TORCHTPU_EAGER_MAX_LIVE_BYTES={MAX_LIVE_BYTES})")
+    return outs
+
+
+def _nbytes(dtype, shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * (dtype.itemsize if dtype is not None else 0)
+
+
+def resolved(leaves: list, name: str) -> list:
+    """`leaves` with every Pending replaced by its buffer (a cut where one is still pending):
+    for a program that runs now (`untraced_program`) while a region is open."""
+    if not any(type(b) is Pending for b in leaves):
+        return leaves
+    with cause("untraced_program", name):
+        return [b._value("untraced_program") if type(b) is Pending else b for b in leaves]
+
+
+@contextlib.contextmanager
+def immediate():
+    """Programs inside the block run now, not recorded (a cut first where an input is still
+    pending): a host read's own reshape or strided gather, which would otherwise be a region
+    of one op."""
+    global active
+    was = active
+    active = False
+    try:
+        yield
+    finally:
+        active = was
+
+
+# ---------------------------------------------------------------- cut reasons
+
+_cause = threading.local()
+
+
+@contextlib.contextmanager
+def cause(reason: str, detail: str | None = None):
+    """Names the reason of any cut made inside the block. The outermost block wins: it knows
+    most about why (a CPU fallback that reads its arguments, not the read itself)."""
+    prev = getattr(_cause, "value", None)
+    _cause.value = prev or (reason, detail)
+    try:
+        yield
+    finally:
+        _cause.value = prev
+
+
+def _user_frame():
+    """(file:line, source text) of the innermost frame outside torch and torchtpu."""
+    for frame in reversed(traceback.extract_stack()):
+        f = frame.filename
+        if "/torch/" in f or "/torchtpu/" in f or f.startswith("<frozen") or "/contextlib.py" in f:
+            continue
+        return f"{f}:{frame.lineno}", (frame.line or "").strip()
+    return None, ""
+
+
+def _main_thread_frame():
+    """Like `_user_frame`, on the main thread's stack (autograd may run a backward's ops and
+    its final callback on a device thread of its own)."""
+    if threading.current_thread() is threading.main_thread():
+        return _user_frame()
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    for fs in reversed(traceback.extract_stack(frame)) if frame is not None else ():
+        f = fs.filename
+        if "/torch/" in f or "/torchtpu/" in f or f.startswith("<frozen"):
+            continue
+        return f"{f}:{fs.lineno}", (fs.line or "").strip()
+    return None, ""
+
+
+# ---------------------------------------------------------------- the cut
+
+
+class RegionProgram:
+    """A compiled region: its executable, how its IR inputs come from the externals (or
+    constants), and which value each output is."""
+
+    __slots__ = ("compiled", "sources", "outputs", "live", "name", "n_ops", "key_text", "memory")
+
+    def __init__(self, compiled, sources, outputs, live, name, n_ops):
+        self.compiled = compiled
+        self.sources = sources
+        self.outputs = outputs
+        self.live = live
+        self.name = name
+        self.n_ops = n_ops
+        memory = compiled.memory
+        self.memory = {k: memory.get(k) for k in ("input_bytes", "output_bytes", "peak_bytes")}
+
+
+_regions: dict = {}  # region key -> RegionProgram
+_by_length: dict = {}  # number of ops -> keys (for the nearest key of a miss)
+_explained: list = []
+_names: dict = {}  # program serial -> a description, for key diffs
+
+
+def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
+    """Runs the open region, if any; returns its explain record."""
+    global region
+    r = region
+    if r is None:
+        return None
+    region = None
+    if not r.records:
+        return None
+    given = getattr(_cause, "value", None)
+    if given is not None:
+        reason, detail = given[0], given[1] if given[1] is not None else detail
+    if reason == "backward_end":
+        where, line = _main_thread_frame()
+    else:
+        where, line = _user_frame()
+    alive = [(i, p) for i, ref in enumerate(r.refs) if (p := ref()) is not None]
+    live = tuple(i for i, _ in alive)
+    key = (tuple(r.tokens), live)
+    rec = {
+        "region": len(_explained),
+        "reason": reason,
+        "detail": detail,
+        "where": where,
+        "line": line,
+        "ops": len(r.records),
+        "outputs": len(live),
+        "inputs": len(r.externals),
+        "key": _key_id(key),
+        "record_ms": (time.perf_counter() - r.started) * 1e3,
+    }
+    program = _regions.get(key)
+    rec["hit"] = program is not None
+    t0 = time.perf_counter()
+    if program is None:
+        for p, _, _ in r.records:
+            if p.serial not in _names:
+                _names[p.serial] = _program_text(p)
+        rec["differs"] = _nearest_difference(key)
+        check_compile_allowed(f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}")
+        program = _compile_region(r, live, key, rec)
+        _regions[key] = program
+        _by_length.setdefault(len(r.records), []).append(key)
+        _stats.bump("eager_regions_compiled")
+        _stats.bump("eager_programs_compiled")
+    else:
+        _stats.bump("eager_region_hits")
+    rec["compile_ms"] = 0.0 if rec["hit"] else (time.perf_counter() - t0) * 1e3
+    _stats.bump("eager_regions")
+    _stats.bump("eager_ops_deferred", len(r.records))
+    from torchtpu.device import _modes
+
+    inputs = [r.externals[v] if k == "ext" else v for k, v in program.sources]
+    t1 = time.perf_counter()
+    outs = program.compiled.run_device(inputs, _modes.wait())
+    rec["run_ms"] = (time.perf_counter() - t1) * 1e3
+    by_index = dict(alive)
+    for value, spec in zip(program.live, program.outputs):
+        if spec.kind == "ir":
+            by_index[value].buffer = outs[spec.index]
+        elif spec.kind == "input":
+            by_index[value].buffer = inputs[spec.index]
+        else:
+            from torchtpu.errors import InternalError
+
+            raise InternalError(f"region output of kind {spec.kind}", stage="execute")
+    rec["bytes_in"] = program.memory["input_bytes"]
+    rec["bytes_out"] = program.memory["output_bytes"]
+    rec["bytes_peak"] = program.memory["peak_bytes"]
+    _remember(rec)
+    return rec
+
+
+def _key_id(key) -> str:
+    return f"{hash(key) & 0xFFFFFFFFFFFF:012x}"
+
+
+def _describe(token) -> str:
+    serial, wiring = token
+    name = _names.get(serial, f"program #{serial}")
+    ins = ", ".join(f"%{w}" if w >= 0 else f"in{-1 - w}" for w in wiring)
+    return f"{name}({ins})"
+
+
+def _nearest_difference(key) -> str:
+    """What differs between a missed key and the nearest cached one (the longest common
+    prefix of ops, among keys of the nearest length)."""
+    tokens, live = key
+    if not _regions:
+        return "first region compiled"
+    best, best_prefix = None, -1
+    lengths = sorted(_by_length, key=lambda n: abs(n - len(tokens)))[:3]
+    for n in lengths:
+        for other in _by_length[n]:
+            o_tokens = other[0]
+            prefix = 0
+            for a, b in zip(tokens, o_tokens):
+                if a != b:
+                    break
+                prefix += 1
+            if prefix > best_prefix:
+                best, best_prefix = other, prefix
+    o_tokens, o_live = best
+    if o_tokens == tokens:
+        added = sorted(set(live) - set(o_live))
+        dropped = sorted(set(o_live) - set(live))
+        return (
+            f"same {len(tokens)} ops as region {_key_id(best)}; the values still referenced differ "
+            f"(now also %{', %'.join(map(str, added)) or '-'}; no longer %{', %'.join(map(str, dropped)) or '-'})"
+        )
+    if best_prefix >= len(tokens) or best_prefix >= len(o_tokens):
+        return f"region {_key_id(best)} has the same first {best_prefix} ops; this one has {len(tokens)}, it {len(o_tokens)}"
+    return (
+        f"nearest region {_key_id(best)} ({len(o_tokens)} ops) differs first at op {best_prefix}: "
+        f"{_describe(tokens[best_prefix])} here, {_describe(o_tokens[best_prefix])} there"
+    )
+
+
+def _compile_region(r: Region, live: tuple, key, rec: dict) -> RegionProgram:
+    from torchtpu.exporter import export
+
+    graph, root = _splice(r, live)
+    gm = torch.fx.GraphModule(root, graph)
+    name = f"eager_region_{rec['key']}"
+    exported = export(gm, name)
+    sources = []
+    for spec in exported.inputs:
+        if spec.kind == "arg":
+            sources.append(("ext", spec.index))
+        else:
+            from torchtpu.device._storage import upload
+
+            sources.append(("const", upload(spec.value)))
+    compiled = _C.compile(exported.text)
+    return RegionProgram(compiled, sources, exported.outputs, live, name, len(r.records))
+
+
+def _splice(r: Region, live: tuple):
+    """One FX graph of the region: its placeholders the externals, the recorded programs'
+    graphs copied in order with their placeholders replaced by what fed them, its outputs the
+    live values."""
+    import copy
+
+    graph = torch.fx.Graph()
+    root = torch.nn.Module()
+    ext_nodes: list = [None] * len(r.externals)
+    # Placeholders first, typed as each external's first reader saw it.
+    for program, wiring, _ in r.records:
+        for ph, w in zip(program.placeholders(), wiring):
+            if w < 0 and ext_nodes[-1 - w] is None:
+                k = -1 - w
+                node = ext_nodes[k] = graph.placeholder(f"in{k}")
+                node.meta = copy.copy(ph.meta)
+    for k, node in enumerate(ext_nodes):
+        if node is None:  # read by nothing that survives (cannot happen: each was read)
+            raise AssertionError(f"external {k} of a region has no reader")
+    values: list = [None] * len(r.refs)
+    n_attrs = 0
+    for program, wiring, base in r.records:
+        gm = program.gm
+        env = {}
+        for ph, w in zip(program.placeholders(), wiring):
+            env[ph] = values[w] if w >= 0 else ext_nodes[-1 - w]
+        for node in gm.graph.nodes:
+            if node.op in ("placeholder", "output"):
+                continue
+            if node.op == "get_attr":
+                name = f"_c{n_attrs}"
+                n_attrs += 1
+                setattr(root, name, getattr(gm, node.target))
+                new = graph.get_attr(name)
+                new.meta = copy.copy(node.meta)
+            else:
+                new = graph.node_copy(node, lambda n: env[n])
+            env[node] = new
+        outs = gm.graph.output_node().args[0]
+        for k, j in enumerate(program.ir_nodes):
+            values[base + k] = env[outs[j]]
+    graph.output(tuple(values[i] for i in live))
+    graph.eliminate_dead_code()
+    return graph, root
+
+
+def _program_text(program) -> str:
+    from torchtpu.exporter import tensor_type
+
+    types = [tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)]
+    return f"{program.name.removeprefix('eager_')}[{', '.join(types)}]"
+
+
+# ---------------------------------------------------------------- explain and trace
+
+
+def _remember(rec: dict) -> None:
+    _explained.append(rec)
+    if len(_explained) > _EXPLAIN_LIMIT:
+        del _explained[: len(_explained) - _EXPLAIN_LIMIT]
+    _trace(rec)
+
+
+_trace_files = None
+
+
+def _trace(rec: dict) -> None:
+    global _trace_files
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    if _trace_files is None or _trace_files[0] != path:
+        jsonl = open(path, "a", buffering=1)
+        chrome = open(path + ".chrome.json", "w", buffering=1)
+        # Chrome's JSON array format: the closing bracket is optional, so events are
+        # appended as regions run and the file is viewable at any time.
+        chrome.write("[\n")
+        _trace_files = (path, jsonl, chrome, time.perf_counter())
+    _, jsonl, chrome, t_start = _trace_files
+    jsonl.write(json.dumps(rec) + "\n")
+    now = (time.perf_counter() - t_start) * 1e6
+    run_us, compile_us = rec["run_ms"] * 1e3, rec["compile_ms"] * 1e3
+    args = {k: rec[k] for k in ("reason", "detail", "where", "line", "ops", "key", "hit", "bytes_in", "bytes_out", "bytes_peak")}
+    if not rec["hit"]:
+        args["differs"] = rec.get("differs")
+    start = now - run_us - compile_us
+    events = []
+    if not rec["hit"]:
+        events.append({"name": f"compile {rec['key']}", "ph": "X", "ts": start, "dur": compile_us, "pid": 0, "tid": 1, "args": args})
+    events.append(
+        {"name": f"region {rec['key']} ({rec['reason']})", "ph": "X", "ts": start + compile_us, "dur": run_us, "pid": 0, "tid": 0, "args": args}
+    )
+    for e in events:
+        chrome.write(json.dumps(e) + ",\n")
+
+
+def explained() -> list:
+    return list(_explained)
+
+
+def reset() -> None:
+    """Forgets the explain records (the region cache stays)."""
+    _explained.clear()
+
+
+# ---------------------------------------------------------------- cache-only and warm-up
+
+_steps = 0
+_warm = False
+
+
+def mark_warm() -> None:
+    global _warm
+    _warm = True
+
+
+def _warmup_steps() -> int:
+    return int(os.environ.get(WARMUP_ENV, "2"))
+
+
+def check_compile_allowed(what: str) -> None:
+    """Under TORCHTPU_EAGER_CACHE_ONLY=1, after warm-up (TORCHTPU_EAGER_WARMUP_STEPS optimizer
+    steps, 2 by default, or `torchtpu.eager.mark_warm()`), a compile in DeferAndFuse mode
+    raises `torchtpu.errors.RecompileError`."""
+    if not in_mode or os.environ.get(CACHE_ONLY_ENV, "") in ("", "0"):
+        return
+    if _warm or _steps >= _warmup_steps():
+        from torchtpu.errors import RecompileError
+
+        raise RecompileError(
+            f"TORCHTPU_EAGER_CACHE_ONLY: {what} would be compiled after warm-up ({_steps} optimizer steps)", what
+        )
+
+
+# ---------------------------------------------------------------- step-boundary hooks
+
+_backward_task = None
+_hooks = None
+
+
+def _queue_backward_cut() -> None:
+    """Inside a backward pass: cut when it ends (once per graph task)."""
+    global _backward_task
+    task = torch._C._current_graph_task_id()
+    if task == -1 or task == _backward_task:
+        return
+    _backward_task = task
+
+    def at_end():
+        global _backward_task
+        _backward_task = None
+        if in_mode:
+            flush("backward_end")
+
+    torch.autograd.Variable._execution_engine.queue_callback(at_end)
+
+
+def _before_step(optimizer, args, kwargs):
+    if in_mode:
+        flush("optimizer_step", f"before {type(optimizer).__name__}.step")
+
+
+def _after_step(optimizer, args, kwargs):
+    global _steps
+    _steps += 1
+    if in_mode:
+        flush("optimizer_step", f"after {type(optimizer).__name__}.step")
+
+
+def install_hooks() -> None:
+    """PyTorch's global optimizer step hooks (idempotent)."""
+    global _hooks
+    if _hooks is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        _hooks = (register_optimizer_step_pre_hook(_before_step), register_optimizer_step_post_hook(_after_step))
+
+
+def set_active(on: bool) -> None:
+    """Turns recording on or off (leaving the mode runs what was recorded)."""
+    global active, in_mode
+    if on:
+        install_hooks()
+        active = in_mode = True
+        return
+    if in_mode:
+        active = in_mode = False
+        flush("mode_change")
