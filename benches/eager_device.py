@@ -14,7 +14,9 @@
    `torchtpu.stats()["eager_programs_compiled"]` around steps 2..N.
 4. Training step (forward, loss, backward, AdamW, zero_grad, loss read back) of an MLP
    (Linear-GELU-Linear) and of the zoo's small Llama (python/tests/models/zoo.py, labels =
-   input ids): median ms on tpu (strict mode; debug mode for the MLP) vs CPU eager, interleaved.
+   input ids): median ms on tpu (strict and DeferAndFuse modes; debug mode for the MLP) vs CPU
+   eager, interleaved; per tpu step, the peak of live device-buffer bytes above what was live
+   before it (`torch.tpu.max_memory_allocated`), DeferAndFuse's regions run and compiled.
 
 These 2-core machines are noisy: compare numbers from one run. Writes
 benches/results/eager_device.json (`--json PATH` to change).
@@ -256,7 +258,8 @@ def llama_case(device):
 
 
 def measure_training(name, build, rounds: int, debug: bool) -> dict:
-    paths = {"cpu": (build("cpu"), None), "tpu strict": (build("tpu"), "strict")}
+    paths = {"cpu": (build("cpu"), None), "tpu strict": (build("tpu"), "strict"),
+             "tpu defer_and_fuse": (build("tpu"), "defer_and_fuse")}
     if debug:
         paths["tpu debug"] = (build("tpu"), "debug")
     first, compiles_first, compiles_after, fb_after, losses = {}, {}, {}, {}, {}
@@ -272,16 +275,28 @@ def measure_training(name, build, rounds: int, debug: bool) -> dict:
             compiles_after[label] = [compiled() - c1]
             fb_after[label] = {k: v - f1.get(k, 0) for k, v in fallbacks().items() if v - f1.get(k, 0)}
     samples = {k: [] for k in paths}
+    peaks = {k: [] for k in paths if k != "cpu"}
+    regions = {k: [] for k in paths if k != "cpu"}
     for _ in range(rounds):
         for label, (step, mode) in paths.items():
             with torchtpu.eager.mode(mode or "strict"):
                 c1 = compiled()
+                if mode:
+                    torch.tpu.synchronize()
+                    live = torch.tpu.memory_allocated()
+                    torch.tpu.reset_peak_memory_stats()
+                    r1 = torchtpu.stats()["eager_regions"]
                 t0 = time.perf_counter()
                 step()
                 samples[label].append((time.perf_counter() - t0) * 1e3)
                 compiles_after[label].append(compiled() - c1)
+                if mode:
+                    peaks[label].append(torch.tpu.max_memory_allocated() - live)
+                    regions[label].append(torchtpu.stats()["eager_regions"] - r1)
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {
+        "peak_bytes_per_step": {k: max(v) for k, v in peaks.items()},
+        "regions_per_step": {k: sorted(set(v)) for k, v in regions.items()},
         "model": name,
         "step_ms": med,
         "step_ms_min": {k: min(v) for k, v in samples.items()},
@@ -370,8 +385,8 @@ def main() -> None:
                                          rounds=3 if q else 30, debug=False))
     results["training"] = training
     print("## Training step (forward, loss, backward, AdamW, zero_grad, loss.item())\n")
-    print("| model | path | step (ms, median) | vs CPU eager | step (ms, min) | first step (s) | programs, step 1 | programs per step after | CPU fallbacks per step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | path | step (ms, median) | vs CPU eager | step (ms, min) | first step (s) | programs, step 1 | programs per step after | CPU fallbacks per step | peak device KiB per step | regions per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for t in training:
         for label, ms in t["step_ms"].items():
             ratio = f"{t['ratio_vs_cpu'][label]:.1f}x" if label != "cpu" else "1.0x"
@@ -380,7 +395,19 @@ def main() -> None:
             fb = t["cpu_fallbacks_steps_2_3"].get(label)
             fb = "-" if label == "cpu" else (", ".join(f"{k} {v / 2:g}" for k, v in fb.items()) or "0")
             name = "CPU eager" if label == "cpu" else label
-            print(f"| {t['model']} | {name} | {ms:.2f} | {ratio} | {t['step_ms_min'][label]:.2f} | {t['first_step_s'][label]:.2f} | {prog1} | {after} | {fb} |")
+            peak = t["peak_bytes_per_step"].get(label)
+            peak = "-" if peak is None else f"{peak / 1024:.0f}"
+            regs = t["regions_per_step"].get(label)
+            regs = "-" if not regs or label != "tpu defer_and_fuse" else "/".join(map(str, regs))
+            print(f"| {t['model']} | {name} | {ms:.2f} | {ratio} | {t['step_ms_min'][label]:.2f} | {t['first_step_s'][label]:.2f} | {prog1} | {after} | {fb} | {peak} | {regs} |")
+    for t in training:
+        st, df = t["step_ms"]["tpu strict"], t["step_ms"]["tpu defer_and_fuse"]
+        ps, pd = t["peak_bytes_per_step"]["tpu strict"], t["peak_bytes_per_step"]["tpu defer_and_fuse"]
+        t["defer_speedup_vs_strict"] = st / df
+        t["defer_peak_vs_strict"] = pd / ps if ps else None
+        print(f"\n{t['model']}: DeferAndFuse {st / df:.2f}x faster than strict (median step), "
+              f"min steps {t['step_ms_min']['tpu strict'] / t['step_ms_min']['tpu defer_and_fuse']:.2f}x; "
+              f"peak device memory {pd / 1024:.0f} KiB vs {ps / 1024:.0f} KiB ({pd / ps:.2f}x of strict).")
     print("\n'programs per step after' is the most compiled in any one of steps 2..N "
           f"(N = {training[0]['steps_after_first'] + 1} for the MLP); target 0. tpu debug runs after "
           "tpu strict, so its step 1 finds strict's programs cached.")
