@@ -10,7 +10,8 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off.
 Layout: `_storage` (device data behind storages, views and writes), `_programs` (one-op
 programs and their cache), `_dispatch` (how an op runs: view, program, in-place, CPU
 fallback), `_kernels` (the registered kernels), `_random` (the device generator), `_modes`
-(strict and debug), `module` (`torch.tpu`).
+(strict, debug, defer_and_fuse), `_defer` (DeferAndFuse's recording, cuts and regions),
+`module` (`torch.tpu`).
 """
 
 from __future__ import annotations
