@@ -28,6 +28,19 @@ impl CompiledGraph {
     /// is enqueued (where the plugin runs asynchronously); reading an output waits for it and
     /// reports a failed execution. Inputs are never donated: they may back other tensors.
     pub fn execute_buffers(&self, inputs: &[&Buffer], wait: bool) -> Result<Vec<Buffer>, EngineError> {
+        self.execute_buffers_donating(inputs, &[], wait)
+    }
+
+    /// Like [`CompiledGraph::execute_buffers`], but the inputs at `donate` (indices, each at
+    /// most once) may be donated where the program aliases them to an output: the caller
+    /// guarantees nothing reads them afterwards (DeferAndFuse donates the buffers only its
+    /// region still held).
+    pub fn execute_buffers_donating(
+        &self,
+        inputs: &[&Buffer],
+        donate: &[usize],
+        wait: bool,
+    ) -> Result<Vec<Buffer>, EngineError> {
         if fault_injected("execute") {
             return Err(EngineError::Injected { stage: "execute" });
         }
@@ -47,12 +60,19 @@ impl CompiledGraph {
                 });
             }
         }
+        let mut donated = vec![false; inputs.len()];
+        for &i in donate {
+            if i >= inputs.len() || std::mem::replace(&mut donated[i], true) {
+                return Err(EngineError::Input {
+                    index: i,
+                    expected: format!("a donated input index below {}, each at most once", inputs.len()),
+                    got: format!("{donate:?}"),
+                });
+            }
+        }
+        let keep: Vec<i64> = (0..inputs.len()).filter(|&i| !donated[i]).map(|i| i as i64).collect();
         let run =
-            if wait { self.exe.execute_keeping(inputs, &self.all_inputs()) } else { self.exe.execute_async(inputs) };
+            if wait { self.exe.execute_keeping(inputs, &keep) } else { self.exe.execute_async_keeping(inputs, &keep) };
         run.map_err(EngineError::Execute)
-    }
-
-    fn all_inputs(&self) -> Vec<i64> {
-        (0..self.inputs.len() as i64).collect()
     }
 }

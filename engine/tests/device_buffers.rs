@@ -64,3 +64,30 @@ fn wrong_buffers_are_input_errors() {
     // An upload whose bytes do not match its type is refused before PJRT sees it.
     assert!(matches!(engine.upload(&[0u8; 15], DType::F32, &[4]), Err(EngineError::Input { .. })));
 }
+
+#[test]
+fn donated_inputs_are_taken_and_kept_ones_are_not() {
+    isolated_cache();
+    let engine = default_engine().unwrap();
+    // Aliased: the output pairs with the first f32[4] input, %x.
+    let options = Options { donate_inputs: true, ..Options::default() };
+    let program = engine.compile(&parse_graph(AXPY).unwrap(), &options).unwrap();
+    let x = engine.upload(&f32_bytes(&[1.0, 2.0, 3.0, 4.0]), DType::F32, &[4]).unwrap();
+    let y = engine.upload(&f32_bytes(&[10.0, 20.0, 30.0, 40.0]), DType::F32, &[4]).unwrap();
+    // Not asked to donate: both inputs keep their values although the program aliases %x.
+    let kept = program.execute_buffers(&[&x, &y], true).unwrap().remove(0);
+    assert_eq!(f32s(&kept.to_host().unwrap()), vec![12.0, 24.0, 36.0, 48.0]);
+    assert_eq!(f32s(&x.to_host().unwrap()), vec![1.0, 2.0, 3.0, 4.0]);
+    // Donating %x: the result is right, %x is PJRT's to reuse (reading it fails), %y is kept.
+    let out = program.execute_buffers_donating(&[&x, &y], &[0], true).unwrap().remove(0);
+    assert_eq!(f32s(&out.to_host().unwrap()), vec![12.0, 24.0, 36.0, 48.0]);
+    assert!(x.to_host().is_err(), "a donated buffer must not be readable");
+    assert_eq!(f32s(&y.to_host().unwrap()), vec![10.0, 20.0, 30.0, 40.0]);
+    // Bad donation lists are input errors, before PJRT sees them.
+    for bad in [&[2usize][..], &[1, 1][..]] {
+        match program.execute_buffers_donating(&[&out, &y], bad, true) {
+            Err(EngineError::Input { .. }) => {}
+            other => panic!("expected an input error for donate={bad:?}, got {other:?}"),
+        }
+    }
+}

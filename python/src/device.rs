@@ -2,7 +2,7 @@
 //! PJRT buffer on the engine's device and is freed with its Python object. Live and peak
 //! bytes are counted here, where buffers are made and dropped.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -21,6 +21,9 @@ pub struct DeviceBuffer {
     buffer: Buffer,
     dtype: DType,
     nbytes: usize,
+    // Given to an execution (`Program.run_device(donate=...)`): its memory is the output's
+    // now, so it no longer counts as live and must not be read.
+    donated: AtomicBool,
 }
 
 impl DeviceBuffer {
@@ -28,13 +31,28 @@ impl DeviceBuffer {
         let nbytes = torchtpu_runtime::dense_byte_size(buffer.element_type(), buffer.dims()).unwrap_or(0);
         let live = LIVE_BYTES.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
         PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
-        DeviceBuffer { buffer, dtype, nbytes }
+        DeviceBuffer { buffer, dtype, nbytes, donated: AtomicBool::new(false) }
+    }
+
+    fn mark_donated(&self) {
+        if !self.donated.swap(true, Ordering::Relaxed) {
+            LIVE_BYTES.fetch_sub(self.nbytes, Ordering::Relaxed);
+        }
+    }
+
+    fn check_usable(&self, py: Python<'_>) -> PyResult<()> {
+        if self.donated.load(Ordering::Relaxed) {
+            return Err(py_error(py, "input", "this device buffer was donated to an execution and holds no data", &[]));
+        }
+        Ok(())
     }
 }
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        LIVE_BYTES.fetch_sub(self.nbytes, Ordering::Relaxed);
+        if !self.donated.load(Ordering::Relaxed) {
+            LIVE_BYTES.fetch_sub(self.nbytes, Ordering::Relaxed);
+        }
     }
 }
 
@@ -74,9 +92,16 @@ impl DeviceBuffer {
         self.nbytes
     }
 
+    /// Whether an execution took this buffer (`Program.run_device(donate=...)`).
+    #[getter]
+    fn donated(&self) -> bool {
+        self.donated.load(Ordering::Relaxed)
+    }
+
     /// Waits until the contents are computed; a failed asynchronous execution raises here
     /// (`torchtpu.errors.ExecutionError`).
     fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_usable(py)?;
         guarded(py, "execute", || {
             py.detach(|| self.buffer.wait_ready()).map_err(|e| engine_error(py, &EngineError::Execute(e)))
         })
@@ -85,6 +110,7 @@ impl DeviceBuffer {
     /// A host copy as a DLPack capsule (`torch.from_dlpack`). Always a copy: a device buffer
     /// may later be read by programs while the host tensor is changed.
     fn to_host(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.check_usable(py)?;
         guarded(py, "execute", || {
             let data = py.detach(|| self.buffer.to_host()).map_err(|e| engine_error(py, &EngineError::Execute(e)))?;
             dlpack::host_capsule(py, data, self.buffer.element_type(), self.buffer.dims().to_vec())
@@ -128,17 +154,28 @@ pub fn reset_device_peak() {
 }
 
 /// `Program.run_device`: executes on device buffers (checked against the compiled input
-/// types) and returns the outputs as device buffers, no host copy either way.
+/// types) and returns the outputs as device buffers, no host copy either way. The inputs at
+/// `donate` may be donated (each is marked so, and no longer counts as live).
 pub fn run_device(
     py: Python<'_>,
     program: &Program,
     inputs: Vec<PyRef<'_, DeviceBuffer>>,
     wait: bool,
+    donate: &[usize],
 ) -> PyResult<Vec<DeviceBuffer>> {
+    for b in &inputs {
+        b.check_usable(py)?;
+    }
     guarded(py, "execute", || {
         let refs: Vec<&Buffer> = inputs.iter().map(|b| &b.buffer).collect();
-        let outs = py.detach(|| program.compiled.execute_buffers(&refs, wait)).map_err(|e| engine_error(py, &e))?;
+        let outs = py
+            .detach(|| program.compiled.execute_buffers_donating(&refs, donate, wait))
+            .map_err(|e| engine_error(py, &e))?;
         crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
+        // Before the outputs count: a donated input's memory may be an output's now.
+        for &i in donate {
+            inputs[i].mark_donated();
+        }
         let types = program.compiled.output_types();
         Ok(outs.into_iter().zip(types).map(|(b, t)| DeviceBuffer::new(b, t.dtype)).collect())
     })

@@ -319,14 +319,18 @@ impl Program {
     /// input types) and returns the outputs as device buffers: no host copy either way. With
     /// `wait` false it returns once the work is enqueued where the plugin runs
     /// asynchronously; `DeviceBuffer.wait` (or any read) then reports a failed execution.
-    #[pyo3(signature = (inputs, wait = true))]
+    /// `donate` lists inputs the caller will never read again: where the program aliases one
+    /// to an output, PJRT may write the output into its memory (the buffer is then marked
+    /// `donated` and refuses reads).
+    #[pyo3(signature = (inputs, wait = true, donate = Vec::new()))]
     fn run_device(
         &self,
         py: Python<'_>,
         inputs: Vec<PyRef<'_, device::DeviceBuffer>>,
         wait: bool,
+        donate: Vec<usize>,
     ) -> PyResult<Vec<device::DeviceBuffer>> {
-        device::run_device(py, self, inputs, wait)
+        device::run_device(py, self, inputs, wait, &donate)
     }
 
     /// Executes on `inputs`: one torch tensor (or DLPack capsule) per input. Rust checks

@@ -345,3 +345,46 @@ def test_a_loop_with_item_cuts_where_the_item_is():
     assert all(r["hit"] for r in last)
     text = str(E.explain())
     assert "host_read" in text and "loss.item()" in text
+
+
+# ---------------------------------------------------------------- donation
+
+
+def test_parameters_updated_in_place_are_donated():
+    """A tensor updated in place holds the Pending of its new value, so its old buffer is
+    held by the region alone: donated to the region's program, which writes the new value
+    into it. The step then needs no second copy of the tensor."""
+    n = 1 << 18  # 1 MiB of f32
+    w0 = torch.randn(n)
+    w = w0.to(TPU)
+    with E.mode("defer_and_fuse"):
+        for _ in range(2):  # the first compiles, the second is a hit
+            w.mul_(0.5).add_(1.0)
+            torch.tpu.synchronize()
+        base = torch.tpu.memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        w.mul_(0.5).add_(1.0)
+        torch.tpu.synchronize()
+        peak = torch.tpu.max_memory_allocated() - base
+    ref = w0
+    for _ in range(3):
+        ref = ref * 0.5 + 1.0
+    torch.testing.assert_close(w.cpu(), ref, rtol=0, atol=0)
+    rec = _regions()[-2]  # the last synchronize's region (then the mode change, empty, made none)
+    assert rec["reason"] == "synchronize" and rec["hit"] and rec["donated"] == 1, rec
+    assert peak < 4 * n, peak  # without donation the new w is a second 1 MiB buffer
+
+
+def test_a_donated_buffer_refuses_reads():
+    from torchtpu import _C
+
+    text = "graph @g(%x: f32[4], %y: f32[4]) -> (f32[4]) {\n  %r = aten.add.Tensor(%x, %y) {alpha = 1} : f32[4]\n  return %r\n}\n"
+    program = _C.compile(text, donate=True)
+    x, y = _C.device_put(torch.ones(4)), _C.device_put(torch.arange(4.0))
+    (out,) = program.run_device([x, y], True, [0])
+    torch.testing.assert_close(torch.from_dlpack(out.to_host()), torch.arange(4.0) + 1)
+    assert x.donated and not y.donated
+    with pytest.raises(torchtpu.InputError, match="donated"):
+        x.to_host()
+    with pytest.raises(torchtpu.InputError, match="donated"):
+        program.run_device([x, y])

@@ -155,7 +155,14 @@ impl Executable {
     /// the caller may drop them. Nothing is donated.
     pub fn execute_async(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
         let keep: Vec<i64> = (0..args.len() as i64).collect();
-        let mut outs = self.launch(&[args.to_vec()], &keep, false)?;
+        self.execute_async_keeping(args, &keep)
+    }
+
+    /// Like [`Executable::execute_async`], but only the arguments at `keep` are kept: the others
+    /// may be donated where the program aliases them to an output (the caller must not use them
+    /// afterwards).
+    pub fn execute_async_keeping(&self, args: &[&Buffer], keep: &[i64]) -> Result<Vec<Buffer>> {
+        let mut outs = self.launch(&[args.to_vec()], keep, false)?;
         Ok(outs.pop().unwrap_or_default())
     }
 

@@ -231,11 +231,15 @@ class RegionProgram:
     """A compiled region: its executable, how its IR inputs come from the externals (or
     constants), and which value each output is."""
 
-    __slots__ = ("compiled", "sources", "outputs", "live", "name", "n_ops", "key_text", "memory")
+    __slots__ = ("compiled", "sources", "outputs", "live", "name", "n_ops", "memory", "donate")
 
-    def __init__(self, compiled, sources, outputs, live, name, n_ops):
+    def __init__(self, compiled, sources, outputs, live, name, n_ops, dead: tuple):
         self.compiled = compiled
         self.sources = sources
+        # IR inputs fed by dead externals: donated at each run (PJRT reuses those the program
+        # aliases to an output; the others are freed right after anyway).
+        dead = set(dead)
+        self.donate = [i for i, (kind, v) in enumerate(sources) if kind == "ext" and v in dead]
         self.outputs = outputs
         self.live = live
         self.name = name
@@ -268,7 +272,8 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
         where, line = _user_frame()
     alive = [(i, p) for i, ref in enumerate(r.refs) if (p := ref()) is not None]
     live = tuple(i for i, _ in alive)
-    key = (tuple(r.tokens), live)
+    dead = _dead_externals(r.externals)
+    key = (tuple(r.tokens), live, dead)
     rec = {
         "region": len(_explained),
         "reason": reason,
@@ -303,9 +308,13 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
     from torchtpu.device import _modes
 
     inputs = [r.externals[v] if k == "ext" else v for k, v in program.sources]
+    # The region held the last references to what it donates: nothing reads them afterwards.
+    r.externals = r.ext_index = None
     t1 = time.perf_counter()
-    outs = program.compiled.run_device(inputs, _modes.wait())
+    outs = program.compiled.run_device(inputs, _modes.wait(), program.donate)
     rec["run_ms"] = (time.perf_counter() - t1) * 1e3
+    del inputs
+    r.records = r.refs = r.tokens = None  # a resolved Pending keeps its region: keep it small
     by_index = dict(alive)
     for value, spec in zip(program.live, program.outputs):
         if spec.kind == "ir":
@@ -316,11 +325,20 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
             from torchtpu.errors import InternalError
 
             raise InternalError(f"region output of kind {spec.kind}", stage="execute")
+    rec["donated"] = len(program.donate)
     rec["bytes_in"] = program.memory["input_bytes"]
     rec["bytes_out"] = program.memory["output_bytes"]
     rec["bytes_peak"] = program.memory["peak_bytes"]
     _remember(rec)
     return rec
+
+
+def _dead_externals(externals: list) -> tuple:
+    """The externals only the region still references (no storage, Pending, cache or Python
+    variable holds them): they can be donated to the region's program. A parameter updated in
+    place is one: its storage holds the Pending of its new value."""
+    # References: the list's, and getrefcount's argument.
+    return tuple(k for k in range(len(externals)) if sys.getrefcount(externals[k]) <= 2)
 
 
 def _key_id(key) -> str:
@@ -337,7 +355,7 @@ def _describe(token) -> str:
 def _nearest_difference(key) -> str:
     """What differs between a missed key and the nearest cached one (the longest common
     prefix of ops, among keys of the nearest length)."""
-    tokens, live = key
+    tokens, live, dead = key
     if not _regions:
         return "first region compiled"
     best, best_prefix = None, -1
@@ -352,7 +370,13 @@ def _nearest_difference(key) -> str:
                 prefix += 1
             if prefix > best_prefix:
                 best, best_prefix = other, prefix
-    o_tokens, o_live = best
+    o_tokens, o_live, o_dead = best
+    if o_tokens == tokens and o_live == live:
+        return (
+            f"same {len(tokens)} ops and outputs as region {_key_id(best)}; the inputs only the region "
+            f"still holds (donated) differ: in{', in'.join(map(str, dead)) or ' -'} here, "
+            f"in{', in'.join(map(str, o_dead)) or ' -'} there"
+        )
     if o_tokens == tokens:
         added = sorted(set(live) - set(o_live))
         dropped = sorted(set(o_live) - set(live))
@@ -371,41 +395,47 @@ def _nearest_difference(key) -> str:
 def _compile_region(r: Region, live: tuple, key, rec: dict) -> RegionProgram:
     from torchtpu.exporter import export
 
-    graph, root = _splice(r, live)
+    dead = key[2]
+    # Dead externals first: the compiler pairs each output with the first unpaired input of
+    # its type (`donation_pairs`), so outputs alias what can be donated before anything else.
+    dead_set = set(dead)
+    order = list(dead) + [k for k in range(len(r.externals)) if k not in dead_set]
+    graph, root = _splice(r, live, order)
     gm = torch.fx.GraphModule(root, graph)
     name = f"eager_region_{rec['key']}"
     exported = export(gm, name)
     sources = []
     for spec in exported.inputs:
         if spec.kind == "arg":
-            sources.append(("ext", spec.index))
+            sources.append(("ext", order[spec.index]))
         else:
             from torchtpu.device._storage import upload
 
             sources.append(("const", upload(spec.value)))
-    compiled = _C.compile(exported.text)
-    return RegionProgram(compiled, sources, exported.outputs, live, name, len(r.records))
+    # Aliases only where something can be donated: on a plugin that reads inputs in place an
+    # alias to a kept input costs a copy (docs/passes.md, "Buffer donation").
+    compiled = _C.compile(exported.text, donate=bool(dead))
+    return RegionProgram(compiled, sources, exported.outputs, live, name, len(r.records), dead)
 
 
-def _splice(r: Region, live: tuple):
-    """One FX graph of the region: its placeholders the externals, the recorded programs'
-    graphs copied in order with their placeholders replaced by what fed them, its outputs the
-    live values."""
+def _splice(r: Region, live: tuple, order: list):
+    """One FX graph of the region: its placeholders the externals (in `order`), the recorded
+    programs' graphs copied in order with their placeholders replaced by what fed them, its
+    outputs the live values."""
     import copy
 
     graph = torch.fx.Graph()
     root = torch.nn.Module()
     ext_nodes: list = [None] * len(r.externals)
     # Placeholders first, typed as each external's first reader saw it.
+    first_reader: dict = {}
     for program, wiring, _ in r.records:
         for ph, w in zip(program.placeholders(), wiring):
-            if w < 0 and ext_nodes[-1 - w] is None:
-                k = -1 - w
-                node = ext_nodes[k] = graph.placeholder(f"in{k}")
-                node.meta = copy.copy(ph.meta)
-    for k, node in enumerate(ext_nodes):
-        if node is None:  # read by nothing that survives (cannot happen: each was read)
-            raise AssertionError(f"external {k} of a region has no reader")
+            if w < 0:
+                first_reader.setdefault(-1 - w, ph)
+    for k in order:
+        node = ext_nodes[k] = graph.placeholder(f"in{k}")
+        node.meta = copy.copy(first_reader[k].meta)
     values: list = [None] * len(r.refs)
     n_attrs = 0
     for program, wiring, base in r.records:
