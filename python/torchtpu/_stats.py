@@ -58,6 +58,12 @@ def _executions() -> int:
     return _C.executions()
 
 
+def count_eager_op() -> None:
+    """One more op on the tpu device: the per-op path, so no lock (the GIL makes a lost count
+    possible only when user threads dispatch tpu ops at once)."""
+    _stats["eager_ops"] += 1
+
+
 def bump(key: str, amount=1) -> None:
     with _lock:
         _stats[key] += amount

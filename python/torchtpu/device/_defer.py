@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import linecache
 import os
 import sys
 import threading
 import time
-import traceback
-import weakref
 
 import torch
 
@@ -71,7 +70,7 @@ class Pending:
     """A value of the open region: output `index` of its recorded programs. `buffer` is the
     device buffer once the region ran (storages holding the Pending then use it)."""
 
-    __slots__ = ("region", "index", "nbytes", "buffer", "__weakref__")
+    __slots__ = ("region", "index", "nbytes", "buffer")
 
     def __init__(self, owner, index: int, nbytes: int):
         self.region = owner
@@ -99,15 +98,16 @@ class Pending:
 class Region:
     """The ops recorded since the last cut."""
 
-    __slots__ = ("records", "tokens", "refs", "externals", "ext_index", "nbytes", "started")
+    __slots__ = ("records", "tokens", "values", "externals", "ext_index", "started")
 
     def __init__(self):
         self.records: list = []  # (program, wiring, first value index)
         self.tokens: list = []  # (program serial, wiring): the key's op part
-        self.refs: list = []  # per value: a weak reference to its Pending
+        # Per value, its Pending. The region's reference is not counted as use: a value is
+        # live when something else (a storage, a Python variable) holds it (`_live`).
+        self.values: list = []
         self.externals: list = []  # device buffers read, in first-use order
         self.ext_index: dict = {}  # id(buffer) -> index in externals
-        self.nbytes: list = []  # per value: its size
         self.started = time.perf_counter()
 
 
@@ -137,27 +137,26 @@ def record(program, leaves: list) -> list:
             r.externals.append(b)
         wiring.append(-1 - k)
     wiring = tuple(wiring)
-    base = len(r.refs)
-    outs = [Pending(r, base + i, _nbytes(dtype, shape)) for i, (dtype, shape) in enumerate(program.ir_types)]
+    values = r.values
+    base = len(values)
+    outs = [Pending(r, base + i, nbytes) for i, nbytes in enumerate(program.ir_nbytes)]
+    values.extend(outs)
     r.records.append((program, wiring, base))
     r.tokens.append((program.serial, wiring))
-    r.refs.extend(weakref.ref(p) for p in outs)
-    r.nbytes.extend(p.nbytes for p in outs)
     n = len(r.records)
     if n >= MAX_OPS:
         flush("size_cap", f"{n} ops (TORCHTPU_EAGER_MAX_OPS={MAX_OPS})")
     elif n % _LIVE_CHECK_EVERY == 0:
-        live = sum(nb for ref, nb in zip(r.refs, r.nbytes) if ref() is not None)
+        live = sum(values[i].nbytes for i in _live(values))
         if live > MAX_LIVE_BYTES:
             flush("size_cap", f"{live} live bytes (TORCHTPU_EAGER_MAX_LIVE_BYTES={MAX_LIVE_BYTES})")
     return outs
 
 
-def _nbytes(dtype, shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n * (dtype.itemsize if dtype is not None else 0)
+def _live(values: list) -> list:
+    """Indices of the values something besides the region holds (references: the list's and
+    getrefcount's argument)."""
+    return [i for i in range(len(values)) if sys.getrefcount(values[i]) > 2]
 
 
 def resolved(leaves: list, name: str) -> list:
@@ -200,14 +199,24 @@ def cause(reason: str, detail: str | None = None):
         _cause.value = prev
 
 
-def _user_frame():
-    """(file:line, source text) of the innermost frame outside torch and torchtpu."""
-    for frame in reversed(traceback.extract_stack()):
-        f = frame.filename
-        if "/torch/" in f or "/torchtpu/" in f or f.startswith("<frozen") or "/contextlib.py" in f:
-            continue
-        return f"{f}:{frame.lineno}", (frame.line or "").strip()
+def _outside_torch(filename: str) -> bool:
+    return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
+
+
+def _first_user_frame(frame):
+    """(file:line, source text) of the innermost frame from `frame` out that is outside torch
+    and torchtpu (a walk of frame objects: `traceback.extract_stack` costs ~100 us, a cut's
+    budget)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _outside_torch(name):
+            return f"{name}:{frame.f_lineno}", linecache.getline(name, frame.f_lineno).strip()
+        frame = frame.f_back
     return None, ""
+
+
+def _user_frame():
+    return _first_user_frame(sys._getframe(1))
 
 
 def _main_thread_frame():
@@ -215,13 +224,7 @@ def _main_thread_frame():
     its final callback on a device thread of its own)."""
     if threading.current_thread() is threading.main_thread():
         return _user_frame()
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    for fs in reversed(traceback.extract_stack(frame)) if frame is not None else ():
-        f = fs.filename
-        if "/torch/" in f or "/torchtpu/" in f or f.startswith("<frozen"):
-            continue
-        return f"{f}:{fs.lineno}", (fs.line or "").strip()
-    return None, ""
+    return _first_user_frame(sys._current_frames().get(threading.main_thread().ident))
 
 
 # ---------------------------------------------------------------- the cut
@@ -270,8 +273,7 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
         where, line = _main_thread_frame()
     else:
         where, line = _user_frame()
-    alive = [(i, p) for i, ref in enumerate(r.refs) if (p := ref()) is not None]
-    live = tuple(i for i, _ in alive)
+    live = tuple(_live(r.values))
     dead = _dead_externals(r.externals)
     key = (tuple(r.tokens), live, dead)
     rec = {
@@ -313,18 +315,18 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
     t1 = time.perf_counter()
     outs = program.compiled.run_device(inputs, _modes.wait(), program.donate)
     rec["run_ms"] = (time.perf_counter() - t1) * 1e3
-    del inputs
-    r.records = r.refs = r.tokens = None  # a resolved Pending keeps its region: keep it small
-    by_index = dict(alive)
+    values = r.values
     for value, spec in zip(program.live, program.outputs):
         if spec.kind == "ir":
-            by_index[value].buffer = outs[spec.index]
+            values[value].buffer = outs[spec.index]
         elif spec.kind == "input":
-            by_index[value].buffer = inputs[spec.index]
+            values[value].buffer = inputs[spec.index]
         else:
             from torchtpu.errors import InternalError
 
             raise InternalError(f"region output of kind {spec.kind}", stage="execute")
+    del inputs
+    r.records = r.values = r.tokens = None  # a resolved Pending keeps its region: keep it small
     rec["donated"] = len(program.donate)
     rec["bytes_in"] = program.memory["input_bytes"]
     rec["bytes_out"] = program.memory["output_bytes"]
@@ -436,7 +438,7 @@ def _splice(r: Region, live: tuple, order: list):
     for k in order:
         node = ext_nodes[k] = graph.placeholder(f"in{k}")
         node.meta = copy.copy(first_reader[k].meta)
-    values: list = [None] * len(r.refs)
+    values: list = [None] * len(r.values)
     n_attrs = 0
     for program, wiring, base in r.records:
         gm = program.gm
@@ -555,6 +557,7 @@ def check_compile_allowed(what: str) -> None:
 
 _backward_task = None
 _hooks = None
+_multithreading = None  # autograd's multithreading switch before the mode was entered
 
 
 def _queue_backward_cut() -> None:
@@ -597,11 +600,21 @@ def install_hooks() -> None:
 
 def set_active(on: bool) -> None:
     """Turns recording on or off (leaving the mode runs what was recorded)."""
-    global active, in_mode
+    global active, in_mode, _multithreading
     if on:
         install_hooks()
+        if not in_mode:
+            # Backward passes are recorded on the calling thread: nothing runs while recording,
+            # so autograd's device thread would only add a hand-off per node (10-20% of a
+            # training step, benches/eager_device.py). Autograd's own switch, thread-local,
+            # restored when the mode is left.
+            _multithreading = torch._C._is_multithreading_enabled()
+            torch._C._set_multithreading_enabled(False)
         active = in_mode = True
         return
     if in_mode:
         active = in_mode = False
+        if _multithreading is not None:
+            torch._C._set_multithreading_enabled(_multithreading)
+            _multithreading = None
         flush("mode_change")

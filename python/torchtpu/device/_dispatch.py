@@ -156,17 +156,21 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
     view's strides and offset) is in the key and its `as_strided` (or reshape) is the first
     step of the op's own program, instead of a program of its own."""
     if isinstance(x, torch.Tensor):
-        if _is_tpu(x):
-            slot = _storage.checked_slot(x)
-            leaves.append(_storage.buffer_of(slot))
+        # A tpu tensor is told by its storage's slot (cheaper than comparing `x.device`, and
+        # the slot is what the leaf needs); a tpu storage without one is refused below.
+        slot = None if x.is_cpu else getattr(x.untyped_storage(), _storage.SLOT_ATTR, None)
+        if slot is not None or _is_tpu(x):
+            if slot is None or x.dtype is not slot.dtype:
+                slot = _storage.checked_slot(x)  # raises the reason
+            b = slot.buffer
+            leaves.append(b if b is not None and type(b) is not _storage.Pending else _storage.buffer_of(slot))
             shape = tuple(x.shape)
-            bits = (x.is_conj(), x.is_neg())
-            if bits != (False, False):
+            if x.is_conj() or x.is_neg():
                 # A lazily conjugated or negated view: the program resolves it after the view.
-                geom = (slot.shape, tuple(x.stride()), x.storage_offset(), bits)
+                geom = (slot.shape, tuple(x.stride()), x.storage_offset(), (x.is_conj(), x.is_neg()))
                 key.append((x.dtype, shape) + geom)
                 geoms.append(geom)
-            elif _storage.is_whole(x, slot):
+            elif x.numel() == slot.numel and x.storage_offset() == 0 and x.is_contiguous():  # _storage.is_whole
                 if shape == slot.shape:
                     key.append((x.dtype, shape))
                     geoms.append(None)
@@ -265,18 +269,22 @@ def _wrap_numbers(info, args: tuple) -> tuple:
     return tuple(out)
 
 
+_NUMBERS = (bool, int, float, complex)
+
+
 def run(op, *args, **kwargs):
     """The boxed PrivateUse1 fallback: runs `op` on the tpu device."""
-    _stats.bump("eager_ops")
+    _stats.count_eager_op()
     info = getattr(op, "_torchtpu_info", None) or info_of(op)
     if info.tensor_slots:
+        n = len(args)
         for i in info.tensor_slots:
-            if i < len(args) and not isinstance(args[i], torch.Tensor) and isinstance(args[i], (bool, int, float, complex)):
+            if i < n and type(args[i]) in _NUMBERS:
                 args = _wrap_numbers(info, args)
                 break
     if info.kind == "view":
         return _view(op, args, kwargs)
-    if not _modes.debug_on():
+    if _modes.state.mode != "debug":
         return _run(info, op, args, kwargs)
     try:
         clean = _modes.inputs_clean(args, kwargs) if _modes.state.check_finite else True
@@ -295,18 +303,20 @@ def run(op, *args, **kwargs):
 
 def _view(op, args, kwargs):
     out = op._op_dk(_DK.Meta, *args, **kwargs)
-    for r in out if isinstance(out, (list, tuple)) else [out]:
-        if isinstance(r, torch.Tensor) and not _is_tpu(r):
+    for r in out if isinstance(out, (list, tuple)) else (out,):
+        if isinstance(r, torch.Tensor) and (r.is_meta or r.is_cpu):
             raise NotImplementedError(f"torchtpu: view op {op} did not alias its tpu argument")
     return out
 
 
 def _run(info: OpInfo, op, args, kwargs):
-    key: list = [info]
+    key: list = [info, len(args)]
     leaves: list = []
     floats: list = []
     geoms: list = []
-    _flatten(args, key, leaves, floats, geoms, info.name)
+    name = info.name
+    for a in args:  # `_flatten(args, ...)`, one call fewer per op
+        _flatten(a, key, leaves, floats, geoms, name)
     if kwargs:
         out_names = info.out_names
         for k, v in kwargs.items():
@@ -329,7 +339,7 @@ def _run(info: OpInfo, op, args, kwargs):
         return _on_cpu(info, op, args, kwargs, program.reason)
     if floats:
         leaves.extend(_programs.float_buffer(f) for f in floats)
-    outs = program.run(leaves, _modes.wait())
+    outs = program.run(leaves, _modes.state.mode == "debug")  # `_modes.wait()`
     return _results(info, args, kwargs, program, outs, leaves)
 
 
@@ -448,9 +458,8 @@ def _results(info: OpInfo, args, kwargs, program, outs, inputs):
                 resize(t, shape)
             _storage.write(t, v)
         return targets[0] if len(targets) == 1 else tuple(targets)
-    tensors = [
-        None if v is None else _storage.new_tensor(shape, dtype, v) for v, (dtype, shape) in zip(values, program.out_types)
-    ]
+    new = _storage.new_result
+    tensors = [None if v is None else new(shape, dtype, v) for v, (dtype, shape) in zip(values, program.out_types)]
     if info.returns == "one":
         return tensors[0]
     if info.returns == "list":

@@ -84,7 +84,7 @@ class Program:
     (at once in strict and debug modes, not at all where every run is deferred)."""
 
     __slots__ = (
-        "_compiled", "text", "sources", "outputs", "out_types", "ir_types", "ir_nodes", "name", "plain",
+        "_compiled", "text", "sources", "outputs", "out_types", "ir_types", "ir_nbytes", "ir_nodes", "name", "plain",
         "write_base", "gm", "serial", "key", "_placeholders",
     )
 
@@ -95,6 +95,7 @@ class Program:
         self.outputs = outputs  # exporter OutputSpecs
         self.out_types = out_types  # per output spec: (dtype, shape); (None, ()) for "none"
         self.ir_types = ir_types  # per IR output: (dtype, shape)
+        self.ir_nbytes = [math.prod(shape) * dtype.itemsize for dtype, shape in ir_types]
         self.name = name
         self.gm = gm
         # Per IR output: the position in gm's output list that it is.

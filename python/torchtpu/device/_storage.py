@@ -26,7 +26,7 @@ from torchtpu.exporter import IR_DTYPES
 
 # The attribute a storage object carries its slot in (kept with the storage's Python object,
 # which PyTorch preserves as long as the storage lives).
-_SLOT = "_torchtpu_slot"
+_SLOT = SLOT_ATTR = "_torchtpu_slot"
 
 
 class Slot:
@@ -78,6 +78,13 @@ def new_tensor(shape, dtype: torch.dtype, buffer=None) -> torch.Tensor:
     dtype) or nothing yet (an uninitialised `empty`)."""
     if dtype not in IR_DTYPES:
         raise TypeError(f"torchtpu: dtype {dtype} is not supported on the tpu device")
+    t = torch._C._acc.create_empty_tensor(list(shape), dtype)
+    setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer))
+    return t
+
+
+def new_result(shape, dtype: torch.dtype, buffer) -> torch.Tensor:
+    """`new_tensor` for a program's output (its dtype is an IR dtype, its shape a tuple)."""
     t = torch._C._acc.create_empty_tensor(list(shape), dtype)
     setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer))
     return t
