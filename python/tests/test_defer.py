@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -274,6 +277,18 @@ def _check_regions(got, expected=STEP):
     assert got["compiles"][2] == 0, got["compiles"]
 
 
+def _train_against_strict_and_cpu(ref, batch, tpu_batch, loss_of, param_tol):
+    """Copies of `ref` trained on the CPU, in strict mode and in DeferAndFuse; DeferAndFuse's
+    run compared with both. Returns it."""
+    cpu = _train(copy.deepcopy(ref), batch, loss_of, None)
+    strict = _train(copy.deepcopy(ref).to(TPU), tpu_batch, loss_of, "strict")
+    deferred = _train(copy.deepcopy(ref).to(TPU), tpu_batch, loss_of, "defer_and_fuse")
+    tol = dict(loss_tol=dict(rel=1e-5, abs=1e-6), param_tol=param_tol)
+    _compare(deferred, cpu, **tol)
+    _compare(deferred, strict, **tol)
+    return deferred
+
+
 def test_mlp_trains_with_adamw_like_strict_and_cpu():
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 5))
@@ -284,12 +299,7 @@ def test_mlp_trains_with_adamw_like_strict_and_cpu():
     def loss_of(model, b):
         return F.cross_entropy(model(b["x"]), b["y"])
 
-    cpu = _train(copy.deepcopy(ref), batch, loss_of, None)
-    strict = _train(copy.deepcopy(ref).to(TPU), tpu_batch, loss_of, "strict")
-    deferred = _train(copy.deepcopy(ref).to(TPU), tpu_batch, loss_of, "defer_and_fuse")
-    tol = dict(loss_tol=dict(rel=1e-5, abs=1e-6), param_tol=dict(rtol=1e-5, atol=1e-5))
-    _compare(deferred, cpu, **tol)
-    _compare(deferred, strict, **tol)
+    deferred = _train_against_strict_and_cpu(ref, batch, tpu_batch, loss_of, dict(rtol=1e-5, atol=1e-5))
     _check_regions(deferred)
     assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
 
@@ -308,12 +318,7 @@ def test_zoo_llama_trains_with_adamw_like_strict_and_cpu():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cpu = _train(copy.deepcopy(ref), batch, loss_of, None)
-        strict = _train(copy.deepcopy(ref).to(TPU), tpu_batch, loss_of, "strict")
-        deferred = _train(copy.deepcopy(ref).to(TPU), tpu_batch, loss_of, "defer_and_fuse")
-    tol = dict(loss_tol=dict(rel=1e-5, abs=1e-6), param_tol=dict(rtol=1e-4, atol=5e-5))
-    _compare(deferred, cpu, **tol)
-    _compare(deferred, strict, **tol)
+        deferred = _train_against_strict_and_cpu(ref, batch, tpu_batch, loss_of, dict(rtol=1e-4, atol=5e-5))
     # transformers' mask helper asks `bool((mask[:, -1] == 0).all())` in the forward: a host
     # read, cut where it is (masking_utils.py), the same in every step.
     _check_regions(deferred, [("host_read", "a scalar read (.item(), bool(), int(), float())")] + STEP)
@@ -388,3 +393,26 @@ def test_a_donated_buffer_refuses_reads():
         x.to_host()
     with pytest.raises(torchtpu.InputError, match="donated"):
         program.run_device([x, y])
+
+
+# ---------------------------------------------------------------- the persistent cache
+
+
+def test_env_mode_and_the_persistent_cache_across_processes(tmp_path):
+    """TORCHTPU_EAGER_MODE=defer_and_fuse sets the mode; a second process compiles the same
+    region from the disk cache (no XLA compile)."""
+    code = (
+        "import torch, torchtpu.eager as E\n"
+        "x = torch.arange(6.0).to('tpu')\n"
+        "print(E.current_mode(), ((x * 2).exp() + 1).sum().item())\n"
+        "print(E.explain().regions[0]['executable'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    env.update(TORCHTPU_EAGER_MODE="defer_and_fuse", TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (r.stdout.split() for r in runs)
+    expected = float(((torch.arange(6.0) * 2).exp() + 1).sum())
+    assert first[0] == "defer_and_fuse" and float(first[1]) == pytest.approx(expected, rel=1e-6)
+    assert first[2] == "compiled" and second[2] == "disk", (first, second)

@@ -298,6 +298,7 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
         rec["differs"] = _nearest_difference(key)
         check_compile_allowed(f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}")
         program = _compile_region(r, live, key, rec)
+        rec["executable"] = program.compiled.source  # "compiled", or found in a cache ("memory", "disk")
         _regions[key] = program
         _by_length.setdefault(len(r.records), []).append(key)
         _stats.bump("eager_regions_compiled")
@@ -404,7 +405,9 @@ def _compile_region(r: Region, live: tuple, key, rec: dict) -> RegionProgram:
     order = list(dead) + [k for k in range(len(r.externals)) if k not in dead_set]
     graph, root = _splice(r, live, order)
     gm = torch.fx.GraphModule(root, graph)
-    name = f"eager_region_{rec['key']}"
+    # One name for every region: the IR text, and so the engine's persistent cache key, then
+    # depends on the region's content only (the key id names serials, which differ per process).
+    name = "eager_region"
     exported = export(gm, name)
     sources = []
     for spec in exported.inputs:
