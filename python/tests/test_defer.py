@@ -222,6 +222,11 @@ def test_cache_only_refuses_a_compile_after_warm_up(monkeypatch):
         with pytest.raises(torchtpu.RecompileError, match="would be compiled after warm-up") as info:
             (a * 3).exp().sum().item()
         assert "differs first at op" in info.value.what
+        # A value of the refused region: each read raises the same error, not a missing value.
+        v = (a * 5).cos()
+        for _ in range(2):
+            with pytest.raises(torchtpu.RecompileError, match="would be compiled after warm-up"):
+                v.cpu()
     monkeypatch.setattr(_defer, "_warm", False)
 
 

@@ -81,9 +81,13 @@ class Pending:
     def _value(self, reason: str):
         if self.buffer is None:
             flush(reason)
-        if self.buffer is None:  # the region ran without this value as an output: a bug
+        if self.buffer is None:
+            failed = self.region.error
+            if failed is not None:  # compiling or running its region failed: the same error
+                raise failed
             from torchtpu.errors import InternalError
 
+            # The region ran without this value as an output: a bug.
             raise InternalError("a pending tpu value was not computed by its region", stage="execute")
         return self.buffer
 
@@ -98,7 +102,7 @@ class Pending:
 class Region:
     """The ops recorded since the last cut."""
 
-    __slots__ = ("records", "tokens", "values", "externals", "ext_index", "started")
+    __slots__ = ("records", "tokens", "values", "externals", "ext_index", "started", "error")
 
     def __init__(self):
         self.records: list = []  # (program, wiring, first value index)
@@ -109,6 +113,7 @@ class Region:
         self.externals: list = []  # device buffers read, in first-use order
         self.ext_index: dict = {}  # id(buffer) -> index in externals
         self.started = time.perf_counter()
+        self.error = None  # why compiling or running the region failed, for its values' readers
 
 
 def record(program, leaves: list) -> list:
@@ -288,6 +293,22 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
         "key": _key_id(key),
         "record_ms": (time.perf_counter() - r.started) * 1e3,
     }
+    try:
+        program = _run_region(r, key, live, rec, reason, where)
+    except BaseException as e:
+        r.error = e  # its Pendings' readers get this error, not a missing value
+        raise
+    rec["donated"] = len(program.donate)
+    rec["bytes_in"] = program.memory["input_bytes"]
+    rec["bytes_out"] = program.memory["output_bytes"]
+    rec["bytes_peak"] = program.memory["peak_bytes"]
+    _remember(rec)
+    return rec
+
+
+def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
+    """Finds or compiles the region's program, runs it, and gives each live Pending its
+    buffer."""
     program = _regions.get(key)
     rec["hit"] = program is not None
     t0 = time.perf_counter()
@@ -308,14 +329,17 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
     rec["compile_ms"] = 0.0 if rec["hit"] else (time.perf_counter() - t0) * 1e3
     _stats.bump("eager_regions")
     _stats.bump("eager_ops_deferred", len(r.records))
-    from torchtpu.device import _modes
+    from torchtpu.device import _modes, _programs
 
     inputs = [r.externals[v] if k == "ext" else v for k, v in program.sources]
     # The region held the last references to what it donates: nothing reads them afterwards.
     r.externals = r.ext_index = None
+    wait = _modes.wait()
     t1 = time.perf_counter()
-    outs = program.compiled.run_device(inputs, _modes.wait(), program.donate)
+    outs = program.compiled.run_device(inputs, wait, program.donate)
     rec["run_ms"] = (time.perf_counter() - t1) * 1e3
+    if not wait:
+        _programs.mark_last(outs)  # what `torch.tpu.synchronize()` waits for
     values = r.values
     for value, spec in zip(program.live, program.outputs):
         if spec.kind == "ir":
@@ -328,12 +352,7 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
             raise InternalError(f"region output of kind {spec.kind}", stage="execute")
     del inputs
     r.records = r.values = r.tokens = None  # a resolved Pending keeps its region: keep it small
-    rec["donated"] = len(program.donate)
-    rec["bytes_in"] = program.memory["input_bytes"]
-    rec["bytes_out"] = program.memory["output_bytes"]
-    rec["bytes_peak"] = program.memory["peak_bytes"]
-    _remember(rec)
-    return rec
+    return program
 
 
 def _dead_externals(externals: list) -> tuple:

@@ -124,7 +124,6 @@ class Program:
         """Executes on `leaves` (device buffers, in flattening order); returns the device
         buffers of the IR outputs. In DeferAndFuse mode a traced program is recorded instead
         and its outputs are pending values (`_defer.Pending`)."""
-        global _last
         if _defer.active and self.gm is not None:
             return _defer.record(self, leaves)
         if _defer.region is not None:
@@ -132,8 +131,15 @@ class Program:
         inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
         outs = self.program.run_device(inputs, wait)
         if not wait:
-            _last = tuple(weakref.ref(b) for b in outs)
+            mark_last(outs)
         return outs
+
+
+def mark_last(outs: list) -> None:
+    """Records `outs` as the last asynchronous execution's outputs (`wait_all` waits for them;
+    a one-op program's or a region's, `_defer.py`)."""
+    global _last
+    _last = tuple(weakref.ref(b) for b in outs)
 
 
 _serials = itertools.count()
