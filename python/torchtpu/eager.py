@@ -107,15 +107,15 @@ class Explained:
 
 def explain() -> Explained:
     """What DeferAndFuse did: one record per region run (see `Explained`)."""
-    from torchtpu.device import _defer
+    from torchtpu.device import _trace
 
-    return Explained(_defer.explained())
+    return Explained(_trace.explained())
 
 
 def reset_explain() -> None:
-    from torchtpu.device import _defer
+    from torchtpu.device import _trace
 
-    _defer.reset()
+    _trace.reset()
 
 
 def flush() -> None:

@@ -10,8 +10,9 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off.
 Layout: `_storage` (device data behind storages, views and writes), `_programs` (one-op
 programs and their cache), `_dispatch` (how an op runs: view, program, in-place, CPU
 fallback), `_kernels` (the registered kernels), `_random` (the device generator), `_modes`
-(strict, debug, defer_and_fuse), `_defer` (DeferAndFuse's recording, cuts and regions),
-`module` (`torch.tpu`).
+(strict, debug, defer_and_fuse), `_defer` (DeferAndFuse's recording and cuts), `_region`
+(a cut region's program and its cache), `_trace` (explain records, trace files), `module`
+(`torch.tpu`).
 """
 
 from __future__ import annotations

@@ -4,21 +4,23 @@ Ops on `tpu` tensors still go through `_dispatch` (views, in-place writes, casts
 fallbacks: every rule of strict mode), but a one-op `Program` is recorded instead of run
 (`record`): its outputs are `Pending` values that storages hold in place of device buffers.
 Nothing runs until a cut (`flush`). Then the region (the recorded programs, wired together)
-is spliced into one FX graph, exported as IR and compiled through the compiler's whole
-pipeline, or found in the region cache, and run once. Only the pending values Python still
-references become outputs; the rest are intermediates XLA never materialises.
+is compiled as one program (`_region.py`), or found in the region cache, and run once. Only
+the pending values Python still references become outputs; the rest are intermediates XLA
+never materialises. Inputs only the region still references (the old buffers of tensors
+updated in place) are donated to it.
 
 A region's key is structural: each recorded program's serial (which names its op, attributes
 and input types, `_dispatch._run`'s key), how its inputs are wired (an earlier value, or the
-k-th distinct external buffer: aliasing is in the key), and which values are still
-referenced. A loop that does the same thing every step records the same keys.
+k-th distinct external buffer: aliasing is in the key), which values are still referenced,
+and which inputs are donated. A loop that does the same thing every step records the same
+keys.
 
 Cuts, each with its reason (`CUT_REASONS`), the user's file:line and source text: host reads
 (`.item()`, `.cpu()`, printing, `.tolist()`, `bool()`), ops with data-dependent shapes,
 `torch.tpu.synchronize()`, the end of `backward()`, before and after an optimizer step, a cap
 on recorded ops and live bytes, a CPU fallback that needs values, and leaving the mode.
-`explain()` and TORCHTPU_EAGER_TRACE hold one record per region; TORCHTPU_EAGER_CACHE_ONLY=1
-makes a region compile after warm-up an error.
+`explain()` and TORCHTPU_EAGER_TRACE hold one record per region (`_trace.py`);
+TORCHTPU_EAGER_CACHE_ONLY=1 makes a region compile after warm-up an error.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import time
 
 import torch
 
-from torchtpu import _C, _stats
+from torchtpu import _stats
+from torchtpu.device import _region, _trace
 
 # Why a region was cut (the `reason` of each record).
 CUT_REASONS = {
@@ -54,10 +57,8 @@ MAX_OPS = int(os.environ.get("TORCHTPU_EAGER_MAX_OPS", "20000"))
 MAX_LIVE_BYTES = int(os.environ.get("TORCHTPU_EAGER_MAX_LIVE_BYTES", str(8 << 30)))
 # Live bytes are counted every this many recorded ops (a scan of the region's values).
 _LIVE_CHECK_EVERY = 512
-TRACE_ENV = "TORCHTPU_EAGER_TRACE"
 CACHE_ONLY_ENV = "TORCHTPU_EAGER_CACHE_ONLY"
 WARMUP_ENV = "TORCHTPU_EAGER_WARMUP_STEPS"
-_EXPLAIN_LIMIT = 10000
 
 # Whether the mode is defer_and_fuse; whether ops are recorded (the mode, outside a host read's
 # own data movement, `immediate`); the region being recorded.
@@ -235,33 +236,6 @@ def _main_thread_frame():
 # ---------------------------------------------------------------- the cut
 
 
-class RegionProgram:
-    """A compiled region: its executable, how its IR inputs come from the externals (or
-    constants), and which value each output is."""
-
-    __slots__ = ("compiled", "sources", "outputs", "live", "name", "n_ops", "memory", "donate")
-
-    def __init__(self, compiled, sources, outputs, live, name, n_ops, dead: tuple):
-        self.compiled = compiled
-        self.sources = sources
-        # IR inputs fed by dead externals: donated at each run (PJRT reuses those the program
-        # aliases to an output; the others are freed right after anyway).
-        dead = set(dead)
-        self.donate = [i for i, (kind, v) in enumerate(sources) if kind == "ext" and v in dead]
-        self.outputs = outputs
-        self.live = live
-        self.name = name
-        self.n_ops = n_ops
-        memory = compiled.memory
-        self.memory = {k: memory.get(k) for k in ("input_bytes", "output_bytes", "peak_bytes")}
-
-
-_regions: dict = {}  # region key -> RegionProgram
-_by_length: dict = {}  # number of ops -> keys (for the nearest key of a miss)
-_explained: list = []
-_names: dict = {}  # program serial -> a description, for key diffs
-
-
 def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
     """Runs the open region, if any; returns its explain record."""
     global region
@@ -279,10 +253,10 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
     else:
         where, line = _user_frame()
     live = tuple(_live(r.values))
-    dead = _dead_externals(r.externals)
+    dead = _region.dead_externals(r.externals)
     key = (tuple(r.tokens), live, dead)
     rec = {
-        "region": len(_explained),
+        "region": _trace.count(),
         "reason": reason,
         "detail": detail,
         "where": where,
@@ -290,7 +264,7 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
         "ops": len(r.records),
         "outputs": len(live),
         "inputs": len(r.externals),
-        "key": _key_id(key),
+        "key": _region.key_id(key),
         "record_ms": (time.perf_counter() - r.started) * 1e3,
     }
     try:
@@ -302,26 +276,21 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
     rec["bytes_in"] = program.memory["input_bytes"]
     rec["bytes_out"] = program.memory["output_bytes"]
     rec["bytes_peak"] = program.memory["peak_bytes"]
-    _remember(rec)
+    _trace.remember(rec)
     return rec
 
 
 def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
     """Finds or compiles the region's program, runs it, and gives each live Pending its
     buffer."""
-    program = _regions.get(key)
+    program = _region.lookup(key)
     rec["hit"] = program is not None
     t0 = time.perf_counter()
     if program is None:
-        for p, _, _ in r.records:
-            if p.serial not in _names:
-                _names[p.serial] = _program_text(p)
-        rec["differs"] = _nearest_difference(key)
+        rec["differs"] = _region.describe_miss(r, key)
         check_compile_allowed(f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}")
-        program = _compile_region(r, live, key, rec)
+        program = _region.compile_region(r, key)
         rec["executable"] = program.compiled.source  # "compiled", or found in a cache ("memory", "disk")
-        _regions[key] = program
-        _by_length.setdefault(len(r.records), []).append(key)
         _stats.bump("eager_regions_compiled")
         _stats.bump("eager_programs_compiled")
     else:
@@ -353,197 +322,6 @@ def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
     del inputs
     r.records = r.values = r.tokens = None  # a resolved Pending keeps its region: keep it small
     return program
-
-
-def _dead_externals(externals: list) -> tuple:
-    """The externals only the region still references (no storage, Pending, cache or Python
-    variable holds them): they can be donated to the region's program. A parameter updated in
-    place is one: its storage holds the Pending of its new value."""
-    # References: the list's, and getrefcount's argument.
-    return tuple(k for k in range(len(externals)) if sys.getrefcount(externals[k]) <= 2)
-
-
-def _key_id(key) -> str:
-    return f"{hash(key) & 0xFFFFFFFFFFFF:012x}"
-
-
-def _describe(token) -> str:
-    serial, wiring = token
-    name = _names.get(serial, f"program #{serial}")
-    ins = ", ".join(f"%{w}" if w >= 0 else f"in{-1 - w}" for w in wiring)
-    return f"{name}({ins})"
-
-
-def _nearest_difference(key) -> str:
-    """What differs between a missed key and the nearest cached one (the longest common
-    prefix of ops, among keys of the nearest length)."""
-    tokens, live, dead = key
-    if not _regions:
-        return "first region compiled"
-    best, best_prefix = None, -1
-    lengths = sorted(_by_length, key=lambda n: abs(n - len(tokens)))[:3]
-    for n in lengths:
-        for other in _by_length[n]:
-            o_tokens = other[0]
-            prefix = 0
-            for a, b in zip(tokens, o_tokens):
-                if a != b:
-                    break
-                prefix += 1
-            if prefix > best_prefix:
-                best, best_prefix = other, prefix
-    o_tokens, o_live, o_dead = best
-    if o_tokens == tokens and o_live == live:
-        return (
-            f"same {len(tokens)} ops and outputs as region {_key_id(best)}; the inputs only the region "
-            f"still holds (donated) differ: in{', in'.join(map(str, dead)) or ' -'} here, "
-            f"in{', in'.join(map(str, o_dead)) or ' -'} there"
-        )
-    if o_tokens == tokens:
-        added = sorted(set(live) - set(o_live))
-        dropped = sorted(set(o_live) - set(live))
-        return (
-            f"same {len(tokens)} ops as region {_key_id(best)}; the values still referenced differ "
-            f"(now also %{', %'.join(map(str, added)) or '-'}; no longer %{', %'.join(map(str, dropped)) or '-'})"
-        )
-    if best_prefix >= len(tokens) or best_prefix >= len(o_tokens):
-        return f"region {_key_id(best)} has the same first {best_prefix} ops; this one has {len(tokens)}, it {len(o_tokens)}"
-    return (
-        f"nearest region {_key_id(best)} ({len(o_tokens)} ops) differs first at op {best_prefix}: "
-        f"{_describe(tokens[best_prefix])} here, {_describe(o_tokens[best_prefix])} there"
-    )
-
-
-def _compile_region(r: Region, live: tuple, key, rec: dict) -> RegionProgram:
-    from torchtpu.exporter import export
-
-    dead = key[2]
-    # Dead externals first: the compiler pairs each output with the first unpaired input of
-    # its type (`donation_pairs`), so outputs alias what can be donated before anything else.
-    dead_set = set(dead)
-    order = list(dead) + [k for k in range(len(r.externals)) if k not in dead_set]
-    graph, root = _splice(r, live, order)
-    gm = torch.fx.GraphModule(root, graph)
-    # One name for every region: the IR text, and so the engine's persistent cache key, then
-    # depends on the region's content only (the key id names serials, which differ per process).
-    name = "eager_region"
-    exported = export(gm, name)
-    sources = []
-    for spec in exported.inputs:
-        if spec.kind == "arg":
-            sources.append(("ext", order[spec.index]))
-        else:
-            from torchtpu.device._storage import upload
-
-            sources.append(("const", upload(spec.value)))
-    # Aliases only where something can be donated: on a plugin that reads inputs in place an
-    # alias to a kept input costs a copy (docs/passes.md, "Buffer donation").
-    compiled = _C.compile(exported.text, donate=bool(dead))
-    return RegionProgram(compiled, sources, exported.outputs, live, name, len(r.records), dead)
-
-
-def _splice(r: Region, live: tuple, order: list):
-    """One FX graph of the region: its placeholders the externals (in `order`), the recorded
-    programs' graphs copied in order with their placeholders replaced by what fed them, its
-    outputs the live values."""
-    import copy
-
-    graph = torch.fx.Graph()
-    root = torch.nn.Module()
-    ext_nodes: list = [None] * len(r.externals)
-    # Placeholders first, typed as each external's first reader saw it.
-    first_reader: dict = {}
-    for program, wiring, _ in r.records:
-        for ph, w in zip(program.placeholders(), wiring):
-            if w < 0:
-                first_reader.setdefault(-1 - w, ph)
-    for k in order:
-        node = ext_nodes[k] = graph.placeholder(f"in{k}")
-        node.meta = copy.copy(first_reader[k].meta)
-    values: list = [None] * len(r.values)
-    n_attrs = 0
-    for program, wiring, base in r.records:
-        gm = program.gm
-        env = {}
-        for ph, w in zip(program.placeholders(), wiring):
-            env[ph] = values[w] if w >= 0 else ext_nodes[-1 - w]
-        for node in gm.graph.nodes:
-            if node.op in ("placeholder", "output"):
-                continue
-            if node.op == "get_attr":
-                name = f"_c{n_attrs}"
-                n_attrs += 1
-                setattr(root, name, getattr(gm, node.target))
-                new = graph.get_attr(name)
-                new.meta = copy.copy(node.meta)
-            else:
-                new = graph.node_copy(node, lambda n: env[n])
-            env[node] = new
-        outs = gm.graph.output_node().args[0]
-        for k, j in enumerate(program.ir_nodes):
-            values[base + k] = env[outs[j]]
-    graph.output(tuple(values[i] for i in live))
-    graph.eliminate_dead_code()
-    return graph, root
-
-
-def _program_text(program) -> str:
-    from torchtpu.exporter import tensor_type
-
-    types = [tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)]
-    return f"{program.name.removeprefix('eager_')}[{', '.join(types)}]"
-
-
-# ---------------------------------------------------------------- explain and trace
-
-
-def _remember(rec: dict) -> None:
-    _explained.append(rec)
-    if len(_explained) > _EXPLAIN_LIMIT:
-        del _explained[: len(_explained) - _EXPLAIN_LIMIT]
-    _trace(rec)
-
-
-_trace_files = None
-
-
-def _trace(rec: dict) -> None:
-    global _trace_files
-    path = os.environ.get(TRACE_ENV)
-    if not path:
-        return
-    if _trace_files is None or _trace_files[0] != path:
-        jsonl = open(path, "a", buffering=1)
-        chrome = open(path + ".chrome.json", "w", buffering=1)
-        # Chrome's JSON array format: the closing bracket is optional, so events are
-        # appended as regions run and the file is viewable at any time.
-        chrome.write("[\n")
-        _trace_files = (path, jsonl, chrome, time.perf_counter())
-    _, jsonl, chrome, t_start = _trace_files
-    jsonl.write(json.dumps(rec) + "\n")
-    now = (time.perf_counter() - t_start) * 1e6
-    run_us, compile_us = rec["run_ms"] * 1e3, rec["compile_ms"] * 1e3
-    args = {k: rec[k] for k in ("reason", "detail", "where", "line", "ops", "key", "hit", "bytes_in", "bytes_out", "bytes_peak")}
-    if not rec["hit"]:
-        args["differs"] = rec.get("differs")
-    start = now - run_us - compile_us
-    events = []
-    if not rec["hit"]:
-        events.append({"name": f"compile {rec['key']}", "ph": "X", "ts": start, "dur": compile_us, "pid": 0, "tid": 1, "args": args})
-    events.append(
-        {"name": f"region {rec['key']} ({rec['reason']})", "ph": "X", "ts": start + compile_us, "dur": run_us, "pid": 0, "tid": 0, "args": args}
-    )
-    for e in events:
-        chrome.write(json.dumps(e) + ",\n")
-
-
-def explained() -> list:
-    return list(_explained)
-
-
-def reset() -> None:
-    """Forgets the explain records (the region cache stays)."""
-    _explained.clear()
 
 
 # ---------------------------------------------------------------- cache-only and warm-up
