@@ -295,16 +295,11 @@ def _train_against_strict_and_cpu(ref, batch, tpu_batch, loss_of, param_tol):
 
 
 def test_mlp_trains_with_adamw_like_strict_and_cpu():
-    torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 5))
-    g = torch.Generator().manual_seed(1)
-    batch = {"x": torch.randn(8, 16, generator=g), "y": torch.randint(0, 5, (8,), generator=g)}
+    from test_device_models import _mlp_and_data, _mlp_loss  # strict mode's MLP test, its data
+
+    ref, batch = _mlp_and_data()
     tpu_batch = {k: v.to(TPU) for k, v in batch.items()}
-
-    def loss_of(model, b):
-        return F.cross_entropy(model(b["x"]), b["y"])
-
-    deferred = _train_against_strict_and_cpu(ref, batch, tpu_batch, loss_of, dict(rtol=1e-5, atol=1e-5))
+    deferred = _train_against_strict_and_cpu(ref, batch, tpu_batch, _mlp_loss, dict(rtol=1e-5, atol=1e-5))
     _check_regions(deferred)
     assert torchtpu.stats()["eager_cpu_fallbacks"] == {}
 
