@@ -124,8 +124,9 @@ def record(program, leaves: list) -> list:
     r = region
     if r is None:
         r = region = Region()
-    if torch._C._current_graph_task_id() != -1:
-        _queue_backward_cut()
+    task = torch._C._current_graph_task_id()
+    if task != -1 and task != _backward_task:
+        _queue_backward_cut(task)
     wiring = []
     for b in leaves:
         if type(b) is Pending:
@@ -209,7 +210,7 @@ def _outside_torch(filename: str) -> bool:
     return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
 
 
-def _first_user_frame(frame):
+def first_user_frame(frame):
     """(file:line, source text) of the innermost frame from `frame` out that is outside torch
     and torchtpu (a walk of frame objects: `traceback.extract_stack` costs ~100 us, a cut's
     budget)."""
@@ -222,7 +223,7 @@ def _first_user_frame(frame):
 
 
 def _user_frame():
-    return _first_user_frame(sys._getframe(1))
+    return first_user_frame(sys._getframe(1))
 
 
 def _main_thread_frame():
@@ -230,7 +231,7 @@ def _main_thread_frame():
     its final callback on a device thread of its own)."""
     if threading.current_thread() is threading.main_thread():
         return _user_frame()
-    return _first_user_frame(sys._current_frames().get(threading.main_thread().ident))
+    return first_user_frame(sys._current_frames().get(threading.main_thread().ident))
 
 
 # ---------------------------------------------------------------- the cut
@@ -360,12 +361,9 @@ _hooks = None
 _multithreading = None  # autograd's multithreading switch before the mode was entered
 
 
-def _queue_backward_cut() -> None:
-    """Inside a backward pass: cut when it ends (once per graph task)."""
+def _queue_backward_cut(task: int) -> None:
+    """Inside backward pass `task` (a graph task not yet seen): cut when it ends."""
     global _backward_task
-    task = torch._C._current_graph_task_id()
-    if task == -1 or task == _backward_task:
-        return
     _backward_task = task
 
     def at_end():

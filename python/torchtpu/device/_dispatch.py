@@ -22,13 +22,13 @@ path's (`policy.py`); a bug inside torchtpu is raised, never turned into a fallb
 from __future__ import annotations
 
 import math
-import traceback
+import sys
 
 import torch
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
-from torchtpu.device import _modes, _programs, _storage
+from torchtpu.device import _defer, _modes, _programs, _storage
 from torchtpu.errors import DeviceOpError, FallbackError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
 
@@ -234,12 +234,7 @@ def _type_text(t) -> str:
 
 def user_frame() -> str | None:
     """The innermost frame outside torch and torchtpu: where the user called the op."""
-    for frame in reversed(traceback.extract_stack()):
-        f = frame.filename
-        if "/torch/" in f or "/torchtpu/" in f or f.startswith("<frozen"):
-            continue
-        return f"{f}:{frame.lineno}"
-    return None
+    return _defer.first_user_frame(sys._getframe(1))[0]
 
 
 # ---------------------------------------------------------------- the fallback kernel

@@ -152,6 +152,14 @@ def _compile(text: str):
     return compiled
 
 
+def input_sources(exported) -> list:
+    """Per IR input of an export: ("arg", positional index), or ("const", a device buffer
+    holding the module attribute, uploaded now)."""
+    from torchtpu.device._storage import upload
+
+    return [("arg", spec.index) if spec.kind == "arg" else ("const", upload(spec.value)) for spec in exported.inputs]
+
+
 def _types_of(gm, outputs) -> tuple[list, list]:
     """Per output spec and per IR output, (dtype, shape), from the traced graph's values."""
     nodes = gm.graph.output_node().args[0]
@@ -276,14 +284,7 @@ def build(
             raise TypeError(f"lifting floats of {op} changes its result dtypes ({got} vs {expected})")
     name = "eager_" + str(op).replace(".", "_").replace("::", "_")
     exported = export(gm, name)
-    sources = []
-    for spec in exported.inputs:
-        if spec.kind == "arg":
-            sources.append(("leaf", spec.index))
-        else:
-            from torchtpu.device._storage import upload
-
-            sources.append(("const", upload(spec.value)))
+    sources = [("leaf", v) if k == "arg" else (k, v) for k, v in input_sources(exported)]
     out_types, ir_types = _types_of(gm, exported.outputs)
     if _defer.active:
         # Recorded, not run: the registry's legality checks stand in for a compile (what

@@ -51,8 +51,8 @@ def _remember_names(r) -> None:
 
 
 def compile_region(r, key) -> RegionProgram:
-    """Compiles region `r` (a `_defer.Region`) under `key` and keeps it."""
-    _remember_names(r)
+    """Compiles region `r` (a `_defer.Region`, its miss described first: `describe_miss`)
+    under `key` and keeps it."""
     program = _compile(r, key[1], key)
     _programs[key] = program
     _by_length.setdefault(len(r.records), []).append(key)
@@ -126,6 +126,7 @@ def nearest_difference(key) -> str:
 
 def _compile(r, live: tuple, key) -> RegionProgram:
     """The region's graph (dead externals first), exported and compiled."""
+    from torchtpu.device._programs import input_sources
     from torchtpu.exporter import export
 
     dead = key[2]
@@ -139,14 +140,7 @@ def _compile(r, live: tuple, key) -> RegionProgram:
     # depends on the region's content only (the key id names serials, which differ per process).
     name = "eager_region"
     exported = export(gm, name)
-    sources = []
-    for spec in exported.inputs:
-        if spec.kind == "arg":
-            sources.append(("ext", order[spec.index]))
-        else:
-            from torchtpu.device._storage import upload
-
-            sources.append(("const", upload(spec.value)))
+    sources = [("ext", order[v]) if k == "arg" else (k, v) for k, v in input_sources(exported)]
     # Aliases only where something can be donated: on a plugin that reads inputs in place an
     # alias to a kept input costs a copy (docs/passes.md, "Buffer donation").
     compiled = _C.compile(exported.text, donate=bool(dead))

@@ -78,13 +78,11 @@ def new_tensor(shape, dtype: torch.dtype, buffer=None) -> torch.Tensor:
     dtype) or nothing yet (an uninitialised `empty`)."""
     if dtype not in IR_DTYPES:
         raise TypeError(f"torchtpu: dtype {dtype} is not supported on the tpu device")
-    t = torch._C._acc.create_empty_tensor(list(shape), dtype)
-    setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer))
-    return t
+    return new_result(shape, dtype, buffer)
 
 
 def new_result(shape, dtype: torch.dtype, buffer) -> torch.Tensor:
-    """`new_tensor` for a program's output (its dtype is an IR dtype, its shape a tuple)."""
+    """`new_tensor` for a program's output (its dtype is an IR dtype: not checked again)."""
     t = torch._C._acc.create_empty_tensor(list(shape), dtype)
     setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer))
     return t
