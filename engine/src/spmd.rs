@@ -3,8 +3,9 @@
 //! Device `d` of the mesh (row-major coordinates, `Mesh::coords`) holds, of a value with
 //! sharding `s`, the block whose index along dim `k` is the mixed-radix number its
 //! coordinates on `s.dims[k]`'s axes form (major to minor, as Shardy numbers them). A block
-//! that is one contiguous run of the host tensor (a split of the outermost non-unit dim,
-//! e.g. a dim-0 shard) is read in place; other blocks are copied out row by row.
+//! that is one contiguous run of the host tensor (`contiguous_range`: e.g. a dim-0 shard, or
+//! a split of the first dim after unit dims) is read in place; other blocks are copied out
+//! row by row.
 
 use torchtpu_compiler::ir::{Mesh, Sharding};
 
@@ -33,19 +34,25 @@ pub fn is_block_owner(mesh: &Mesh, s: &Sharding, device: i64) -> bool {
 }
 
 /// The byte range of the block when it is one contiguous run of the row-major host tensor.
+///
+/// The block starts at `sum(offsets[k] * stride[k])` (row-major strides of `global`). It is
+/// one run when, after the leading dims whose local extent is 1, every dim but the first of
+/// the rest is whole: `[1, 8]` split on dim 1 is the run of 4 at `offsets[1]`, `[2, 2, 4]`
+/// split on dims 0 and 1 one row of 4, `[4, 6]` split on dim 1 not a run.
 pub fn contiguous_range(global: &[i64], offsets: &[i64], local: &[i64], elem: usize) -> Option<(usize, usize)> {
-    let split = (0..global.len()).find(|&k| local[k] != global[k]);
-    let contiguous = match split {
-        None => true,
-        Some(j) => global[..j].iter().all(|&n| n == 1) && (j + 1..global.len()).all(|k| local[k] == global[k]),
-    };
-    if !contiguous {
+    let rank = global.len();
+    let first = (0..rank).find(|&k| local[k] != 1).unwrap_or(rank);
+    if (first + 1..rank).any(|k| local[k] != global[k]) {
         return None;
     }
-    let row: i64 = global.iter().skip(1).product();
-    let start = offsets.first().map_or(0, |&o| o * row) as usize * elem;
+    let mut start = 0i64;
+    let mut stride = 1i64;
+    for k in (0..rank).rev() {
+        start += offsets[k] * stride;
+        stride *= global[k];
+    }
     let len = local.iter().product::<i64>() as usize * elem;
-    Some((start, len))
+    Some((start as usize * elem, len))
 }
 
 /// Visits the block's rows (runs along the last dim): `(host byte offset, block byte offset,
@@ -150,5 +157,48 @@ mod tests {
         let (off, local) = block(&m, &s(&[&["dp"], &[]]), &global, 2);
         assert_eq!(contiguous_range(&global, &off, &local, 4), Some((48, 48)));
         assert_eq!(gather_block(&host, &global, &[1, 2], &[2, 2], 1), vec![8, 9, 14, 15]);
+    }
+
+    /// Every block of a split after leading unit dims, or after dims split to extent 1, starts
+    /// at its offset on every dim (issue 26: a `[1, 8]` split on dim 1 read both halves from 0).
+    #[test]
+    fn a_run_starts_at_the_offset_of_every_dim() {
+        let tp = Mesh { axes: vec![("tp".into(), 2)] };
+        for (global, sh) in [
+            (vec![1i64, 8], s(&[&[], &["tp"]])),
+            (vec![1, 1, 8], s(&[&[], &[], &["tp"]])),
+            (vec![1, 4, 6], s(&[&[], &["tp"], &[]])),
+            (vec![2, 4], s(&[&["tp"], &[]])),
+        ] {
+            let n: i64 = global.iter().product();
+            let host: Vec<u8> = (0..n as u8).collect();
+            for d in 0..2 {
+                let (off, local) = block(&tp, &sh, &global, d);
+                let (start, len) = contiguous_range(&global, &off, &local, 1).expect("one run");
+                assert_eq!(
+                    &host[start..start + len],
+                    gather_block(&host, &global, &off, &local, 1).as_slice(),
+                    "{global:?} device {d}"
+                );
+                assert_eq!((start, len), (d as usize * n as usize / 2, n as usize / 2));
+            }
+        }
+        // [1, 2, 4] split on its last dim: rows of 2, not one run.
+        let (off, local) = block(&tp, &s(&[&[], &[], &["tp"]]), &[1, 2, 4], 1);
+        assert_eq!(contiguous_range(&[1, 2, 4], &off, &local, 1), None);
+        // [2, 2, 4] split on dims 0 and 1 by a 2x2 mesh: each block is one row of 4.
+        let m = mesh();
+        let both = s(&[&["dp"], &["tp"], &[]]);
+        let starts: Vec<_> = (0..4)
+            .map(|d| {
+                let (off, local) = block(&m, &both, &[2, 2, 4], d);
+                contiguous_range(&[2, 2, 4], &off, &local, 4)
+            })
+            .collect();
+        assert_eq!(starts, vec![Some((0, 16)), Some((16, 16)), Some((32, 16)), Some((48, 16))]);
+        // A scalar and an empty block.
+        assert_eq!(contiguous_range(&[], &[], &[], 4), Some((0, 4)));
+        let (off, local) = block(&tp, &s(&[&["tp"], &[]]), &[2, 0], 1);
+        assert_eq!(contiguous_range(&[2, 0], &off, &local, 4), Some((0, 0)));
     }
 }
