@@ -27,6 +27,7 @@ pub use torchtpu_runtime::{CacheSource, XlaOption};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use torchtpu_compiler::ir::{parse_graph, print_graph, DType, Graph, TensorType};
@@ -246,12 +247,25 @@ pub const MALLOC_TUNING_ENV: &str = "TORCHTPU_MALLOC_TUNING";
 /// The variable that sets the CPU plugin's device count (`cpu_device_count`).
 pub const CPU_DEVICES_ENV: &str = "TORCHTPU_CPU_DEVICES";
 
+/// XLA's switch to its mesh-and-axis sharding representation (HloShardingV3), on by default
+/// in the CPU plugin's XLA. PJRT converts an SDY module to HLO in the V2 form (the shardings
+/// as `xla.sdy.*` frontend attributes) unless the build options carry debug options saying
+/// V3, and ours carry none (a partial `DebugOptions` would replace all of XLA's defaults);
+/// Shardy's import then finds V2 attributes with V3 on, warns "HloShardingV3 ... stale model
+/// export" on every sharded compile and turns V3 off for the module. SPMD compiles set it off
+/// themselves (`env_option_overrides`), so both sides agree on V2 from the start: the same
+/// program, without the warning. A plugin whose XLA predates the option refuses it ("No such
+/// compile option"); the engine then compiles without it and remembers.
+pub const HLO_SHARDING_V3: &str = "xla_enable_hlo_sharding_v3";
+
 /// A PJRT client on the first device, with its executable cache.
 pub struct Engine {
     client: Client,
     device: Device,
     cache: ExecutableCache,
     graphs: GraphCache,
+    /// The plugin refused `HLO_SHARDING_V3` (an XLA without it).
+    no_sharding_v3_option: AtomicBool,
 }
 
 impl Engine {
@@ -281,7 +295,7 @@ impl Engine {
         // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
         let cache = ExecutableCache::from_env();
         let graphs = GraphCache::for_disk(cache.disk());
-        Ok(Engine { client, device, cache, graphs })
+        Ok(Engine { client, device, cache, graphs, no_sharding_v3_option: AtomicBool::new(false) })
     }
 
     /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
@@ -396,15 +410,28 @@ impl Engine {
             return Err(EngineError::Injected { stage: "compile" });
         }
         let t = Instant::now();
-        let compile_options = match &spmd {
+        // SPMD compiles pin XLA's sharding representation to the form PJRT's conversion
+        // writes (`HLO_SHARDING_V3`), unless the user set it or the plugin lacks it.
+        let pin_v2 = spmd.is_some()
+            && !options.xla_options.contains_key(HLO_SHARDING_V3)
+            && !self.no_sharding_v3_option.load(Ordering::Relaxed);
+        let mut compile_options = match &spmd {
             Some(s) => CompileOptions::spmd(s.devices.len() as i64),
             None => CompileOptions::default(),
+        };
+        if pin_v2 {
+            compile_options.xla_options.insert(HLO_SHARDING_V3.into(), XlaOption::Bool(false));
         }
-        .with_xla_options(options.xla_options.clone());
-        let (exe, source) = self
-            .cache
-            .lookup_or_compile(&self.client, &code, &compile_options, Some(&graph.name))
-            .map_err(EngineError::Compile)?;
+        let mut compile_options = compile_options.with_xla_options(options.xla_options.clone());
+        let mut compiled = self.cache.lookup_or_compile(&self.client, &code, &compile_options, Some(&graph.name));
+        if pin_v2
+            && matches!(&compiled, Err(e) if e.to_string().contains(&format!("No such compile option: '{HLO_SHARDING_V3}'")))
+        {
+            self.no_sharding_v3_option.store(true, Ordering::Relaxed);
+            compile_options.xla_options.remove(HLO_SHARDING_V3);
+            compiled = self.cache.lookup_or_compile(&self.client, &code, &compile_options, Some(&graph.name));
+        }
+        let (exe, source) = compiled.map_err(EngineError::Compile)?;
         timings.record("compile", t.elapsed());
         // The passes keep the signature, so it is the input graph's.
         let inputs: Vec<TensorType> = graph.inputs().iter().map(|&i| graph.node(i).results[0].clone()).collect();

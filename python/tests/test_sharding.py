@@ -236,17 +236,78 @@ def test_explain_reports_layouts_collectives_and_user_lines(capsys):
     x = S.shard(torch.randn(8, 16), mesh, ("dp", None))
     compiled = torch.compile(model, backend="torchtpu")
     executions = torchtpu.stats()["executions"]
-    report = torchtpu.sharding.explain(compiled, x)
+    with torch.no_grad():  # an inference call: explain plans what the call will compile
+        report = torchtpu.sharding.explain(compiled, x)
     assert torchtpu.stats()["executions"] == executions, "explain ran a program"
     text = capsys.readouterr().out
-    (plan,) = report.values()
+    (name, plan), = report.items()
+    assert name.startswith("inference"), name
     assert plan["input_names"][:3] == ["up.weight", "up.bias", "input 0"]
     assert "up.weight" in text and "annotated" in text and "all-reduce" in text
     (c,) = plan["collectives"]
     assert c["bytes_per_device"] == 4 * 16 * 4 and c["source"] and __file__.split("/")[-1] in c["source"]
     assert plan["total_bytes_per_device"] == 256
-    # The real call reuses the plan's program and matches eager.
-    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    # The real call reuses the plan's program (no compile: not Dynamo's, not torchtpu's)
+    # and matches eager.
+    compiles, frames = torchtpu.stats()["graphs_compiled"], torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert torchtpu.stats()["graphs_compiled"] == compiles, "the call compiled again"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "Dynamo recompiled"
+
+
+def test_explain_plans_a_training_call_forward_and_backward_and_the_step_reuses_them(capsys):
+    """Issue 26: explain showed the inference plan for a training call, and the step then
+    compiled its forward and backward anew."""
+    torch.manual_seed(0)
+    ref = MLP()
+    model = copy.deepcopy(ref)
+    mesh = torchtpu.Mesh((4,), ("dp",))
+    torchtpu.parallelize(model, mesh, {"*": torchtpu.FSDP("dp")})
+    x = S.shard(torch.randn(8, 16), mesh, ("dp", None))
+    compiled = torch.compile(model, backend="torchtpu")
+    executions = torchtpu.stats()["executions"]
+    report = torchtpu.sharding.explain(compiled, x)
+    assert torchtpu.stats()["executions"] == executions, "explain ran a program"
+    assert sorted(k.split("_")[0] for k in report) == ["backward", "forward"], list(report)
+    assert all(p.grad is None for p in model.parameters()), "explain wrote gradients"
+    text = capsys.readouterr().out
+    assert "graph forward_" in text and "graph backward_" in text
+    backward = next(p for k, p in report.items() if k.startswith("backward"))
+    # The backward's gradients pinned to their FSDP parameters' layouts, as in the step.
+    assert any(c["consumer"] == "constraint" for c in backward["collectives"]), backward["collectives"]
+    compiles, frames = torchtpu.stats()["graphs_compiled"], torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    programs = len(S.RECENT_PROGRAMS)
+    compiled(x).pow(2).mean().backward()
+    ref(x).pow(2).mean().backward()
+    assert torchtpu.stats()["graphs_compiled"] == compiles, "the step compiled what explain had not"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "Dynamo recompiled"
+    assert len(S.RECENT_PROGRAMS) == programs
+    # The step's plans are the ones explain printed.
+    for name, plan in spmd_graphs().items():
+        assert plan["collectives"] == [{k: v for k, v in c.items() if k != "source"} for c in report[name]["collectives"]]
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_shard_and_parallelize_refuse_tpu_tensors_up_front():
+    """Issue 26: shard() took a tpu tensor and the call then failed with DLPack jargon."""
+    mesh = torchtpu.Mesh((2,), ("tp",))
+    x = torch.randn(4, 8).to("tpu")
+    with pytest.raises(torchtpu.ShardingError, match=r"tensor 'x' is on tpu:0; sharded \(SPMD\) programs take CPU tensors"):
+        S.shard(x, mesh, ("tp", None), name="x")
+    assert S.sharding_of(x) is None
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)).to("tpu")
+    with pytest.raises(torchtpu.ShardingError, match=r"parameter '0.weight' is on tpu:0; sharded \(SPMD\) programs take CPU"):
+        torchtpu.parallelize(model, mesh, {"1": torchtpu.Colwise("tp"), "0": torchtpu.Colwise("tp")})
+    assert all(S.sharding_of(p) is None for p in model.parameters()), "refused before annotating any"
+
+
+def test_a_graph_with_a_constraint_called_on_tpu_tensors_is_a_clear_error():
+    mesh = torchtpu.Mesh((2,), ("tp",))
+    f = torch.compile(lambda x: torchtpu.sharding_constraint(x * 2, ("tp", None), mesh), backend="torchtpu")
+    with pytest.raises(torchtpu.ShardingError, match=r"input 0 is on tpu:0; sharded \(SPMD\) programs take CPU tensors"):
+        f(torch.randn(4, 8).to("tpu"))
 
 
 def _llama():
@@ -321,6 +382,30 @@ def test_llama_tp_plus_fsdp_inference_and_three_training_steps_match_eager():
     # embedding [128, 32] as [64, 32] (FSDP on its larger dim).
     shapes = [p.partition_shapes() for p in only_program(compiled) if p.partition_shapes()]
     assert any([16, 16] in inputs[0] and [64, 32] in inputs[0] for inputs, _ in shapes), shapes
+
+
+def test_a_sharded_compile_logs_no_xla_warning():
+    """Issue 26: XLA warned "HloShardingV3 ... stale model export" on every sharded compile
+    (the engine now pins XLA's sharding representation to the one PJRT's conversion writes,
+    engine::HLO_SHARDING_V3). A fresh process without the disk cache, so XLA compiles."""
+    script = textwrap.dedent(
+        """
+        import torch, torchtpu
+        from torchtpu import sharding as S
+        mesh = torchtpu.Mesh((2, 2), ("dp", "tp"))
+        x, w = torch.randn(8, 16), torch.randn(16, 8)
+        S.shard(x, mesh, ("dp", "tp")); S.shard(w, mesh, ("tp", None))
+        got = torch.compile(lambda a, b: torch.tanh(a @ b), backend="torchtpu")(x, w)
+        torch.testing.assert_close(got, torch.tanh(x @ w), rtol=1e-5, atol=1e-5)
+        (program,) = [p for _, p in S.RECENT_PROGRAMS]
+        print("ok", program.source, program.sharding["num_partitions"])
+        """
+    )
+    env = dict(os.environ, TORCHTPU_CACHE="0")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-3:] == ["ok", "compiled", "4"], r.stdout
+    assert "HloShardingV3" not in r.stderr and "stale model export" not in r.stderr, r.stderr[-3000:]
 
 
 def test_eight_devices():

@@ -242,17 +242,20 @@ class CompiledGraph:
         return entry
 
     def _run_spmd(self, args, tensors, layouts):
+        for i, t in enumerate(tensors):
+            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                # Not a DLPack refusal later: say what an SPMD program takes.
+                raise ShardingError(
+                    f"{self.name}: input {i} is on {t.device}; sharded (SPMD) programs take CPU tensors (the "
+                    "engine splits them over the mesh's devices from host memory): call the sharded graph on "
+                    "CPU tensors"
+                )
         try:
             program, specs = self._spmd_program(layouts)
             if _sharding.EXPLAINING is not None and self.reference is not None:
                 # explain: the plan is made (compiled), nothing runs on the devices.
                 _sharding.EXPLAINING.append((self, program.sharding, tensors))
-                results = self.reference(*args)
-                if self._plain:  # results are the program's outputs, in order
-                    for out, spec in zip(results if isinstance(results, (list, tuple)) else [results], specs):
-                        if spec is not None:
-                            _sharding.tag(out, spec)
-                return results
+                return self._tag_reference(self.reference(*args), specs)
             outs = [_from_dlpack(c) for c in program.run([t.contiguous() for t in tensors])]
         except (CompileError, ExecutionError) as e:
             # The plugin refused or failed the SPMD program (one without SPMD support, say):
@@ -266,6 +269,15 @@ class CompiledGraph:
                 _sharding.tag(out, spec)
         return self._results(args, outs)
 
+    def _tag_reference(self, results, specs):
+        """explain's eager results, tagged as the program's would be (`_run_spmd`, `_results`):
+        each output the program computes carries its layout, so the graph it feeds (the
+        backward) is planned for the layouts the real call gives it."""
+        for spec, out in zip(self.outputs, results if self.output_is_tuple else [results]):
+            if spec.kind == "ir" and spec.stride is None and isinstance(out, torch.Tensor) and specs[spec.index] is not None:
+                _sharding.tag(out, specs[spec.index])
+        return results
+
     def __call__(self, *args):
         tensors = [args[i] if i >= 0 else c for i, c in self._sources]
         if _sharding.ACTIVE:
@@ -276,6 +288,10 @@ class CompiledGraph:
             self.last_layouts = None
         if self.program is None:
             self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name, xla_options=self.xla_options))
+        if _sharding.EXPLAINING is not None and self.reference is not None:
+            # explain meets a graph that runs on one device: compiled for the real call (just
+            # now), computed eagerly, nothing run.
+            return self.reference(*args)
         # The first input says the device (a per-call scan of every input would cost ~0.15 us
         # each); a later input on the other device is refused by either path's own check.
         if tensors and isinstance(tensors[0], torch.Tensor) and tensors[0].device.type == "tpu":

@@ -214,12 +214,25 @@ def _describe(t: torch.Tensor, name: str | None) -> str:
     return f"tensor {name!r}" if name else f"tensor of shape {list(t.shape)}"
 
 
+def _check_on_cpu(t: torch.Tensor, what: str) -> None:
+    """SPMD programs read their inputs from host memory, each device its block
+    (`engine/src/spmd.rs`), and return CPU tensors: a tensor elsewhere (the eager `tpu`
+    device's, whose buffer is on one device) cannot be split that way."""
+    if t.device.type != "cpu":
+        raise ShardingError(
+            f"{what} is on {t.device}; sharded (SPMD) programs take CPU tensors: the engine splits each over "
+            "the mesh's devices from host memory and returns CPU results. Shard a CPU tensor (.cpu()) and keep a "
+            "parallelized module on the CPU"
+        )
+
+
 def shard(tensor: torch.Tensor, mesh: Mesh, spec, name: str | None = None) -> torch.Tensor:
     """Annotates `tensor` (a parameter, buffer or input) with how it lies over `mesh`, and
     returns the same object."""
     s = ShardSpec.build(mesh, spec)
     if not isinstance(tensor, torch.Tensor):
         raise ShardingError(f"shard expects a tensor, got {type(tensor).__name__}")
+    _check_on_cpu(tensor, _describe(tensor, name))
     s.check(tensor.shape, _describe(tensor, name))
     tensor._torchtpu_sharding = s
     return tensor
@@ -359,6 +372,9 @@ def parallelize(model: torch.nn.Module, mesh: Mesh, plan: dict, tp_axis: str | N
     last axis)."""
     tp_axis = tp_axis if tp_axis is not None else mesh.axis_names[-1]
     mesh.axis_size(tp_axis)  # raises for an unknown axis
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for pn, t in named:
+            _check_on_cpu(t, f"{kind} {pn!r}")  # before any is annotated
     modules = dict(model.named_modules())
     matched = []
     for pattern, style in plan.items():
@@ -435,12 +451,40 @@ def _layout_text(layout: dict) -> str:
     return f"{layout['text']}  ({origin})"
 
 
+def _plan_backward(out) -> None:
+    """Runs the backward of `out`'s tensors that need one (a training call) with gradients of
+    ones and no `.grad` written: a compiled backward plans (compiles) its SPMD programs and
+    computes eagerly, as explain's forward does. An output's gradient in the real call is a
+    tensor PyTorch makes, unannotated, as these are."""
+    from torch.utils import _pytree
+
+    roots = [t for t in _pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if not roots:
+        return
+    # The leaves the graph reaches: asking for their gradients runs every node above them,
+    # the compiled backward included, and accumulates nothing.
+    leaves, seen, stack = [], set(), [t.grad_fn for t in roots]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+        stack.extend(f for f, _ in fn.next_functions)
+    if leaves:
+        torch.autograd.grad(roots, leaves, grad_outputs=[torch.ones_like(t) for t in roots], allow_unused=True)
+
+
 def explain(compiled, *args, **kwargs) -> dict:
     """Plans `compiled(*args, **kwargs)` without running anything on the devices: traces and
-    compiles it (the SPMD programs are made and cached for the real call), computes the
-    results eagerly, and prints per graph every input, parameter and output with its layout
-    and origin, every collective with its bytes per device and the user code that needs it,
-    and the communication per call. Returns `{graph: plan}` (the dicts of
+    compiles it under the caller's grad mode, as the real call will (a training call: its
+    forward, and its backward from gradients of ones; under `torch.no_grad()`: the inference
+    graph), so the programs are made and cached for the real call; computes the results
+    eagerly; and prints per graph every input, parameter and output with its layout and
+    origin, every collective with its bytes per device and the user code that needs it, and
+    the communication per call. No `.grad` is written. Returns `{graph: plan}` (the dicts of
     `torchtpu.stats()["graphs"][graph]["sharding"]`, with `input_names` and each
     collective's `source` added)."""
     global EXPLAINING
@@ -455,8 +499,10 @@ def explain(compiled, *args, **kwargs) -> dict:
         names.setdefault(id(a), f"input {k!r}")
     EXPLAINING = []
     try:
-        with torch.no_grad():
-            compiled(*args, **kwargs)
+        # Under the caller's grad mode, as the real call will run: with gradients, Dynamo's
+        # graph is AOTAutograd's forward, and the backward is planned here too.
+        out = compiled(*args, **kwargs)
+        _plan_backward(out)
         met = EXPLAINING
     finally:
         EXPLAINING = None
