@@ -20,6 +20,8 @@ EXPECTTEST_VERSION=0.3.0   # imported by torch.testing._internal
 TORCHVISION_VERSION=0.29.2 # the model zoo (python/tests/models)
 TRANSFORMERS_VERSION=5.24.0
 MATPLOTLIB_VERSION=3.11.2   # benches/performance.py plots (docs/img)
+ACCELERATE_VERSION=1.15.0   # HF Trainer and device_map (the tests of what a user runs)
+PYTEST_TIMEOUT_VERSION=2.4.0 # every test under a timeout: a hang fails, it does not stall CI
 PLUGIN_PKG=lammps-jax-pjrt-cpu
 PLUGIN_VERSION=0.11.2
 
@@ -60,7 +62,8 @@ VPY="$VENV/bin/python"
 # Which pinned requirements are missing (one interpreter start; `pip show` is slow).
 REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION"
       "numpy==$NUMPY_VERSION" "expecttest==$EXPECTTEST_VERSION"
-      "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "matplotlib==$MATPLOTLIB_VERSION")
+      "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "matplotlib==$MATPLOTLIB_VERSION"
+      "accelerate==$ACCELERATE_VERSION" "pytest-timeout==$PYTEST_TIMEOUT_VERSION")
 mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
 import sys, importlib.metadata as md
 for req in sys.argv[1:]:

@@ -49,6 +49,10 @@ fn some<'py>(py: Python<'py>, v: impl IntoPyObject<'py>) -> Option<Py<PyAny>> {
 
 /// An engine error as the exception its kind maps to.
 fn engine_error(py: Python<'_>, e: &EngineError) -> PyErr {
+    if torchtpu_runtime::in_forked_child() {
+        // Whatever failed, the cause is the fork: the plugin refuses every call here.
+        return forked_error(py);
+    }
     let message = e.to_string();
     match e.kind() {
         ErrorKind::Unsupported { op, node, reason, line, col } => py_error(
@@ -116,7 +120,14 @@ fn guarded<T>(py: Python<'_>, stage: &str, f: impl FnOnce() -> PyResult<T>) -> P
     }
 }
 
+fn forked_error(py: Python<'_>) -> PyErr {
+    py_error(py, "forked", &torchtpu_runtime::RuntimeError::ForkedChild.to_string(), &[])
+}
+
 fn default_engine(py: Python<'_>) -> PyResult<&'static torchtpu_engine::Engine> {
+    if torchtpu_runtime::in_forked_child() {
+        return Err(forked_error(py));
+    }
     torchtpu_engine::default_engine().map_err(|e| engine_error(py, &e))
 }
 
@@ -452,6 +463,18 @@ fn device_count(py: Python<'_>) -> PyResult<usize> {
     guarded(py, "compile", || Ok(default_engine(py)?.client().addressable_devices().len()))
 }
 
+/// Whether this process was forked from one that had started the plugin (`torch.tpu._is_in_bad_fork`).
+#[pyfunction]
+fn in_bad_fork() -> bool {
+    torchtpu_runtime::in_forked_child()
+}
+
+/// The default engine's platform ("cpu", "cuda", "tpu"): whether the device is an accelerator.
+#[pyfunction]
+fn platform_name(py: Python<'_>) -> PyResult<String> {
+    guarded(py, "compile", || Ok(default_engine(py)?.client().platform_name().to_string()))
+}
+
 /// Whether graphs alias outputs to inputs unless told (`donate=None`): not on the CPU plugin,
 /// which reads inputs in place and never donates them (`torchtpu_engine::donation_pays`).
 #[pyfunction]
@@ -575,6 +598,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
     m.add_function(wrap_pyfunction!(executions, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(in_bad_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(platform_name, m)?)?;
     m.add_function(wrap_pyfunction!(donates_by_default, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_put, m)?)?;

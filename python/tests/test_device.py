@@ -53,7 +53,8 @@ def test_fresh_process_without_import_torchtpu():
         "torch.accelerator.synchronize()\n"
         "print(torch.tpu.is_available(), torch.tpu.device_count())\n"
     )
-    r = _fresh(code)
+    # The accelerator story: opted in (on the CPU plugin tpu is not detected without it).
+    r = _fresh(code, TORCHTPU_DEVICE="1")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split("\n")
     # The device works, and autoload did not pull in Dynamo (torchtpu.errors) until an op ran.

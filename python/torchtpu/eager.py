@@ -4,6 +4,7 @@
     with torchtpu.eager.mode("debug", check_finite=True):
         loss = model(x.to("tpu")).sum()          # NaN/Inf named at the op that made it
     torchtpu.eager.fallback("error")             # raise instead of running an op on the CPU
+    torchtpu.eager.check_indices(False)          # no index checks (on by default)
 
 Modes: "strict" (the default; TORCHTPU_EAGER_MODE sets it): each op is dispatched as it
 comes, asynchronously where the plugin allows. "debug": synchronous, errors carry the op, its
@@ -63,6 +64,16 @@ def fallback(policy: str) -> _Restore:
         raise ValueError(f"torchtpu.eager.fallback: expected 'cpu' or 'error', got {policy!r}")
     saved = {"fallback_error": _modes.state.fallback_error}
     _modes.state.fallback_error = policy == "error"
+    return _Restore(saved)
+
+
+def check_indices(on: bool) -> _Restore:
+    """Whether ops on the tpu device check their indices (`x[idx]`, `gather`, `embedding`, a
+    loss target, ...) as CPU eager does, raising `torchtpu.IndexOutOfRangeError` at the next host
+    read (debug mode: at the op); XLA would clamp them. On by default; TORCHTPU_CHECK_INDICES=0
+    sets the default off. Returns a context manager that restores the previous setting."""
+    saved = {"check_indices": _modes.state.check_indices}
+    _modes.state.check_indices = bool(on)
     return _Restore(saved)
 
 

@@ -15,6 +15,9 @@ from it. All are RuntimeErrors; `OptionsError` is also a ValueError.
     │                          (`canonical_ir`, `run_pipeline`): line, col (also a ValueError)
     ├── InputError             inputs that do not match a compiled program (count, dtype,
     │                          shape, device, strides): index (also a ValueError)
+    ├── DeviceForkError        the device used in a process forked after it started
+    ├── OpArgumentError        what eager's kernels refuse and meta kernels do not (mixed
+    │                          dtypes in a matrix product, an empty max()): also an IndexError
     └── ShardingError          a bad Mesh, sharding spec or plan, or a dim its axes do not
                                divide (torchtpu.sharding; also a ValueError)
 
@@ -141,9 +144,30 @@ class ShardingError(TorchTPUError, ValueError):
     kind = "sharding"
 
 
+class DeviceForkError(TorchTPUError):
+    """The tpu device (its PJRT plugin) was used in a process forked after the parent had
+    started it, as CUDA refuses ("Cannot re-initialize CUDA in forked subprocess"): the plugin's
+    threads did not survive the fork, so the call would hang. Use the 'spawn' start method.
+    Never a fallback: raised as it is."""
+
+    kind = "forked"
+
+
+class OpArgumentError(TorchTPUError, IndexError):
+    """Arguments that eager's kernels refuse but the meta kernels (so Dynamo and make_fx) let
+    through, found when the graph is written: a matrix product of operands of different
+    dtypes (an f32 weight and a bf16, f64 or integer input), a reduction without an identity
+    (`max()`, `argmin()`) over no elements. torchtpu refuses them too instead of computing
+    something (a promoted dtype, -inf). The user's code to fix: never a fallback. Also an
+    IndexError, as eager's empty-reduction error is."""
+
+    kind = "op_argument"
+
+
 _BY_KIND = {
     cls.kind: cls
     for cls in (
+        DeviceForkError,
         UnsupportedError,
         CompileError,
         PluginError,
@@ -212,3 +236,22 @@ class NonFiniteError(DeviceOpError):
     NaN or an infinity where none of its inputs did."""
 
     kind = "non_finite"
+
+
+# The user's mistakes: raised as they are wherever a failure could otherwise mean "run
+# eagerly" (`policy.on_failure`, `fallback.compile_graph`), since eager would not fix them.
+RAISED_AS_IS = (DeviceForkError, OpArgumentError, ShardingError, OptionsError)
+
+
+class IndexOutOfRangeError(TorchTPUError, IndexError):
+    """An index out of range for the op that read it (`x[idx]`, `gather`, `embedding`, a loss
+    target), where CPU eager raises and XLA would clamp: `op` (the op called), `where` (the
+    user's `file:line`, where known) and `reads` (what read the index, with its valid range).
+    Both a RuntimeError (as CUDA's device assert and CPU's gather raise) and an IndexError (as
+    CPU's indexing raises). A user's bug: raised, never a fallback (index_checks.py)."""
+
+    kind = "index"
+
+    def __init__(self, message: str, op: str = "", where: str | None = None, reads: str = ""):
+        super().__init__(message)
+        self.op, self.where, self.reads = op, where, reads

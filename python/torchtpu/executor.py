@@ -13,7 +13,7 @@ import torch
 
 from torchtpu import _C, _stats, policy
 from torchtpu import sharding as _sharding
-from torchtpu.errors import CompileError, ExecutionError, InputError, InternalError, ShardingError
+from torchtpu.errors import CompileError, ExecutionError, InputError, InternalError, OptionsError, ShardingError
 from torchtpu.exporter import TORCH_DTYPES, Exported
 from torchtpu.options import Options
 
@@ -25,19 +25,22 @@ def _dump(exported: Exported, opts: Options, name: str) -> None:
     its StableHLO (`NAME.stablehlo.mlir`), from one driver run. `torchtpu-opt NAME.ir
     --emit=stablehlo --donate-inputs` (without the flag when donate=False) reproduces the
     StableHLO byte for byte."""
-    os.makedirs(opts.dump_dir, exist_ok=True)
     base = os.path.join(opts.dump_dir, name)
     optimised, stablehlo = _C.lower_ir(exported.text, opts.passes, opts.donate, with_ir=True)
-    with open(base + ".input.ir", "w") as f:
-        f.write(f"// passes: {opts.passes}\n" + exported.text)
-    with open(base + ".ir", "w") as f:
-        f.write(optimised)
-    with open(base + ".stablehlo.mlir", "w") as f:
-        f.write(stablehlo)
+    try:
+        os.makedirs(opts.dump_dir, exist_ok=True)
+        for suffix, text in ((".input.ir", f"// passes: {opts.passes}\n" + exported.text), (".ir", optimised), (".stablehlo.mlir", stablehlo)):
+            with open(base + suffix, "w") as f:
+                f.write(text)
+    except OSError as e:
+        # The user's folder, not a torchtpu bug: raised, never a fallback.
+        raise OptionsError(f"torchtpu option 'dump_dir' ({opts.dump_dir!r}): cannot write the graph dump there: {e}") from e
     log.info("dumped %s.{input.ir,ir,stablehlo.mlir}", base)
 
 
-def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -> "CompiledGraph":
+def compile_exported(exported: Exported, opts: Options, name: str, eager=None, checks=None) -> "CompiledGraph":
+    """`checks`: (IR output index, sites) of the index checks' flag (`index_checks.py`), an IR
+    output that `exported.outputs` does not list."""
     if opts.dump_dir:
         _dump(exported, opts, name)
     graph = CompiledGraph(
@@ -49,6 +52,7 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None) -
         donate=opts.donate,
         reference=eager,
         xla_options=opts.xla_options,
+        checks=checks,
     )
     if _sharding.ACTIVE:
         # A mesh exists: the first call says whether this graph runs SPMD (its inputs'
@@ -128,8 +132,16 @@ class CompiledGraph:
         donate: bool | None = None,
         reference=None,
         xla_options: tuple | None = None,
+        checks=None,
     ):
         self.program = program
+        # The index checks (`index_checks.py`): their sites, whose flag is the program's last
+        # output, after the results; None without checks.
+        self.index_sites = None
+        if checks is not None:
+            flag, self.index_sites = checks
+            if flag != sum(o.kind == "ir" for o in exported.outputs):
+                raise InternalError(f"{name}: the index checks' flag is IR output {flag}, not the last", stage="export")
         # The graph run eagerly: what `torchtpu.sharding.explain` computes with, running nothing.
         self.reference = reference
         self.nodes_by_line = exported.nodes_by_line
@@ -166,7 +178,8 @@ class CompiledGraph:
         self.program = program
         self.in_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.input_types]
         self.out_types = [(TORCH_DTYPES[d], tuple(s)) for d, s in program.output_types]
-        self._plain = self._plain and len(self.outputs) == len(program.output_types)
+        results = len(program.output_types) - (self.index_sites is not None)
+        self._plain = self._plain and len(self.outputs) == results
 
     def _checked(self, args) -> list:
         """The inputs as contiguous CPU tensors of the compiled types, or a clear error."""
@@ -321,7 +334,7 @@ class CompiledGraph:
         """Runs on `tpu` tensors: their device buffers go in as they are and the outputs come
         back as `tpu` tensors, with no host round trip. The graph's constants (CPU tensors) are
         copied to the device once."""
-        from torchtpu.device import _storage
+        from torchtpu.device import _programs, _storage
 
         buffers = []
         for k, ((index, const), t) in enumerate(zip(self._sources, tensors)):
@@ -330,10 +343,17 @@ class CompiledGraph:
                     self._device_consts = {}
                 b = self._device_consts.get(k)
                 if b is None:
-                    b = self._device_consts[k] = _storage.upload(const)
+                    # A literal made on the device (`torch.tensor([...], device=x.device)`) is
+                    # read where it is; a CPU constant is copied there once.
+                    b = _storage.read(const) if const.device.type == "tpu" else _storage.upload(const)
+                    self._device_consts[k] = b
                 buffers.append(b)
             elif t.device.type == "tpu":
                 buffers.append(_storage.read(t))
+            elif t.dim() == 0 and t.device.type == "cpu":
+                # A 0-d CPU tensor mixes with tpu tensors, as in eager: a Python float under
+                # dynamic=True arrives as one the user never made.
+                buffers.append(_programs.scalar_buffer(t))
             else:
                 where = sorted({str(x.device) for x in tensors if isinstance(x, torch.Tensor)})
                 raise InputError(
@@ -352,6 +372,8 @@ class CompiledGraph:
 
     def _results(self, args, outs: list):
         """The graph's results from the program's outputs (None, values, inputs, restrides)."""
+        if self.index_sites is not None:
+            outs = self._check_indices(outs)
         if self._plain:
             return tuple(outs) if self.output_is_tuple else outs[0]
         results = []
@@ -368,6 +390,22 @@ class CompiledGraph:
             else:
                 results.append(spec.value)
         return tuple(results) if self.output_is_tuple else results[0]
+
+
+    def _check_indices(self, outs: list) -> list:
+        """The outputs without the index checks' flag, which is read now (CPU: the program has
+        run) or, on tpu, at the next host read (`device/_checks.py`)."""
+        flag = outs[-1]
+        if flag.device.type == "cpu":
+            if flag.numpy().any():
+                from torchtpu import index_checks
+
+                index_checks.raise_if_set(flag, self.index_sites)
+        else:
+            from torchtpu.device import _checks
+
+            _checks.add_tensor(flag, self.index_sites)
+        return outs[:-1]
 
 
 _from_dlpack = torch._C._from_dlpack

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchtpu.errors import UnsupportedError
+from torchtpu.errors import OpArgumentError, UnsupportedError
 
 IR_DTYPES = {
     torch.float16: "f16",
@@ -306,6 +306,8 @@ class _Writer:
         if full is None:
             raise Unsupported(f"call to {getattr(target, '__name__', target)} is not an ATen op", [str(getattr(target, "__name__", target))])
         self.ops.append(".".join(full.split(".")[:2]))
+        _check_matrix_dtypes(node, full)
+        _check_empty_reduction(node, full)
         schema = target._schema
         operands: list[str] = []
         attrs: list[tuple[str, str]] = []
@@ -440,6 +442,54 @@ class _Writer:
             else:
                 raise Unsupported(f"graph output {item!r} is not a tensor", ["<non-tensor output>"])
         return specs, refs, types, is_tuple
+
+
+# Matrix products and the positions of their matrix operands: eager's kernels refuse operands
+# of different dtypes, which the meta kernels (so Dynamo and make_fx) let through.
+_MATRIX_OPERANDS = {
+    "aten.mm": (0, 1), "aten.bmm": (0, 1), "aten.dot": (0, 1), "aten.mv": (0, 1), "aten.vdot": (0, 1),
+    "aten.addmm": (1, 2), "aten.baddbmm": (1, 2), "aten.addbmm": (1, 2), "aten.addmv": (1, 2),
+}
+
+
+def _check_matrix_dtypes(node, full: str) -> None:
+    positions = _MATRIX_OPERANDS.get(".".join(full.split(".")[:2]))
+    if positions is None:
+        return
+    vals = [node.args[i].meta.get("val") if i < len(node.args) and isinstance(node.args[i], torch.fx.Node) else None for i in positions]
+    dtypes = [v.dtype for v in vals if isinstance(v, torch.Tensor)]
+    if len(set(dtypes)) > 1:
+        trace = node.meta.get("stack_trace") or ""
+        where = trace.strip().splitlines()[-2].strip() if trace.strip() else ""
+        raise OpArgumentError(
+            f"{full}: expected its matrix operands to have the same dtype, as eager does, but got "
+            f"{' and '.join(str(d) for d in dtypes)}{f' ({where})' if where else ''}; cast one (x.to(w.dtype)) "
+            "or use torch.autocast"
+        )
+
+
+# Reductions without an identity: eager refuses them over no elements (CPU: "Expected
+# reduction dim to be specified for input.numel() == 0"), a lowering would give -inf or 0.
+_NO_IDENTITY = {"aten.max", "aten.min", "aten.argmax", "aten.argmin", "aten.amax", "aten.amin"}
+
+
+def _check_empty_reduction(node, full: str) -> None:
+    base = ".".join(full.split(".")[:2])
+    if base not in _NO_IDENTITY or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return
+    val = node.args[0].meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.numel() != 0:
+        return
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    dims = [] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    if base in ("aten.amax", "aten.amin") and not dims:
+        dims = list(range(val.dim()))
+    if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
+        return
+    empty = [d for d in dims if val.shape[d] == 0] if dims else [None]
+    if empty:
+        what = "specify a reduction dim of non-zero size" if empty[0] is None else f"dim {empty[0]} has size 0"
+        raise OpArgumentError(f"{full}: cannot reduce over zero elements of a {list(val.shape)} tensor ({what}), as eager refuses")
 
 
 def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Exported:

@@ -16,9 +16,9 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from torchtpu import _C, _stats, policy
+from torchtpu import _C, _stats, index_checks, policy
 from torchtpu._log import log, warn_once  # noqa: F401 - warn_once re-exported for callers
-from torchtpu.errors import FallbackError, InternalError, ShardingError, UnsupportedError  # noqa: F401 - FallbackError re-exported
+from torchtpu.errors import RAISED_AS_IS, FallbackError, InternalError, ShardingError, UnsupportedError  # noqa: F401 - FallbackError re-exported
 from torchtpu.executor import compile_exported
 from torchtpu.exporter import base_name, export
 from torchtpu.specialize import NotSpecializable
@@ -81,15 +81,25 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
     None: it is to run eagerly as a whole (`policy.on_failure` decided so; strict raised).
     Under a `binding`, a refused node raises NotSpecializable: the caller re-traces that size."""
     exported = None
+    checked = None  # the graph with its index checks (index_checks.py), exported instead
     try:
-        exported = export(gm, name, binding)
+        if opts.check_indices:
+            checked = index_checks.instrument(gm, binding)
+        exported = export(gm if checked is None else checked.gm, name, binding)
         refused = refused_nodes(exported)
+        if checked is not None:
+            refused = {checked.original.get(n, n): why for n, why in refused.items()}
         if not refused:
+            if checked is not None:
+                exported, flag = index_checks.strip(exported, index_checks.returns_tuple(gm))
+                return compile_exported(exported, opts, name, eager=gm.forward, checks=(flag, checked.sites))
             return compile_exported(exported, opts, name, eager=gm.forward)
     except UnsupportedError as e:
         # The exporter's refusal names the node it was writing, a late (emission-time) one
         # its IR line: that node runs eagerly alone, the rest compiles.
         node = unsupported_node(e, exported)
+        if node is not None and checked is not None:
+            node = checked.original.get(node, node)
         if node is None or depth > MAX_ROUNDS:
             text = exported and exported.text
             policy.on_failure(e, where, opts.strict, ir_text=text, passes=opts.passes, donate=opts.donate)
@@ -100,8 +110,8 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
         return None
     except NotSpecializable:
         raise  # sizes a binding cannot give: the caller re-traces with them instead
-    except ShardingError:
-        raise  # the user's mesh or layout: theirs to fix, never a fallback
+    except RAISED_AS_IS:
+        raise  # the user's mesh, layout, options or dtypes: theirs to fix, never a fallback
     except Exception as e:  # noqa: BLE001 - a bug in torchtpu: loud, with a reproduction
         error = policy.as_internal(e, "export" if exported is None else "compile")
         text = exported and exported.text

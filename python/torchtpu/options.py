@@ -47,6 +47,11 @@ class Options:
     # bool, int or str values (repeated and enum fields in XLA's flag syntax). Kept as sorted
     # (name, value) pairs: Options are hashed into graph fingerprints.
     xla_options: tuple | None = None
+    # Raise `IndexOutOfRangeError` for an index out of range (x[idx], gather, scatter,
+    # embedding, a loss target), as eager does, where XLA would clamp it: each graph computes
+    # one extra bool output, read after each call (index_checks.py). Default: on, unless
+    # TORCHTPU_CHECK_INDICES=0.
+    check_indices: bool = True
 
     @staticmethod
     def from_dict(options: dict | None) -> "Options":
@@ -59,9 +64,13 @@ class Options:
             from torchtpu.policy import fallback_is_error
 
             options["strict"] = fallback_is_error()
+        if "check_indices" not in options:
+            from torchtpu.index_checks import check_indices_default
+
+            options["check_indices"] = check_indices_default()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
-        for flag in ("strict", "donate", "relayout_weights", "relayout_saved", "fold_batch_norm", "skip_aot_wrapper"):
+        for flag in ("strict", "donate", "relayout_weights", "relayout_saved", "fold_batch_norm", "skip_aot_wrapper", "check_indices"):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)
             if flag in options and not isinstance(options[flag], bool) and not (flag == "donate" and options[flag] is None):

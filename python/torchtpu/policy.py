@@ -19,7 +19,7 @@ import os
 
 from torchtpu import _stats
 from torchtpu._log import log, warn_once
-from torchtpu.errors import FallbackError, InternalError, TorchTPUError
+from torchtpu.errors import RAISED_AS_IS, FallbackError, InternalError, TorchTPUError
 
 FALLBACK_ENV = "TORCHTPU_FALLBACK"
 
@@ -52,6 +52,8 @@ def on_failure(
 ) -> None:
     """Returns when `where` (a graph or partition name) is to run eagerly, after recording and
     warning; raises `error` under strict. `ops` of a FallbackError name what ran eagerly."""
+    if isinstance(error, RAISED_AS_IS):
+        raise error  # the user's to fix (process setup, dtypes, options), not eager's to hide
     error = as_internal(error, getattr(error, "stage", None) or "compile")
     if strict:
         raise error

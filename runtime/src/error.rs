@@ -63,6 +63,15 @@ pub enum RuntimeError {
     #[error("bad cache entry {}: {reason}", path.display())]
     CacheEntry { path: PathBuf, reason: String },
 
+    /// This process was forked from one that had started the PJRT plugin: its threads and
+    /// locks did not survive the fork, so the plugin cannot be used here (`fork.rs`).
+    #[error(
+        "cannot use the PJRT plugin in a forked subprocess: the parent process had already started it. \
+         To use the tpu device with multiprocessing, use the 'spawn' start method \
+         (multiprocessing.set_start_method('spawn'), or DataLoader(multiprocessing_context='spawn'))"
+    )]
+    ForkedChild,
+
     /// The plugin returned a buffer whose element type this runtime does not model.
     #[error("PJRT buffer has element type {0} (PJRT_Buffer_Type), which this runtime does not support")]
     UnsupportedElementType(i32),

@@ -15,6 +15,7 @@ pub mod dlpack;
 mod error;
 mod executable;
 mod ffi;
+mod fork;
 mod optimized;
 mod options;
 mod plugin;
@@ -31,6 +32,7 @@ pub use disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta, PutOut
 pub use error::{error_code_name, Result, RuntimeError, INSTALL_COMMAND};
 pub use executable::Executable;
 pub use ffi::keep_freed_host_memory;
+pub use fork::in_forked_child;
 pub use optimized::{collectives_in, Collective};
 pub use options::{CompileOptions, XlaOption};
 pub use plugin::{Plugin, SUPPORTED_API_MAJOR};

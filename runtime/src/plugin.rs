@@ -40,7 +40,7 @@ macro_rules! pjrt_fn {
 /// is valid for the call (this is the one unsafe step, documented at each use).
 macro_rules! pjrt_call {
     ($plugin:expr, $name:ident, $args:expr) => {
-        match $crate::plugin::pjrt_fn!($plugin, $name) {
+        match $crate::fork::check_not_forked().and_then(|()| $crate::plugin::pjrt_fn!($plugin, $name)) {
             Ok(f) => {
                 // SAFETY: `f` comes from the plugin's table for exactly this args type; the
                 // caller filled `$args` with live pointers and set `struct_size`.
@@ -114,6 +114,7 @@ impl Plugin {
             return Ok(Arc::clone(p));
         }
         let plugin = Arc::new(Self::open(&canonical)?);
+        crate::fork::note_plugin_loaded();
         loaded.insert(canonical, Arc::clone(&plugin));
         Ok(plugin)
     }

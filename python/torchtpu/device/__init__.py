@@ -46,6 +46,8 @@ def register() -> None:
     module.register_pickling()
     module.patch_printing()
     module.patch_storage()
+    module.patch_module_conversion()
+    module.patch_data_ptr()
     _registered = True
 
 

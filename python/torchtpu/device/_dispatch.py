@@ -29,7 +29,7 @@ import torch
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.device import _defer, _modes, _programs, _storage
-from torchtpu.errors import DeviceOpError, FallbackError, TorchTPUError, UnsupportedError
+from torchtpu.errors import DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
 
 aten = torch.ops.aten
@@ -286,7 +286,7 @@ def run(op, *args, **kwargs):
         result = _run(info, op, args, kwargs)
         _modes.after_op(info, args, kwargs, result, clean)
         return result
-    except (DeviceOpError, FallbackError):
+    except (DeviceOpError, FallbackError, IndexOutOfRangeError):  # an index error names its op already
         raise
     except Exception as e:
         read = [v for k, v in kwargs.items() if k not in info.out_names]

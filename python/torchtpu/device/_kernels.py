@@ -18,12 +18,26 @@ def _dtype(dtype):
     return dtype if dtype is not None else torch.get_default_dtype()
 
 
+def _check_device(device) -> None:
+    # `device="tpu:1"` reaches the kernels as it is: refused where it does not exist.
+    if device is not None and device.index:
+        from torchtpu.device.module import check_index
+
+        check_index(device)
+
+
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_device(device)
+    if any(d < 0 for d in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
     return _storage.new_tensor(tuple(size), _dtype(dtype))
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_device(device)
     size, stride = tuple(size), tuple(stride)
+    if any(d < 0 for d in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
     if is_contiguous(size, stride):
         return _storage.new_tensor(size, _dtype(dtype))
     # A layout other than row-major (empty_like of a transposed tensor): storage for the span
@@ -105,6 +119,8 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     # tpu -> CPU without PyTorch's pinned staging buffer (`non_blocking=True` would ask the
     # device hooks for a pinned-memory allocator, which a Python backend cannot provide).
     target = torch.device(device) if device is not None else self.device
+    if target.type == _dispatch.DEVICE:
+        _check_device(target)
     dtype = self.dtype if dtype is None else dtype
     if self.device.type != _dispatch.DEVICE:  # CPU -> tpu
         return _storage.from_host(self.detach().to(dtype).resolve_conj().resolve_neg())

@@ -16,12 +16,14 @@ import os
 
 import torch
 
+from torchtpu.index_checks import check_indices_default
+
 MODE_ENV = "TORCHTPU_EAGER_MODE"
 MODES = ("strict", "debug", "defer_and_fuse")
 
 
 class _State:
-    __slots__ = ("_mode", "check_finite", "fallback_error")
+    __slots__ = ("_mode", "check_finite", "fallback_error", "_check_indices")
 
     def __init__(self):
         mode = os.environ.get(MODE_ENV, "strict").strip().lower() or "strict"
@@ -31,6 +33,8 @@ class _State:
         self.mode = mode
         self.check_finite = False
         self.fallback_error = None  # None: follow TORCHTPU_FALLBACK
+        # Index checks (`index_checks.py`): TORCHTPU_CHECK_INDICES's default, as `_programs`'s.
+        self._check_indices = check_indices_default()
 
     @property
     def mode(self) -> str:
@@ -43,6 +47,20 @@ class _State:
 
         self._mode = name
         _defer.set_active(name == "defer_and_fuse")
+
+
+    @property
+    def check_indices(self) -> bool:
+        return self._check_indices
+
+    @check_indices.setter
+    def check_indices(self, on: bool) -> None:
+        # Programs are kept per setting (`_programs.use_checks`); flags already pending are
+        # still read: they were asked for.
+        from torchtpu.device import _programs
+
+        self._check_indices = bool(on)
+        _programs.use_checks(self._check_indices)
 
 
 state = _State()

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+import threading
 import weakref
 
 import torch
 
 from torchtpu import _C, _stats
-from torchtpu.device import _defer
+from torchtpu import index_checks
+from torchtpu.device import _checks, _defer
 from torchtpu.exporter import TORCH_DTYPES, export
 
 aten = torch.ops.aten
@@ -85,10 +88,10 @@ class Program:
 
     __slots__ = (
         "_compiled", "text", "sources", "outputs", "out_types", "ir_types", "ir_nbytes", "ir_nodes", "name", "plain",
-        "write_base", "gm", "serial", "key", "_placeholders",
+        "write_base", "gm", "serial", "key", "_placeholders", "checks",
     )
 
-    def __init__(self, text, sources, outputs, name, out_types, ir_types, gm=None, compiled=None, key=None):
+    def __init__(self, text, sources, outputs, name, out_types, ir_types, gm=None, compiled=None, key=None, checks=None):
         self.text = text
         self._compiled = compiled
         self.sources = sources  # per IR input: ("leaf", i) or ("const", DeviceBuffer)
@@ -100,13 +103,19 @@ class Program:
         self.gm = gm
         # Per IR output: the position in gm's output list that it is.
         self.ir_nodes = [j for k in range(len(ir_types)) for j, o in enumerate(outputs) if o.kind == "ir" and o.index == k]
+        # The index checks' sites (`index_checks.Site`), or None: then the last IR output (after
+        # the results, and the last of gm's outputs) is their `bool[k]` flag, not a result.
+        self.checks = checks
+        if checks:
+            self.ir_nodes.append(len(outputs))
         self.serial = next(_serials)  # names the program in region keys (`_defer.py`)
         self.key = key
         self._placeholders = None
         # Per output: whether it is the whole new buffer of an in-place target (`build`).
         self.write_base = None
         # The outputs are the IR's results in order (no None or other kinds to map).
-        self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == len(ir_types)
+        results = len(ir_types) - (1 if checks else 0)
+        self.plain = all(o.kind == "ir" and o.index == k for k, o in enumerate(outputs)) and len(outputs) == results
 
     def placeholders(self) -> list:
         """The traced graph's placeholders: one per leaf, in order."""
@@ -123,15 +132,20 @@ class Program:
     def run(self, leaves: list, wait: bool = True) -> list:
         """Executes on `leaves` (device buffers, in flattening order); returns the device
         buffers of the IR outputs. In DeferAndFuse mode a traced program is recorded instead
-        and its outputs are pending values (`_defer.Pending`)."""
+        and its outputs are pending values (`_defer.Pending`). The index checks' flag, if any,
+        is not among them: it goes to the pending checks (`_checks.py`)."""
         if _defer.active and self.gm is not None:
-            return _defer.record(self, leaves)
-        if _defer.region is not None:
-            leaves = _defer.resolved(leaves, self.name)
-        inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
-        outs = self.program.run_device(inputs, wait)
-        if not wait:
-            mark_last(outs)
+            outs = _defer.record(self, leaves)
+        else:
+            if _defer.region is not None:
+                leaves = _defer.resolved(leaves, self.name)
+            inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
+            outs = self.program.run_device(inputs, wait)
+            if not wait:
+                mark_last(outs)
+        if self.checks is not None:
+            outs = list(outs)
+            _checks.add(outs.pop(), self.checks, _defer.first_user_frame(sys._getframe(1))[0])
         return outs
 
 
@@ -173,7 +187,11 @@ def _types_of(gm, outputs) -> tuple[list, list]:
     return out_types, [ir_types[k] for k in range(len(ir_types))]
 
 
-_programs: dict = {}
+# Programs with index checks (True) and without: `_programs` is the dict of the current
+# setting (`torchtpu.eager.check_indices`, `use_checks`), so a program key need not carry it.
+_by_checks: dict = {True: {}, False: {}}
+checks_on = index_checks.check_indices_default()
+_programs: dict = _by_checks[checks_on]
 
 
 def build(
@@ -206,6 +224,20 @@ def build(
     program = _programs.get(key)
     if program is not None:
         return program
+    # make_fx keeps its tracer in module globals (`CURRENT_PATCHER`...): two threads tracing
+    # at once break each other's trace. One build at a time; a thread that waited finds the
+    # program the other built.
+    with _build_lock:
+        program = _programs.get(key)
+        if program is not None:
+            return program
+        return _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base)
+
+
+_build_lock = threading.RLock()
+
+
+def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base) -> Program:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from torchtpu.decompositions import decomposition_table
@@ -283,9 +315,15 @@ def build(
         if got != [d for d in expected if d is not None]:
             raise TypeError(f"lifting floats of {op} changes its result dtypes ({got} vs {expected})")
     name = "eager_" + str(op).replace(".", "_").replace("::", "_")
+    checked = index_checks.instrument(gm, called=op) if checks_on else None
+    if checked is not None:
+        gm = checked.gm  # its last output is the checks' flag (`Program.checks`)
     exported = export(gm, name)
     sources = [("leaf", v) if k == "arg" else (k, v) for k, v in input_sources(exported)]
-    out_types, ir_types = _types_of(gm, exported.outputs)
+    outputs = exported.outputs if checked is None else exported.outputs[:-1]
+    out_types, ir_types = _types_of(gm, outputs)
+    if checked is not None:
+        ir_types.append((torch.bool, (len(checked.sites),)))
     if _defer.active:
         # Recorded, not run: the registry's legality checks stand in for a compile (what
         # strict mode's compile would refuse becomes a CPU fallback the same way).
@@ -298,7 +336,10 @@ def build(
         compiled = None
     else:
         compiled = _compile(exported.text)
-    program = Program(exported.text, sources, exported.outputs, name, out_types, ir_types, gm=gm, compiled=compiled, key=key)
+    program = Program(
+        exported.text, sources, outputs, name, out_types, ir_types, gm=gm, compiled=compiled, key=key,
+        checks=None if checked is None else checked.sites,
+    )
     program.write_base = write_base
     _programs[key] = program
     return program
@@ -321,8 +362,16 @@ def build_text(key, text: str, name: str) -> Program:
 
 def clear() -> None:
     """Forgets every kept program (the engine's caches still hold the executables)."""
-    _programs.clear()
+    for programs in _by_checks.values():
+        programs.clear()
     _scalars.clear()
+
+
+def use_checks(on: bool) -> None:
+    """Whether programs built from now on check their indices (`index_checks.py`)."""
+    global _programs, checks_on
+    checks_on = bool(on)
+    _programs = _by_checks[checks_on]
 
 
 # ---------------------------------------------------------------- data movement programs
@@ -404,6 +453,7 @@ def wait_all() -> None:
         b = ref()
         if b is not None:
             b.wait()
+    _checks.check()  # the index checks of what ran (`_checks.py`)
 
 
 # The outputs of the last asynchronous execution (what `wait_all` waits for), held weakly:

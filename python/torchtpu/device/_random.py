@@ -33,6 +33,25 @@ class Generator:
             self.manual_seed(torch.initial_seed())
         return self.state
 
+    def get_state(self) -> torch.Tensor:
+        """The state as a CPU uint8 tensor: the seed, then the device key and counter (8 bytes
+        each, native order)."""
+        # Never pending: the draws' programs run at once, even in DeferAndFuse mode.
+        values = torch.from_dlpack(self.current().to_host()).clone()
+        signed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
+        words = torch.cat([torch.tensor([signed], dtype=torch.int64), values.reshape(-1)])
+        return words.view(torch.uint8).clone()
+
+    def set_state(self, new_state: torch.Tensor) -> None:
+        if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8 or new_state.numel() != 24:
+            raise RuntimeError(
+                "torchtpu: set_rng_state expects the 24-byte uint8 tensor torch.tpu.get_rng_state() returns, "
+                f"got {getattr(new_state, 'dtype', type(new_state))} of {getattr(new_state, 'numel', lambda: '?')()} elements"
+            )
+        words = new_state.detach().cpu().contiguous().view(torch.int64)
+        self.seed = int(words[0]) & ((1 << 64) - 1)
+        self.state = _storage.upload(words[1:].clone())
+
 
 default_generator = Generator()
 

@@ -20,7 +20,7 @@ import math
 import torch
 
 from torchtpu import _C
-from torchtpu.device import _defer, _programs
+from torchtpu.device import _checks, _defer, _programs
 from torchtpu.device._defer import Pending
 from torchtpu.exporter import IR_DTYPES
 
@@ -32,13 +32,14 @@ _SLOT = SLOT_ATTR = "_torchtpu_slot"
 class Slot:
     """The device data of one storage: `buffer` (None until first written) of `shape`."""
 
-    __slots__ = ("buffer", "shape", "dtype", "numel")
+    __slots__ = ("buffer", "shape", "dtype", "numel", "address")
 
     def __init__(self, shape, dtype: torch.dtype, buffer=None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.numel = math.prod(self.shape)
         self.buffer = buffer
+        self.address = None  # the storage's data_ptr(), given at the first call (`module.patch_data_ptr`)
 
 
 def contiguous_strides(shape) -> tuple:
@@ -145,6 +146,8 @@ def to_host(t: torch.Tensor, why: tuple = _TO_CPU) -> torch.Tensor:
         out = torch.conj_physical(out)
     if t.is_neg():
         out = torch.neg(out)
+    if _checks._pending:
+        _checks.check()  # a host read is where earlier ops' index checks are read (_checks.py)
     return out
 
 

@@ -4,9 +4,47 @@ backend route asks for."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
 
 from torchtpu import _C
+
+# Opts in (1) or out (0) of the tpu device counting as the machine's accelerator; unset, it
+# counts only where the PJRT plugin is an accelerator's (not the CPU plugin).
+DEVICE_ENV = "TORCHTPU_DEVICE"
+_detected: bool | None = None
+
+
+def accelerator_detected() -> bool:
+    """Whether the tpu device is the machine's accelerator: what `torch.tpu.is_available()`,
+    `torch.accelerator.is_available()` and `current_accelerator()` (so torch.distributed's
+    default backend, transformers and accelerate) see. On the CPU plugin it is not, unless
+    TORCHTPU_DEVICE=1: a CPU program must not change because torchtpu is installed. An
+    explicit `device="tpu"` works either way."""
+    global _detected
+    env = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if env:
+        return env not in ("0", "false", "no", "off")
+    if _detected is None:
+        try:
+            _detected = _C.platform_name() != "cpu"
+        except Exception:  # no plugin: no accelerator
+            _detected = False
+    return _detected
+
+
+def check_index(device) -> None:
+    """Refuses a tpu device index that does not exist (`tpu:1` on a one-device process), as
+    CUDA refuses an invalid device ordinal, instead of silently using tpu:0."""
+    index = device.index if isinstance(device, torch.device) else device
+    if index is not None and not 0 <= index < TpuModule.device_count():
+        n = TpuModule.device_count()
+        raise RuntimeError(
+            f"torchtpu: invalid device tpu:{index}: this process has {n} tpu device{'s' if n != 1 else ''} "
+            f"(tpu:0{f'..tpu:{n - 1}' if n > 1 else ''})"
+        )
 
 
 def _sync() -> None:
@@ -23,6 +61,9 @@ class TpuModule:
 
     @staticmethod
     def is_available() -> bool:
+        # `torch.accelerator.is_available()` delegates here (see `accelerator_detected`).
+        if not accelerator_detected():
+            return False
         try:
             return _C.device_count() > 0
         except Exception:
@@ -32,9 +73,15 @@ class TpuModule:
     def is_initialized() -> bool:
         return True
 
+    # `torch.utils.checkpoint` saves and restores the device's RNG state only where this is
+    # true; the generator exists from the first draw (or seed) on, so it always can.
+    _initialized = True
+
     @staticmethod
     def _is_in_bad_fork() -> bool:
-        return False
+        # Forked after the parent started the plugin: every device call here raises
+        # `torchtpu.errors.DeviceForkError` (the runtime refuses the plugin, `fork.rs`).
+        return _C.in_bad_fork()
 
     @staticmethod
     def device_count() -> int:
@@ -47,9 +94,39 @@ class TpuModule:
 
     @staticmethod
     def set_device(device) -> None:
-        index = torch.device(device).index if not isinstance(device, int) else device
-        if index not in (None, 0):
-            raise RuntimeError(f"torchtpu: the tpu device has one device (index 0), not {index}")
+        check_index(torch.device(device) if not isinstance(device, int) else device)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def device(device):
+        """`with torch.tpu.device(i):` (what `torch.utils.checkpoint` and `fork_rng` enter)."""
+        if device is not None and not (isinstance(device, int) and device < 0):
+            check_index(torch.device("tpu", device) if isinstance(device, int) else torch.device(device))
+        yield
+
+    @staticmethod
+    def get_rng_state(device="tpu") -> torch.Tensor:
+        """The device generator's state as a CPU uint8 tensor (`set_rng_state` takes it back),
+        as `torch.cuda.get_rng_state` returns: what checkpointing's recompute replays, so that
+        dropout draws the same mask."""
+        from torchtpu.device._random import default_generator
+
+        return default_generator.get_state()
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
+        from torchtpu.device._random import default_generator
+
+        default_generator.set_state(new_state)
+
+    @staticmethod
+    def get_rng_state_all() -> list:
+        return [TpuModule.get_rng_state(i) for i in range(TpuModule.device_count())]
+
+    @staticmethod
+    def set_rng_state_all(new_states) -> None:
+        for i, state in enumerate(new_states):
+            TpuModule.set_rng_state(state, i)
 
     @staticmethod
     def synchronize(device=None) -> None:
@@ -127,14 +204,31 @@ _original_synchronize = None
 
 def patch_accelerator() -> None:
     """`torch.accelerator.synchronize()` calls a C++ device hook that a Python backend cannot
-    provide; for the tpu device it is routed to `torch.tpu.synchronize`."""
+    provide; for the tpu device it is routed to `torch.tpu.synchronize`.
+
+    `torch.accelerator.current_accelerator()` asks C++, which names PrivateUse1 as soon as it
+    is registered: it returns None for tpu unless the device is detected as the machine's
+    accelerator (`accelerator_detected`), so that CPU programs (torch.distributed's default
+    backend, transformers' device choice) are what they are without torchtpu."""
     global _original_synchronize
     if _original_synchronize is not None:
         return
     _original_synchronize = torch.accelerator.synchronize
+    original_current = torch.accelerator.current_accelerator
+
+    def current_accelerator(check_available: bool = False):
+        acc = original_current(check_available)
+        if acc is not None and acc.type == "tpu" and not accelerator_detected():
+            return None
+        return acc
+
+    current_accelerator.__doc__ = original_current.__doc__
+    torch.accelerator.current_accelerator = current_accelerator
 
     def synchronize(device=None, /):
-        acc = torch.accelerator.current_accelerator()
+        # C++'s accelerator: tpu even where it is not detected as the machine's (an explicit
+        # device="tpu" works either way, and so does waiting for it).
+        acc = torch._C._accelerator_getAccelerator()
         if acc is not None and acc.type == "tpu":
             return _sync()
         return _original_synchronize(device)
@@ -248,3 +342,109 @@ def patch_storage() -> None:
 
     clone.__doc__ = _original_clone.__doc__
     torch.UntypedStorage.clone = clone
+
+
+_conversion = None
+
+
+def patch_module_conversion() -> None:
+    """`Module.to("tpu")` (and back) keeps each Parameter object, as on CUDA: tied weights stay
+    tied and an optimizer made before the move trains the moved weights.
+
+    `Module._apply` keeps a Parameter (`param.data = new`) only where PyTorch's C++ finds the
+    two tensor types compatible, which it never does for a PrivateUse1 backend; it then makes
+    a new Parameter, unless it swaps (`torch.utils.swap_tensors`), which it does for tensor
+    subclasses or under `torch.__future__.set_swap_module_params_on_conversion(True)`. Its
+    per-parameter test is widened to every conversion from or to a tpu tensor: to tpu, the
+    converted tensor says so; from tpu, the module's own parameters (one flag per thread,
+    set while such a module converts)."""
+    global _conversion
+    if _conversion is not None:
+        return
+    import threading
+
+    import torch.nn.modules.module as module_py
+
+    state = _conversion = threading.local()
+    is_subclass = module_py.is_traceable_wrapper_subclass
+    original_apply = torch.nn.Module._apply
+
+    def swaps(t) -> bool:
+        if is_subclass(t):
+            return True
+        return isinstance(t, torch.Tensor) and (t.device.type == "tpu" or getattr(state, "from_tpu", False))
+
+    def _apply(self, fn, recurse=True):
+        if getattr(state, "from_tpu", False) or not any(
+            p is not None and p.device.type == "tpu" for p in self._parameters.values()
+        ):
+            return original_apply(self, fn, recurse)
+        state.from_tpu = True
+        try:
+            return original_apply(self, fn, recurse)
+        finally:
+            state.from_tpu = False
+
+    _apply.__doc__ = original_apply.__doc__
+    module_py.is_traceable_wrapper_subclass = swaps
+    torch.nn.Module._apply = _apply
+
+
+_original_data_ptr = None
+# Where the next tpu storage's address starts: high in the 64-bit space, far from anything
+# the host allocates, and never reused (a dead storage's range stays dead).
+_next_address = 0x7A00_0000_0000_0000
+
+
+def _address_of(slot, nbytes: int) -> int:
+    global _next_address
+    address = slot.address
+    if address is None:
+        address = slot.address = _next_address
+        _next_address += (max(nbytes, 1) + 4095) // 4096 * 4096
+    return address
+
+
+def patch_data_ptr() -> None:
+    """`data_ptr()` of tpu tensors and storages: a storage has no host pointer, so PyTorch
+    gives 0 for all of them, and transformers, accelerate and safetensors, which tell tied
+    or shared weights by `(device, storage data_ptr, nbytes)`, take every tpu weight for one
+    shared tensor (`save_pretrained` refuses). Each tpu storage gets an address of its own
+    instead, as a CUDA storage has: unique while it lives, ranges that never overlap, a view
+    at its offset. It is not dereferenceable (neither is a CUDA pointer on the host)."""
+    global _original_data_ptr
+    if _original_data_ptr is not None:
+        return
+
+    _original_data_ptr = original_tensor = torch.Tensor.data_ptr
+    original_storage = torch.UntypedStorage.data_ptr
+    original_nbytes = torch.UntypedStorage.nbytes
+
+    def nbytes(self):
+        # PyTorch's own count is 0: the storage was made without host bytes.
+        if self.device.type != "tpu":
+            return original_nbytes(self)
+        from torchtpu.device import _storage  # not at registration: `import torch` stays light
+
+        slot = getattr(self, _storage.SLOT_ATTR, None)
+        return slot.numel * slot.dtype.itemsize if slot is not None else original_nbytes(self)
+
+    def storage_data_ptr(self):
+        if self.device.type != "tpu":
+            return original_storage(self)
+        from torchtpu.device import _storage
+
+        return _address_of(_storage.slot_of_storage(self), nbytes(self))
+
+    def tensor_data_ptr(self):
+        if self.is_cpu or self.device.type != "tpu":
+            return original_tensor(self)
+        storage = self.untyped_storage()
+        return storage_data_ptr(storage) + self.storage_offset() * self.element_size()
+
+    storage_data_ptr.__doc__ = original_storage.__doc__
+    tensor_data_ptr.__doc__ = original_tensor.__doc__
+    nbytes.__doc__ = original_nbytes.__doc__
+    torch.UntypedStorage.data_ptr = storage_data_ptr
+    torch.UntypedStorage.nbytes = nbytes
+    torch.Tensor.data_ptr = tensor_data_ptr

@@ -1,0 +1,266 @@
+"""Out-of-range index checks for compiled and device programs.
+
+XLA's gather and scatter clamp an index that is out of range; PyTorch raises (CPU) or asserts
+on the device (CUDA). `instrument` rewrites a decomposed ATen graph so that it computes, for
+each node that reads indices (`index`, `index_put`, `gather`, `scatter*`, `index_select`,
+`embedding`, ...), whether any of its indices is out of range, and returns the flags as one extra
+`bool[k]` output appended to the graph's outputs (k: the number of check sites). The caller
+strips that output and hands it to `raise_if_set` (now, or at the next host read: the device's
+pending checks, `device/_checks.py`), which raises `IndexOutOfRangeError` naming the op and
+the user's line.
+
+Each site's valid range is the op's own in CPU eager, measured: `index`/`index_put` (and
+`index_fill`, `take`) take [-n, n); `gather`, `scatter*`, `index_select`, `index_add`,
+`index_copy`, `embedding` and the loss targets of `nll_loss` take [0, n) (nll_loss's
+decomposition replaces `ignore_index` by 0 before its gather). A decomposed node takes the range
+of the op it came from (`meta["original_aten"]`): `index_add` becomes an `index_put`, which
+alone would accept -1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+import torch
+
+aten = torch.ops.aten
+
+# "0" (or false/off/no) turns the checks off: the default of the device's switch
+# (`torchtpu.eager.check_indices`) and of torch.compile's option `check_indices`.
+CHECK_INDICES_ENV = "TORCHTPU_CHECK_INDICES"
+
+
+def check_indices_default() -> bool:
+    return os.environ.get(CHECK_INDICES_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+# Ops (base names) whose indices CPU eager takes in [0, n) only, whatever they decompose into.
+_NON_NEGATIVE = {
+    "aten.embedding",
+    "aten.embedding_dense_backward",
+    "aten.gather",
+    "aten.scatter",
+    "aten.scatter_add",
+    "aten.scatter_reduce",
+    "aten.index_select",
+    "aten.index_add",
+    "aten.index_copy",
+    "aten.nll_loss_forward",
+    "aten.nll_loss2d_forward",
+    "aten.nll_loss_backward",
+    "aten.nll_loss2d_backward",
+}
+# Index masks (bool, uint8) select; they are never out of range.
+_MASKS = (torch.bool, torch.uint8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One check: `op` (the op the user called, `aten.nll_loss_forward`), `reads` (what reads the
+    index there: `aten.gather index in [0, 3) (dim 1)`) and `where` (the user's file:line, when
+    the graph knows it; the device gives it per run)."""
+
+    op: str
+    reads: str  # "aten.gather takes indices in [0, 3) along dim 1"
+    where: str | None = None
+
+
+def _base(target) -> str:
+    name = target.name() if isinstance(target, torch._ops.OpOverload) else str(target)
+    ns, _, rest = name.partition("::")
+    return f"{ns}.{rest.split('.')[0]}" if rest else name
+
+
+def _dim_size(val, dim: int):
+    if val.dim() == 0:
+        return 1
+    return val.shape[dim % val.dim()]
+
+
+def _index_list(node):
+    """`index`/`index_put`: (index node, dim of self) per integer index tensor; a mask covers as
+    many dims as it has."""
+    out, dim = [], 0
+    for idx in node.args[1]:
+        if idx is None:
+            dim += 1
+            continue
+        v = idx.meta["val"]
+        if v.dtype in _MASKS:
+            dim += max(v.dim(), 1)
+            continue
+        out.append((idx, dim))
+        dim += 1
+    return node.args[0], out
+
+
+def _dim_index(node):
+    # (self, dim, index, ...): gather, scatter*, index_select, index_add, index_copy, index_fill.
+    return node.args[0], [(node.args[2], node.args[1])]
+
+
+def _embedding(node):
+    return node.args[0], [(node.args[1], 0)]
+
+
+# Per op overload that reads indices: (the indexed tensor, [(index node, its dim)]), and whether
+# the node alone takes negative indices (overridden by the op it came from, `_NON_NEGATIVE`).
+_RULES = {
+    aten.index.Tensor: (_index_list, True),
+    aten.index_put.default: (_index_list, True),
+    aten.index_put_.default: (_index_list, True),
+    aten._index_put_impl_.default: (_index_list, True),
+    aten.gather.default: (_dim_index, False),
+    aten.scatter.src: (_dim_index, False),
+    aten.scatter.value: (_dim_index, False),
+    aten.scatter.reduce: (_dim_index, False),
+    aten.scatter.value_reduce: (_dim_index, False),
+    aten.scatter_add.default: (_dim_index, False),
+    aten.scatter_reduce.two: (_dim_index, False),
+    aten.index_select.default: (_dim_index, False),
+    aten.index_add.default: (_dim_index, False),
+    aten.index_copy.default: (_dim_index, False),
+    aten.index_fill.int_Scalar: (_dim_index, True),
+    aten.index_fill.int_Tensor: (_dim_index, True),
+    aten.embedding.default: (_embedding, False),
+}
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _outside_torch(filename: str) -> bool:
+    # The same rule as the device's frame walk (`device/_defer.first_user_frame`).
+    return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
+
+
+def user_line(stack_trace: str | None) -> str | None:
+    """The innermost `file:line` outside torch and torchtpu in an FX node's `stack_trace`."""
+    if not stack_trace:
+        return None
+    for filename, line in reversed(_FRAME.findall(stack_trace)):
+        if _outside_torch(filename):
+            return f"{filename}:{line}"
+    return None
+
+
+@dataclasses.dataclass
+class Instrumented:
+    """A copy of a graph with the checks added: `gm` (its outputs the original's, then the
+    `bool[len(sites)]` flags), `sites`, and `original` (copied node -> node of the graph it was
+    copied from, for refusals the caller maps back)."""
+
+    gm: torch.fx.GraphModule
+    sites: tuple
+    original: dict
+
+
+def _call(graph, target, args, val):
+    node = graph.call_function(target, args)
+    node.meta["val"] = val
+    return node
+
+
+def _flag(graph, index, lo: int, n: int):
+    """A 0-d bool node: whether any element of `index` lies outside [lo, n)."""
+    v = index.meta["val"]
+    low = _call(graph, aten.lt.Scalar, (index, lo), aten.lt.Scalar(v, lo))
+    high = _call(graph, aten.ge.Scalar, (index, n), aten.ge.Scalar(v, n))
+    either = _call(graph, aten.logical_or.default, (low, high), aten.logical_or.default(low.meta["val"], high.meta["val"]))
+    return _call(graph, aten.any.default, (either,), aten.any.default(either.meta["val"]))
+
+
+def sites_in(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` has a node that reads indices (cheap: no copy)."""
+    return any(n.op == "call_function" and n.target in _RULES for n in gm.graph.nodes)
+
+
+def instrument(gm: torch.fx.GraphModule, binding=None, called=None) -> Instrumented | None:
+    """`gm` with its index checks, or None where no node reads indices. `binding` gives the
+    sizes of a graph with symbolic shapes (specialize.Binding); `called` names the op for nodes
+    that do not say which op they came from (the device's one-op programs)."""
+    if not sites_in(gm):
+        return None
+    graph = torch.fx.Graph()
+    env: dict = {}
+    output = None
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            output = node
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    flags, sites = [], []
+    for node in gm.graph.nodes:
+        rule = _RULES.get(node.target) if node.op == "call_function" else None
+        if rule is None:
+            continue
+        collect, negative_ok = rule
+        original = node.meta.get("original_aten")
+        op = _base(original) if original is not None else (_base(called) if called is not None else _base(node.target))
+        if op in _NON_NEGATIVE:
+            negative_ok = False
+        source, indices = collect(node)
+        source_val = source.meta["val"]
+        for index, dim in indices:
+            v = index.meta.get("val")
+            if not isinstance(v, torch.Tensor) or v.dtype.is_floating_point or v.dtype in _MASKS:
+                continue
+            n = _dim_size(source_val, dim)
+            if binding is not None:
+                n = binding.value(n)
+            if not isinstance(n, int):
+                continue  # a symbolic size without a binding: not exported as such either
+            lo = -n if negative_ok else 0
+            flags.append(_flag(graph, env[index], lo, n))
+            reads = f"{_base(node.target)} takes indices in [{lo}, {n}) along dim {dim}"
+            sites.append(Site(op, reads, user_line(node.meta.get("stack_trace"))))
+    if not flags:
+        return None
+    stacked = _call(graph, aten.stack.default, (flags,), aten.stack.default([f.meta["val"] for f in flags]))
+    outs = output.args[0]
+    items = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    new_out = graph.output(tuple(env[x] if isinstance(x, torch.fx.Node) else x for x in items) + (stacked,))
+    new_out.meta = dict(output.meta)
+    descs = output.meta.get("desc")
+    if isinstance(descs, (list, tuple)) and len(descs) == len(items):
+        new_out.meta["desc"] = list(descs) + [None]  # the exporter matches descriptions to outputs
+    checked = torch.fx.GraphModule(gm, graph)
+    return Instrumented(checked, tuple(sites), {new: old for old, new in env.items()})
+
+
+def strip(exported, output_is_tuple: bool):
+    """The Exported of an instrumented graph as its caller sees the original: without the flag
+    output, and a single output again where the original returned one. Returns (exported, the
+    flag's IR output index)."""
+    flag = exported.outputs[-1]
+    return dataclasses.replace(exported, outputs=exported.outputs[:-1], output_is_tuple=output_is_tuple), flag.index
+
+
+def returns_tuple(gm: torch.fx.GraphModule) -> bool:
+    return isinstance(gm.graph.output_node().args[0], (list, tuple))
+
+
+def error(flags, sites, where: str | None = None):
+    """The `IndexOutOfRangeError` for a set flag (`flags`: a CPU bool tensor, one per site), or
+    None."""
+    if not bool(flags.any()):
+        return None
+    from torchtpu.errors import IndexOutOfRangeError
+    bad = [s for s, f in zip(sites, flags.tolist()) if f]
+    site = bad[0]
+    at = site.where or where
+    more = f" (and {len(bad) - 1} more index check{'s' if len(bad) > 2 else ''} of this program)" if len(bad) > 1 else ""
+    return IndexOutOfRangeError(
+        f"{site.op}: index out of range{f' at {at}' if at else ''} ({site.reads}){more}. torchtpu raises as "
+        "CPU eager does where XLA would clamp the index; the checks are turned off by "
+        "options={'check_indices': False}, torchtpu.eager.check_indices(False) or TORCHTPU_CHECK_INDICES=0",
+        op=site.op,
+        where=at,
+        reads=site.reads,
+    )
+
+
+def raise_if_set(flags, sites, where: str | None = None) -> None:
+    e = error(flags, sites, where)
+    if e is not None:
+        raise e
