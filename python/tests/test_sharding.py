@@ -5,7 +5,9 @@ relative / 1e-5 absolute for a matmul, 1e-4 for models (partitioned sums add in 
 order); training losses and gradients within 1e-4 relative / 1e-5 absolute, parameters after
 AdamW within 5e-5 absolute (see the Llama test)."""
 
+import contextlib
 import copy
+import io
 import os
 import subprocess
 import sys
@@ -288,6 +290,24 @@ def test_explain_plans_a_training_call_forward_and_backward_and_the_step_reuses_
         assert plan["collectives"] == [{k: v for k, v in c.items() if k != "source"} for c in report[name]["collectives"]]
     for (n, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_explain_then_a_training_step_of_the_attention_block_compiles_nothing():
+    """Its forward returns views (transposes, reshapes) for the backward: explain's eager
+    results must reach the backward with their layouts, as the program's do."""
+    torch.manual_seed(0)
+    model = Attention()
+    mesh = mesh22()
+    plan = {"q": torchtpu.Colwise("tp"), "k": torchtpu.Colwise("tp"), "v": torchtpu.Colwise("tp"), "o": torchtpu.Rowwise("tp")}
+    torchtpu.parallelize(model, mesh, plan)
+    x = S.shard(torch.randn(2, 8, 32), mesh, ("dp", None, None))
+    compiled = torch.compile(model, backend="torchtpu")
+    with contextlib.redirect_stdout(io.StringIO()):
+        report = torchtpu.sharding.explain(compiled, x)
+    assert sorted(k.split("_")[0] for k in report) == ["backward", "forward"], list(report)
+    compiles = torchtpu.stats()["graphs_compiled"]
+    compiled(x).sum().backward()
+    assert torchtpu.stats()["graphs_compiled"] == compiles, [n for n, _ in S.RECENT_PROGRAMS]
 
 
 def test_shard_and_parallelize_refuse_tpu_tensors_up_front():

@@ -283,13 +283,21 @@ class CompiledGraph:
         return self._results(args, outs)
 
     def _tag_reference(self, results, specs):
-        """explain's eager results, tagged as the program's would be (`_run_spmd`, `_results`):
-        each output the program computes carries its layout, so the graph it feeds (the
-        backward) is planned for the layouts the real call gives it."""
-        for spec, out in zip(self.outputs, results if self.output_is_tuple else [results]):
-            if spec.kind == "ir" and spec.stride is None and isinstance(out, torch.Tensor) and specs[spec.index] is not None:
-                _sharding.tag(out, specs[spec.index])
-        return results
+        """explain's eager results as the program's would be (`_run_spmd`, `_results`): each
+        output the program computes is a tensor of its own (an eager view is copied: PyTorch
+        hands a saved view to the backward as a new object, without the layout) carrying its
+        layout, so the graph it feeds (the backward) is planned for the layouts the real call
+        gives it."""
+        outs = list(results) if self.output_is_tuple else [results]
+        for j, (spec, out) in enumerate(zip(self.outputs, outs)):
+            if spec.kind == "ir" and spec.stride is None and isinstance(out, torch.Tensor):
+                if out._base is not None:
+                    out = outs[j] = out.clone()
+                if specs[spec.index] is not None:
+                    _sharding.tag(out, specs[spec.index])
+        if not self.output_is_tuple:
+            return outs[0]
+        return tuple(outs) if isinstance(results, tuple) else outs
 
     def __call__(self, *args):
         tensors = [args[i] if i >= 0 else c for i, c in self._sources]
