@@ -161,13 +161,26 @@ def _call(graph, target, args, val):
     return node
 
 
+def _bools(shape):
+    """A value (`meta["val"]`) for a new bool node: a meta tensor, or for symbolic sizes one made
+    by the fake mode that owns them (a graph's values may come from several fake modes, which
+    do not mix)."""
+    if all(isinstance(d, int) for d in shape):
+        return torch.empty(tuple(shape), dtype=torch.bool, device="meta")
+    mode = next(d.node.shape_env for d in shape if isinstance(d, torch.SymInt))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(shape_env=mode, allow_non_fake_inputs=True):
+        return torch.empty(tuple(shape), dtype=torch.bool)
+
+
 def _flag(graph, index, lo: int, n: int):
     """A 0-d bool node: whether any element of `index` lies outside [lo, n)."""
-    v = index.meta["val"]
-    low = _call(graph, aten.lt.Scalar, (index, lo), aten.lt.Scalar(v, lo))
-    high = _call(graph, aten.ge.Scalar, (index, n), aten.ge.Scalar(v, n))
-    either = _call(graph, aten.logical_or.default, (low, high), aten.logical_or.default(low.meta["val"], high.meta["val"]))
-    return _call(graph, aten.any.default, (either,), aten.any.default(either.meta["val"]))
+    elementwise = _bools(index.meta["val"].shape)
+    low = _call(graph, aten.lt.Scalar, (index, lo), elementwise)
+    high = _call(graph, aten.ge.Scalar, (index, n), elementwise)
+    either = _call(graph, aten.logical_or.default, (low, high), elementwise)
+    return _call(graph, aten.any.default, (either,), _bools(()))
 
 
 def sites_in(gm: torch.fx.GraphModule) -> bool:
@@ -216,7 +229,7 @@ def instrument(gm: torch.fx.GraphModule, binding=None, called=None) -> Instrumen
             sites.append(Site(op, reads, user_line(node.meta.get("stack_trace"))))
     if not flags:
         return None
-    stacked = _call(graph, aten.stack.default, (flags,), aten.stack.default([f.meta["val"] for f in flags]))
+    stacked = _call(graph, aten.stack.default, (flags,), _bools((len(flags),)))
     outs = output.args[0]
     items = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     new_out = graph.output(tuple(env[x] if isinstance(x, torch.fx.Node) else x for x in items) + (stacked,))
