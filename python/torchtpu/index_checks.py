@@ -147,8 +147,8 @@ def user_line(stack_trace: str | None) -> str | None:
 @dataclasses.dataclass
 class Instrumented:
     """A copy of a graph with the checks added: `gm` (its outputs the original's, then the
-    `bool[len(sites)]` flags), `sites`, and `original` (copied node -> node of the graph it was
-    copied from, for refusals the caller maps back)."""
+    flags: `bool[len(sites)]`, or one 0-d bool), `sites`, and `original` (copied node -> node
+    of the graph it was copied from, for refusals the caller maps back)."""
 
     gm: torch.fx.GraphModule
     sites: tuple
@@ -188,10 +188,11 @@ def sites_in(gm: torch.fx.GraphModule) -> bool:
     return any(n.op == "call_function" and n.target in _RULES for n in gm.graph.nodes)
 
 
-def instrument(gm: torch.fx.GraphModule, binding=None, called=None) -> Instrumented | None:
+def instrument(gm: torch.fx.GraphModule, binding=None, called=None, one_flag: bool = False) -> Instrumented | None:
     """`gm` with its index checks, or None where no node reads indices. `binding` gives the
     sizes of a graph with symbolic shapes (specialize.Binding); `called` names the op for nodes
-    that do not say which op they came from (the device's one-op programs)."""
+    that do not say which op they came from (the device's one-op programs). With `one_flag`
+    the flag is one 0-d bool for all the sites (the device combines such flags, `_checks.py`)."""
     if not sites_in(gm):
         return None
     graph = torch.fx.Graph()
@@ -230,6 +231,8 @@ def instrument(gm: torch.fx.GraphModule, binding=None, called=None) -> Instrumen
     if not flags:
         return None
     stacked = _call(graph, aten.stack.default, (flags,), _bools((len(flags),)))
+    if one_flag:
+        stacked = _call(graph, aten.any.default, (stacked,), _bools(()))
     outs = output.args[0]
     items = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     new_out = graph.output(tuple(env[x] if isinstance(x, torch.fx.Node) else x for x in items) + (stacked,))
@@ -259,17 +262,22 @@ def error(flags, sites, where: str | None = None):
     if not bool(flags.any()):
         return None
     from torchtpu.errors import IndexOutOfRangeError
-    bad = [s for s, f in zip(sites, flags.tolist()) if f]
-    site = bad[0]
+
+    if flags.dim() == 0:  # one flag for all the sites (`instrument(..., one_flag=True)`)
+        site = sites[0]
+        reads, more = " or ".join(s.reads for s in sites), ""
+    else:
+        bad = [s for s, f in zip(sites, flags.tolist()) if f]
+        site, reads = bad[0], bad[0].reads
+        more = f" (and {len(bad) - 1} more index check{'s' if len(bad) > 2 else ''} of this program)" if len(bad) > 1 else ""
     at = site.where or where
-    more = f" (and {len(bad) - 1} more index check{'s' if len(bad) > 2 else ''} of this program)" if len(bad) > 1 else ""
     return IndexOutOfRangeError(
-        f"{site.op}: index out of range{f' at {at}' if at else ''} ({site.reads}){more}. torchtpu raises as "
+        f"{site.op}: index out of range{f' at {at}' if at else ''} ({reads}){more}. torchtpu raises as "
         "CPU eager does where XLA would clamp the index; the checks are turned off by "
         "options={'check_indices': False}, torchtpu.eager.check_indices(False) or TORCHTPU_CHECK_INDICES=0",
         op=site.op,
         where=at,
-        reads=site.reads,
+        reads=reads,
     )
 
 

@@ -315,7 +315,7 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
         if got != [d for d in expected if d is not None]:
             raise TypeError(f"lifting floats of {op} changes its result dtypes ({got} vs {expected})")
     name = "eager_" + str(op).replace(".", "_").replace("::", "_")
-    checked = index_checks.instrument(gm, called=op) if checks_on else None
+    checked = index_checks.instrument(gm, called=op, one_flag=True) if checks_on else None
     if checked is not None:
         gm = checked.gm  # its last output is the checks' flag (`Program.checks`)
     exported = export(gm, name)
@@ -323,7 +323,7 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
     outputs = exported.outputs if checked is None else exported.outputs[:-1]
     out_types, ir_types = _types_of(gm, outputs)
     if checked is not None:
-        ir_types.append((torch.bool, (len(checked.sites),)))
+        ir_types.append((torch.bool, ()))  # one flag for the program's sites
     if _defer.active:
         # Recorded, not run: the registry's legality checks stand in for a compile (what
         # strict mode's compile would refuse becomes a CPU fallback the same way).
