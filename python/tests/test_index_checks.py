@@ -151,6 +151,31 @@ def test_strict_mode_raises_at_the_next_host_read_or_synchronize():
     assert xt.sum().item() == pytest.approx(_x().sum().item())
 
 
+def test_many_pending_flags_are_read_together_and_the_bad_one_is_named():
+    xt = _x().to(TPU)
+    good, bad = torch.tensor([1, -1], device=TPU), torch.tensor([0, 2, 3, 9], device=TPU)
+    ys = [xt[good] for _ in range(5)]
+    ys.append(torch.gather(xt, 1, bad.view(1, -1)))  # the bad one, among good ones
+    ys += [xt.index_select(0, good.abs()) for _ in range(3)]
+    assert len(_checks._pending) == 9
+    with pytest.raises(torchtpu.IndexOutOfRangeError, match=r"aten\.gather") as info:
+        ys[0].cpu()
+    assert info.value.where.endswith(f"test_index_checks.py:{_line_of('ys.append(torch.gather')}")
+    # Good flags only: read as one, nothing raised; past LIMIT the computed ones are read.
+    for _ in range(_checks.LIMIT + 10):
+        xt[good]
+    assert len(_checks._pending) < _checks.LIMIT
+    assert xt[good].sum().item() == pytest.approx(_x()[torch.tensor([1, -1])].sum().item(), rel=1e-6)
+    assert not _checks._pending
+
+
+def _line_of(text: str) -> int:
+    import inspect
+
+    src = inspect.getsource(sys.modules[__name__]).splitlines()
+    return next(i + 1 for i, line in enumerate(src) if text in line and "_line_of" not in line)
+
+
 def test_debug_mode_raises_at_the_op_itself():
     xt = _x().to(TPU)
     with E.mode("debug"), pytest.raises(torchtpu.IndexOutOfRangeError) as info:
@@ -259,3 +284,14 @@ def test_training_through_embedding_gather_and_cross_entropy_matches_cpu(where):
         else:
             with E.mode(where):
                 model(bad, pick, target).item()
+
+
+def test_a_compiled_graph_on_pending_tpu_tensors_checks_too():
+    f = torch.compile(lambda x, i: x[i] * 2, backend="torchtpu")
+    xt = _x().to(TPU)
+    with E.mode("defer_and_fuse"):
+        y = xt + 1  # pending: the compiled graph is a cut
+        torch.testing.assert_close(f(y, torch.tensor([-1], device=TPU)).cpu(), (_x()[-1:] + 1) * 2)
+        out = f(y, torch.tensor([4], device=TPU))
+        with pytest.raises(torchtpu.IndexOutOfRangeError, match=r"aten\.index"):
+            out.cpu()
