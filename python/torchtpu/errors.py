@@ -18,6 +18,9 @@ from it. All are RuntimeErrors; `OptionsError` is also a ValueError.
     ├── DeviceForkError        the device used in a process forked after it started
     ├── OpArgumentError        what eager's kernels refuse and meta kernels do not (mixed
     │                          dtypes in a matrix product, an empty max()): also an IndexError
+    ├── IndexOutOfRangeError   an index out of range for its op (x[idx], gather, embedding, a
+    │                          loss target), where XLA would clamp it: op, where, reads (also
+    │                          an IndexError; index_checks.py)
     └── ShardingError          a bad Mesh, sharding spec or plan, or a dim its axes do not
                                divide (torchtpu.sharding; also a ValueError)
 
