@@ -175,11 +175,20 @@ def _bools(shape):
 
 
 def _flag(graph, index, lo: int, n: int):
-    """A 0-d bool node: whether any element of `index` lies outside [lo, n)."""
-    elementwise = _bools(index.meta["val"].shape)
-    low = _call(graph, aten.lt.Scalar, (index, lo), elementwise)
-    high = _call(graph, aten.ge.Scalar, (index, n), elementwise)
-    either = _call(graph, aten.logical_or.default, (low, high), elementwise)
+    """A 0-d bool node: whether any element of `index` lies outside [lo, n), or None where no
+    value of its dtype can (a bound past the dtype's range would wrap when the lowering
+    converts it to that dtype)."""
+    v = index.meta["val"]
+    info = torch.iinfo(v.dtype)
+    elementwise = _bools(v.shape)
+    tests = []
+    if lo > info.min:
+        tests.append(_call(graph, aten.lt.Scalar, (index, lo), elementwise))
+    if n <= info.max:
+        tests.append(_call(graph, aten.ge.Scalar, (index, n), elementwise))
+    if not tests:
+        return None
+    either = tests[0] if len(tests) == 1 else _call(graph, aten.logical_or.default, tuple(tests), elementwise)
     return _call(graph, aten.any.default, (either,), _bools(()))
 
 
@@ -225,7 +234,10 @@ def instrument(gm: torch.fx.GraphModule, binding=None, called=None, one_flag: bo
             if not isinstance(n, int):
                 continue  # a symbolic size without a binding: not exported as such either
             lo = -n if negative_ok else 0
-            flags.append(_flag(graph, env[index], lo, n))
+            flag = _flag(graph, env[index], lo, n)
+            if flag is None:
+                continue
+            flags.append(flag)
             reads = f"{_base(node.target)} takes indices in [{lo}, {n}) along dim {dim}"
             sites.append(Site(op, reads, user_line(node.meta.get("stack_trace"))))
     if not flags:
