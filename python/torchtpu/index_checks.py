@@ -4,7 +4,8 @@ XLA's gather and scatter clamp an index that is out of range; PyTorch raises (CP
 on the device (CUDA). `instrument` rewrites a decomposed ATen graph so that it computes, for
 each node that reads indices (`index`, `index_put`, `gather`, `scatter*`, `index_select`,
 `embedding`, ...), whether any of its indices is out of range, and returns the flags as one extra
-`bool[k]` output appended to the graph's outputs (k: the number of check sites). The caller
+`bool[k]` output appended to the graph's outputs (k: the number of check sites; one 0-d bool
+for the device's one-op programs). The caller
 strips that output and hands it to `raise_if_set` (now, or at the next host read: the device's
 pending checks, `device/_checks.py`), which raises `IndexOutOfRangeError` naming the op and
 the user's line.
@@ -34,6 +35,7 @@ CHECK_INDICES_ENV = "TORCHTPU_CHECK_INDICES"
 
 def check_indices_default() -> bool:
     return os.environ.get(CHECK_INDICES_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
 
 # Ops (base names) whose indices CPU eager takes in [0, n) only, whatever they decompose into.
 _NON_NEGATIVE = {
