@@ -55,6 +55,17 @@ def test_to_tpu_keeps_parameter_objects_and_an_earlier_optimizer_trains():
     assert [id(p) for p in m.parameters()] == before and next(m.parameters()).device.type == "cpu"
 
 
+def test_to_tpu_of_a_weakly_referenced_parameter_still_converts():
+    import weakref
+
+    m = torch.nn.Linear(3, 3)
+    want = m(torch.ones(1, 3)).detach()
+    ref = weakref.ref(m.weight)  # swap_tensors refuses these: PyTorch's default (a new Parameter)
+    m.to(TPU)
+    assert m.weight.device.type == TPU and ref() is None
+    torch.testing.assert_close(m(torch.ones(1, 3, device=TPU)).cpu(), want)
+
+
 def test_hf_tied_embeddings_stay_tied_train_like_cpu_and_save_pretrained(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(

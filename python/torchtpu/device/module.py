@@ -362,6 +362,7 @@ def patch_module_conversion() -> None:
     if _conversion is not None:
         return
     import threading
+    import weakref
 
     import torch.nn.modules.module as module_py
 
@@ -372,18 +373,23 @@ def patch_module_conversion() -> None:
     def swaps(t) -> bool:
         if is_subclass(t):
             return True
-        return isinstance(t, torch.Tensor) and (t.device.type == "tpu" or getattr(state, "from_tpu", False))
+        if not isinstance(t, torch.Tensor) or not getattr(state, "swappable", True):
+            return False
+        return t.device.type == "tpu" or getattr(state, "from_tpu", False)
 
     def _apply(self, fn, recurse=True):
-        if getattr(state, "from_tpu", False) or not any(
-            p is not None and p.device.type == "tpu" for p in self._parameters.values()
-        ):
-            return original_apply(self, fn, recurse)
-        state.from_tpu = True
+        # The module's own parameters decide for its own loop; `original_apply` converts the
+        # children first (each through this wrapper), so the state is restored after them.
+        own = [p for p in self._parameters.values() if p is not None]
+        saved = getattr(state, "from_tpu", False), getattr(state, "swappable", True)
+        state.from_tpu = any(p.device.type == "tpu" for p in own)
+        # swap_tensors refuses tensors with weak references: those keep PyTorch's default
+        # (new Parameter objects) rather than failing the whole conversion.
+        state.swappable = not any(weakref.getweakrefcount(p) for p in own)
         try:
             return original_apply(self, fn, recurse)
         finally:
-            state.from_tpu = False
+            state.from_tpu, state.swappable = saved
 
     _apply.__doc__ = original_apply.__doc__
     module_py.is_traceable_wrapper_subclass = swaps
