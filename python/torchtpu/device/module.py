@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import torch
 
@@ -361,7 +362,6 @@ def patch_module_conversion() -> None:
     global _conversion
     if _conversion is not None:
         return
-    import threading
     import weakref
 
     import torch.nn.modules.module as module_py
@@ -402,12 +402,18 @@ _original_data_ptr = None
 _next_address = 0x7A00_0000_0000_0000
 
 
+_address_lock = threading.Lock()
+
+
 def _address_of(slot, nbytes: int) -> int:
     global _next_address
     address = slot.address
     if address is None:
-        address = slot.address = _next_address
-        _next_address += (max(nbytes, 1) + 4095) // 4096 * 4096
+        with _address_lock:  # two threads must not take the same range
+            if slot.address is None:
+                slot.address = _next_address
+                _next_address += (max(nbytes, 1) + 4095) // 4096 * 4096
+            address = slot.address
     return address
 
 
