@@ -305,9 +305,10 @@ class _Writer:
             return self.sharding_constraint(node)
         if full is None:
             raise Unsupported(f"call to {getattr(target, '__name__', target)} is not an ATen op", [str(getattr(target, "__name__", target))])
-        self.ops.append(".".join(full.split(".")[:2]))
-        _check_matrix_dtypes(node, full)
-        _check_empty_reduction(node, full)
+        base = ".".join(full.split(".")[:2])
+        self.ops.append(base)
+        _check_matrix_dtypes(node, full, base)
+        _check_empty_reduction(node, full, base)
         schema = target._schema
         operands: list[str] = []
         attrs: list[tuple[str, str]] = []
@@ -452,15 +453,16 @@ _MATRIX_OPERANDS = {
 }
 
 
-def _check_matrix_dtypes(node, full: str) -> None:
-    positions = _MATRIX_OPERANDS.get(".".join(full.split(".")[:2]))
+def _check_matrix_dtypes(node, full: str, base: str) -> None:
+    positions = _MATRIX_OPERANDS.get(base)
     if positions is None:
         return
     vals = [node.args[i].meta.get("val") if i < len(node.args) and isinstance(node.args[i], torch.fx.Node) else None for i in positions]
     dtypes = [v.dtype for v in vals if isinstance(v, torch.Tensor)]
     if len(set(dtypes)) > 1:
-        trace = node.meta.get("stack_trace") or ""
-        where = trace.strip().splitlines()[-2].strip() if trace.strip() else ""
+        from torchtpu.index_checks import user_line
+
+        where = user_line(node.meta.get("stack_trace"))
         raise OpArgumentError(
             f"{full}: expected its matrix operands to have the same dtype, as eager does, but got "
             f"{' and '.join(str(d) for d in dtypes)}{f' ({where})' if where else ''}; cast one (x.to(w.dtype)) "
@@ -473,8 +475,7 @@ def _check_matrix_dtypes(node, full: str) -> None:
 _NO_IDENTITY = {"aten.max", "aten.min", "aten.argmax", "aten.argmin", "aten.amax", "aten.amin"}
 
 
-def _check_empty_reduction(node, full: str) -> None:
-    base = ".".join(full.split(".")[:2])
+def _check_empty_reduction(node, full: str, base: str) -> None:
     if base not in _NO_IDENTITY or not node.args or not isinstance(node.args[0], torch.fx.Node):
         return
     val = node.args[0].meta.get("val")

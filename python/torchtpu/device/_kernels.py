@@ -26,18 +26,22 @@ def _check_device(device) -> None:
         check_index(device)
 
 
-def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+def _check_factory(size, device) -> None:
+    """What eager's allocator refuses before a tpu tensor is made: a device that does not
+    exist, a negative size."""
     _check_device(device)
     if any(d < 0 for d in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+
+
+def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_factory(size, device)
     return _storage.new_tensor(tuple(size), _dtype(dtype))
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    _check_device(device)
+    _check_factory(size, device)
     size, stride = tuple(size), tuple(stride)
-    if any(d < 0 for d in size):
-        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
     if is_contiguous(size, stride):
         return _storage.new_tensor(size, _dtype(dtype))
     # A layout other than row-major (empty_like of a transposed tensor): storage for the span

@@ -37,10 +37,10 @@ class Generator:
         """The state as a CPU uint8 tensor: the seed, then the device key and counter (8 bytes
         each, native order)."""
         # Never pending: the draws' programs run at once, even in DeferAndFuse mode.
-        values = torch.from_dlpack(self.current().to_host()).clone()
+        values = torch.from_dlpack(self.current().to_host())
         signed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
-        words = torch.cat([torch.tensor([signed], dtype=torch.int64), values.reshape(-1)])
-        return words.view(torch.uint8).clone()
+        # `cat` copies: the result owns its memory, not the host copy's capsule.
+        return torch.cat([torch.tensor([signed], dtype=torch.int64), values.reshape(-1)]).view(torch.uint8)
 
     def set_state(self, new_state: torch.Tensor) -> None:
         if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8 or new_state.numel() != 24:

@@ -40,8 +40,8 @@ def check_index(device) -> None:
     """Refuses a tpu device index that does not exist (`tpu:1` on a one-device process), as
     CUDA refuses an invalid device ordinal, instead of silently using tpu:0."""
     index = device.index if isinstance(device, torch.device) else device
-    if index is not None and not 0 <= index < TpuModule.device_count():
-        n = TpuModule.device_count()
+    n = TpuModule.device_count()
+    if index is not None and not 0 <= index < n:
         raise RuntimeError(
             f"torchtpu: invalid device tpu:{index}: this process has {n} tpu device{'s' if n != 1 else ''} "
             f"(tpu:0{f'..tpu:{n - 1}' if n > 1 else ''})"
@@ -101,8 +101,8 @@ class TpuModule:
     @contextlib.contextmanager
     def device(device):
         """`with torch.tpu.device(i):` (what `torch.utils.checkpoint` and `fork_rng` enter)."""
-        if device is not None and not (isinstance(device, int) and device < 0):
-            check_index(torch.device("tpu", device) if isinstance(device, int) else torch.device(device))
+        if device is not None and not (isinstance(device, int) and device < 0):  # -1: the current one
+            check_index(device if isinstance(device, int) else torch.device(device))
         yield
 
     @staticmethod
