@@ -399,7 +399,6 @@ class CompiledGraph:
                 results.append(spec.value)
         return tuple(results) if self.output_is_tuple else results[0]
 
-
     def _check_indices(self, outs: list) -> list:
         """The outputs without the index checks' flag, which is read now (CPU: the program has
         run) or, on tpu, at the next host read (`device/_checks.py`)."""

@@ -48,7 +48,6 @@ class _State:
         self._mode = name
         _defer.set_active(name == "defer_and_fuse")
 
-
     @property
     def check_indices(self) -> bool:
         return self._check_indices
