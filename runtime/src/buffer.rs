@@ -193,6 +193,29 @@ impl Buffer {
         self.client.plugin.await_event("PJRT_LoadedExecutable_Execute", args.event)
     }
 
+    /// Whether the buffer lives on `device` (`PJRT_Buffer_Device`).
+    pub fn is_on(&self, device: &Device) -> Result<bool> {
+        let mut args = ffi::PJRT_Buffer_Device_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_Device, &mut args)?;
+        Ok(args.device == device.raw)
+    }
+
+    /// A copy of the buffer on `device` of the same client, made by the plugin device to
+    /// device (`PJRT_Buffer_CopyToDevice`), not through the host. Returns once the copy is
+    /// enqueued (PJRT orders it after the source's producer); reading the copy waits for it
+    /// and reports a failure. PJRT refuses a copy to the device the buffer is already on.
+    pub fn copy_to_device(&self, device: &Device) -> Result<Buffer> {
+        if !Arc::ptr_eq(&device.client, &self.client) {
+            return Err(RuntimeError::InvalidArgument(format!("device {} belongs to a different client", device.id())));
+        }
+        let mut args = ffi::PJRT_Buffer_CopyToDevice_Args::new();
+        args.buffer = self.raw;
+        args.dst_device = device.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_CopyToDevice, &mut args)?;
+        Buffer::from_raw(&self.client, args.dst_buffer)
+    }
+
     /// Copies the buffer to host memory (dense, row-major), waiting for the copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
         // Every modelled type is whole bytes, so the dense size needs no size query.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::buffer::Buffer;
-use crate::client::{Client, ClientInner};
+use crate::client::{Client, ClientInner, Device};
 use crate::error::{Result, RuntimeError};
 use crate::ffi::{self, Args};
 use crate::options::CompileOptions;
@@ -166,6 +166,20 @@ impl Executable {
         Ok(outs.pop().unwrap_or_default())
     }
 
+    /// Runs a portable executable ([`CompileOptions::portable`]) on `device` with `args` (each
+    /// on that device: the plugin refuses others). With `wait` false it returns once the work is
+    /// enqueued, as [`Executable::execute_async_keeping`]. Arguments at `keep` are not donated.
+    pub fn execute_on(&self, args: &[&Buffer], keep: &[i64], device: &Device, wait: bool) -> Result<Vec<Buffer>> {
+        if !Arc::ptr_eq(&device.client, &self.client) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "device {} belongs to a different client than the executable",
+                device.id()
+            )));
+        }
+        let mut outs = self.launch_on(&[args.to_vec()], keep, wait, device.raw)?;
+        Ok(outs.pop().unwrap_or_default())
+    }
+
     /// Runs an SPMD program: `args[d]` are partition `d`'s arguments (each buffer on the d-th
     /// device of the executable, holding that partition's shard), and the result's row `d` is
     /// partition `d`'s outputs. Waits for every partition. Arguments at `keep` are not donated.
@@ -175,6 +189,17 @@ impl Executable {
 
     /// Enqueues one execution; with `wait`, blocks until every partition has finished.
     fn launch(&self, args: &[Vec<&Buffer>], keep: &[i64], wait: bool) -> Result<Vec<Vec<Buffer>>> {
+        self.launch_on(args, keep, wait, std::ptr::null_mut())
+    }
+
+    /// `launch`, on `device` where not null (a portable executable's one execution).
+    fn launch_on(
+        &self,
+        args: &[Vec<&Buffer>],
+        keep: &[i64],
+        wait: bool,
+        device: *mut ffi::PJRT_Device,
+    ) -> Result<Vec<Vec<Buffer>>> {
         let num_args = args.first().map_or(0, Vec::len);
         if args.is_empty() || args.iter().any(|row| row.len() != num_args) {
             return Err(RuntimeError::InvalidArgument(format!(
@@ -212,6 +237,7 @@ impl Executable {
         exec.output_lists = output_lists.as_ptr();
         // Without completion events PJRT tracks the work through the output buffers.
         exec.device_complete_events = if wait { complete.as_mut_ptr() } else { std::ptr::null_mut() };
+        exec.execute_device = device;
         pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
 
         // Take ownership of every output before anything else can fail.

@@ -152,11 +152,11 @@ pub struct PJRT_Api {
     pub PJRT_Buffer_DynamicDimensionIndices: Unused,
     pub PJRT_Buffer_GetMemoryLayout: Unused,
     pub PJRT_Buffer_OnDeviceSizeInBytes: Unused,
-    pub PJRT_Buffer_Device: Unused,
+    pub PJRT_Buffer_Device: PjrtFn<PJRT_Buffer_Device_Args>,
     pub PJRT_Buffer_Memory: Unused,
     pub PJRT_Buffer_Delete: Unused,
     pub PJRT_Buffer_IsDeleted: Unused,
-    pub PJRT_Buffer_CopyToDevice: Unused,
+    pub PJRT_Buffer_CopyToDevice: PjrtFn<PJRT_Buffer_CopyToDevice_Args>,
     pub PJRT_Buffer_ToHostBuffer: PjrtFn<PJRT_Buffer_ToHostBuffer_Args>,
     pub PJRT_Buffer_IsOnCpu: Unused,
     pub PJRT_Buffer_ReadyEvent: PjrtFn<PJRT_Buffer_ReadyEvent_Args>,
@@ -485,6 +485,25 @@ pub struct PJRT_Buffer_Dimensions_Args {
 }
 
 #[repr(C)]
+pub struct PJRT_Buffer_Device_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    /// Out: the device the buffer lives on (owned by the client).
+    pub device: *mut PJRT_Device,
+}
+
+/// Copies a buffer to another device of the same client; the caller owns `dst_buffer`.
+#[repr(C)]
+pub struct PJRT_Buffer_CopyToDevice_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub buffer: *mut PJRT_Buffer,
+    pub dst_device: *mut PJRT_Device,
+    pub dst_buffer: *mut PJRT_Buffer,
+}
+
+#[repr(C)]
 pub struct PJRT_Buffer_ToHostBuffer_Args {
     pub struct_size: usize,
     pub extension_start: *mut PJRT_Extension_Base,
@@ -563,6 +582,8 @@ impl_args!(
     PJRT_Buffer_Dimensions_Args,
     PJRT_Buffer_ToHostBuffer_Args,
     PJRT_Buffer_UnsafePointer_Args,
+    PJRT_Buffer_Device_Args,
+    PJRT_Buffer_CopyToDevice_Args,
 );
 
 // glibc's allocator tuning (malloc.h): `mallopt(M_MMAP_MAX, 0)` serves every allocation from
@@ -629,6 +650,11 @@ mod tests {
         assert_eq!(size_of::<PJRT_Buffer_ToHostBuffer_Args>(), 56);
         assert_eq!(offset_of!(PJRT_Api, PJRT_Executable_OptimizedProgram), 40 + 48 * 8);
         assert_eq!(size_of::<PJRT_Executable_OptimizedProgram_Args>(), 32);
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_Device), 40 + 65 * 8);
+        assert_eq!(offset_of!(PJRT_Api, PJRT_Buffer_CopyToDevice), 40 + 69 * 8);
+        assert_eq!(size_of::<PJRT_Buffer_Device_Args>(), 32);
+        assert_eq!(size_of::<PJRT_Buffer_CopyToDevice_Args>(), 40);
+        assert_eq!(offset_of!(PJRT_LoadedExecutable_Execute_Args, execute_device), 72);
     }
 
     #[test]

@@ -12,6 +12,10 @@ use prost::Message;
 struct CompileOptionsProto {
     #[prost(message, optional, tag = "3")]
     executable_build_options: Option<ExecutableBuildOptionsProto>,
+    /// Compiled for no device in particular: each execution names its device
+    /// (`execute_device`), so one executable serves every device of the client.
+    #[prost(bool, tag = "4")]
+    compile_portable_executable: bool,
     /// XLA `DebugOptions` fields by name (`xla_cpu_...`), applied to this compile only: what
     /// `XLA_FLAGS` would set for the whole process. A BTreeMap, so the bytes (part of the
     /// cache key) do not depend on insertion order.
@@ -100,11 +104,15 @@ pub struct CompileOptions {
     pub num_partitions: i64,
     /// XLA `DebugOptions` overrides for this compile (`env_option_overrides`), by field name.
     pub xla_options: BTreeMap<String, XlaOption>,
+    /// A portable executable (one replica, one partition): it runs on whichever device each
+    /// execution names ([`Executable::execute_on`](crate::Executable::execute_on)) and only
+    /// there; the plugin refuses it an execution without a device.
+    pub portable: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { num_replicas: 1, num_partitions: 1, xla_options: BTreeMap::new() }
+        CompileOptions { num_replicas: 1, num_partitions: 1, xla_options: BTreeMap::new(), portable: false }
     }
 }
 
@@ -112,6 +120,12 @@ impl CompileOptions {
     /// `num_replicas` replicas of `num_partitions` partitions, XLA's own options.
     pub fn new(num_replicas: i64, num_partitions: i64) -> CompileOptions {
         CompileOptions { num_replicas, num_partitions, ..CompileOptions::default() }
+    }
+
+    /// One replica, one partition, compiled portable: one executable for every device, each
+    /// execution naming its device (how the eager device runs an op on `tpu:N`).
+    pub fn portable() -> CompileOptions {
+        CompileOptions { portable: true, ..CompileOptions::default() }
     }
 
     /// One replica partitioned over `n` devices by Shardy (the module's `sdy.*` shardings).
@@ -149,6 +163,7 @@ impl CompileOptions {
                 use_shardy_partitioner: spmd,
             }),
             env_option_overrides: self.xla_options.iter().map(|(k, v)| (k.clone(), v.into())).collect(),
+            compile_portable_executable: self.portable,
         }
         .encode_to_vec()
     }
@@ -158,6 +173,12 @@ impl CompileOptions {
         if self.num_replicas < 1 || self.num_partitions < 1 {
             return Err(crate::RuntimeError::InvalidArgument(format!(
                 "num_replicas and num_partitions must be >= 1, got {} and {}",
+                self.num_replicas, self.num_partitions
+            )));
+        }
+        if self.portable && (self.num_replicas != 1 || self.num_partitions != 1) {
+            return Err(crate::RuntimeError::InvalidArgument(format!(
+                "a portable executable has one replica and one partition, got {} and {}",
                 self.num_replicas, self.num_partitions
             )));
         }
@@ -220,6 +241,22 @@ mod tests {
         assert_eq!(names, ["xla_cpu_a", "xla_cpu_b"]);
         assert_eq!(decoded.env_option_overrides["xla_cpu_b"].value, Some(OptionOverrideValue::Bool(false)));
         assert!(CompileOptions::default().with_xla_options([("cpu_a".into(), XlaOption::Int(1))]).validate().is_err());
+    }
+
+    #[test]
+    fn portable_sets_field_4_and_keeps_one_device() {
+        let bytes = CompileOptions::portable().serialize();
+        let decoded = CompileOptionsProto::decode(bytes.as_slice()).unwrap();
+        assert!(decoded.compile_portable_executable);
+        // field 4 (varint) = 1, after the build options (field 3).
+        assert!(bytes.ends_with(&[0x20, 0x01]), "{bytes:x?}");
+        assert_ne!(bytes, CompileOptions::default().serialize());
+        assert!(
+            !CompileOptionsProto::decode(CompileOptions::default().serialize().as_slice())
+                .unwrap()
+                .compile_portable_executable
+        );
+        assert!(CompileOptions { num_partitions: 2, ..CompileOptions::portable() }.validate().is_err());
     }
 
     #[test]
