@@ -92,6 +92,9 @@ fn role(g: &Graph, id: NodeId) -> Option<Role> {
         return None;
     }
     let x = node.operands[0];
+    // Rules that carry result 0 channels-last need it rank 4 (the verifier leaves a
+    // convolution's declared result shape to the lowering).
+    let result4 = node.results.first().is_some_and(|t| t.rank() == 4);
     match rule {
         LayoutRule::Convolution => {
             let w = *node.operands.get(1)?;
@@ -100,7 +103,7 @@ fn role(g: &Graph, id: NodeId) -> Option<Role> {
                 Some(Attr::Int(n)) => *n,
                 _ => 1,
             };
-            if xd.len() != 4 || wd.len() != 4 || node.attr("channels_last").is_some() {
+            if xd.len() != 4 || wd.len() != 4 || !result4 || node.attr("channels_last").is_some() {
                 return None;
             }
             if convolution_runs_as_matmul(&xd[2..], &wd[2..], groups) {
@@ -108,7 +111,7 @@ fn role(g: &Graph, id: NodeId) -> Option<Role> {
             }
             Some(Role { rule, operands: vec![0], results: vec![0] })
         }
-        LayoutRule::BatchNorm => (rank4(g, x) && node.attr("channel_dim").is_none()).then(|| Role {
+        LayoutRule::BatchNorm => (rank4(g, x) && result4 && node.attr("channel_dim").is_none()).then(|| Role {
             rule,
             operands: vec![0],
             results: vec![0],

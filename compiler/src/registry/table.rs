@@ -6,7 +6,8 @@ use super::{Decomposition as D, LayoutRule as L, OpDef, ShardingRule, Signature,
 use crate::ir::ops::Arity::{AtLeast, Between, Exactly};
 use crate::ir::ops::ShapeRule;
 use crate::lower::ops::{
-    elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, random, reduce, shape, sort, RuleFn,
+    collective, elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, random, reduce, shape,
+    sort, RuleFn,
 };
 
 /// A rule function and its name, for `OpDef::rule`.
@@ -71,6 +72,8 @@ const FULL: Signature = sig(Exactly(0), 1, &["size", "fill_value"], ShapeRule::F
 const SCALAR_TENSOR: Signature = sig(Exactly(0), 1, &["s"], ShapeRule::Free);
 const ARANGE: Signature = sig(Exactly(0), 1, &["end"], ShapeRule::Free);
 const CAT: Signature = sig(AtLeast(1), 1, &["dim"], ShapeRule::Free);
+// Collectives of replicated programs (`lower/ops/collective.rs`): the replica groups are required.
+const COLLECTIVE: Signature = sig(Exactly(1), 1, &["groups", "group_size"], ShapeRule::Free);
 const CONSTANT: Signature = sig(Exactly(0), 1, &["value"], ShapeRule::Constant);
 // Device random draws: (state) -> (next state, values); `lower/ops/random.rs` checks the types.
 const RNG_RANGE: Signature = sig(Exactly(1), 2, &["low", "high"], ShapeRule::Free);
@@ -336,6 +339,12 @@ pub(super) static OPS: &[OpDef] = &[
     // layouts of SPMD programs (effects, so that CSE keeps constraints whose layouts differ)
     op("tpu.sharding_constraint").traits(T::SIDE_EFFECTS).sig(COPY).rule(rule!(layout::sharding_constraint)),
     op("tpu.reshard").traits(T::SIDE_EFFECTS).sig(COPY).rule(rule!(layout::sharding_constraint)),
+    // cross-replica collectives of replicated programs (PyTorch's functional collectives)
+    op("c10d.all_reduce").sig(COLLECTIVE).rule(rule!(collective::all_reduce)).legal(collective::reducing_legal),
+    op("c10d.reduce_scatter").sig(COLLECTIVE).rule(rule!(collective::reduce_scatter)).legal(collective::reducing_legal),
+    op("c10d.all_gather").sig(COLLECTIVE).rule(rule!(collective::all_gather)).legal(collective::gather_legal),
+    op("c10d.all_to_all").sig(COLLECTIVE).rule(rule!(collective::all_to_all)).legal(collective::gather_legal),
+    op("c10d.broadcast").sig(COLLECTIVE).rule(rule!(collective::broadcast)).legal(collective::broadcast_legal),
     // device random draws with explicit state. Pure, not `random`: every result is a function
     // of the state operand alone (the same state gives the same numbers, the advanced state is
     // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are

@@ -1,6 +1,7 @@
 //! Lowering rules, one module per op family. Each rule lowers one ATen op (all its
 //! overloads) to StableHLO through the emitter.
 
+pub mod collective;
 pub mod elementwise;
 pub mod factory;
 pub mod fft;
