@@ -108,11 +108,20 @@ pub struct CompileOptions {
     /// execution names ([`Executable::execute_on`](crate::Executable::execute_on)) and only
     /// there; the plugin refuses it an execution without a device.
     pub portable: bool,
+    /// The device id of each replica of a replicated program ([`CompileOptions::replicated`]):
+    /// its device assignment. Empty: XLA's default (replica r on device r).
+    pub replica_devices: Vec<i64>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { num_replicas: 1, num_partitions: 1, xla_options: BTreeMap::new(), portable: false }
+        CompileOptions {
+            num_replicas: 1,
+            num_partitions: 1,
+            xla_options: BTreeMap::new(),
+            portable: false,
+            replica_devices: Vec::new(),
+        }
     }
 }
 
@@ -126,6 +135,17 @@ impl CompileOptions {
     /// execution naming its device (how the eager device runs an op on `tpu:N`).
     pub fn portable() -> CompileOptions {
         CompileOptions { portable: true, ..CompileOptions::default() }
+    }
+
+    /// One replica per device of `device_ids` (one partition each): a program whose
+    /// cross-replica collectives (`stablehlo.all_reduce` ...) run among them, replica r on
+    /// device id `device_ids[r]`. An execution gives one argument list per replica, in order.
+    pub fn replicated(device_ids: &[i64]) -> CompileOptions {
+        CompileOptions {
+            num_replicas: device_ids.len() as i64,
+            replica_devices: device_ids.to_vec(),
+            ..CompileOptions::default()
+        }
     }
 
     /// One replica partitioned over `n` devices by Shardy (the module's `sdy.*` shardings).
@@ -144,14 +164,21 @@ impl CompileOptions {
     /// without `use_shardy_partitioner` it drops `sdy` shardings without a word).
     pub fn serialize(&self) -> Vec<u8> {
         let spmd = self.num_partitions > 1;
-        let device_assignment = spmd.then(|| DeviceAssignmentProto {
-            replica_count: self.num_replicas as i32,
-            computation_count: self.num_partitions as i32,
-            computation_devices: (0..self.num_partitions)
-                .map(|p| ComputationDevice {
-                    replica_device_ids: (0..self.num_replicas).map(|r| p * self.num_replicas + r).collect(),
-                })
-                .collect(),
+        let replicated = (!self.replica_devices.is_empty()).then(|| DeviceAssignmentProto {
+            replica_count: self.replica_devices.len() as i32,
+            computation_count: 1,
+            computation_devices: vec![ComputationDevice { replica_device_ids: self.replica_devices.clone() }],
+        });
+        let device_assignment = replicated.or_else(|| {
+            spmd.then(|| DeviceAssignmentProto {
+                replica_count: self.num_replicas as i32,
+                computation_count: self.num_partitions as i32,
+                computation_devices: (0..self.num_partitions)
+                    .map(|p| ComputationDevice {
+                        replica_device_ids: (0..self.num_replicas).map(|r| p * self.num_replicas + r).collect(),
+                    })
+                    .collect(),
+            })
         });
         CompileOptionsProto {
             executable_build_options: Some(ExecutableBuildOptionsProto {
@@ -180,6 +207,18 @@ impl CompileOptions {
             return Err(crate::RuntimeError::InvalidArgument(format!(
                 "a portable executable has one replica and one partition, got {} and {}",
                 self.num_replicas, self.num_partitions
+            )));
+        }
+        if !self.replica_devices.is_empty()
+            && (self.replica_devices.len() as i64 != self.num_replicas || self.num_partitions != 1 || self.portable)
+        {
+            return Err(crate::RuntimeError::InvalidArgument(format!(
+                "a replicated program names one device per replica and has one partition: {} devices for {} \
+                 replicas, {} partitions{}",
+                self.replica_devices.len(),
+                self.num_replicas,
+                self.num_partitions,
+                if self.portable { ", portable" } else { "" }
             )));
         }
         if let Some(name) = self.xla_options.keys().find(|k| !k.starts_with("xla_")) {
@@ -257,6 +296,20 @@ mod tests {
                 .compile_portable_executable
         );
         assert!(CompileOptions { num_partitions: 2, ..CompileOptions::portable() }.validate().is_err());
+    }
+
+    #[test]
+    fn replicated_programs_assign_one_device_per_replica() {
+        let opts = CompileOptions::replicated(&[2, 3]);
+        assert!(opts.validate().is_ok());
+        let decoded =
+            CompileOptionsProto::decode(opts.serialize().as_slice()).unwrap().executable_build_options.unwrap();
+        assert_eq!((decoded.num_replicas, decoded.num_partitions, decoded.use_spmd_partitioning), (2, 1, false));
+        let assignment = decoded.device_assignment.unwrap();
+        assert_eq!((assignment.replica_count, assignment.computation_count), (2, 1));
+        assert_eq!(assignment.computation_devices[0].replica_device_ids, vec![2, 3]);
+        let bad = CompileOptions { num_replicas: 3, ..CompileOptions::replicated(&[0, 1]) };
+        assert!(bad.validate().is_err());
     }
 
     #[test]
