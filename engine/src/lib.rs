@@ -13,11 +13,13 @@ mod device;
 mod graph_cache;
 mod host;
 pub mod legality;
+mod replicated;
 mod resident;
 pub mod spmd;
 
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
 pub use host::HostTensor;
+pub use replicated::ReplicatedProgram;
 pub use torchtpu_compiler::analysis::memory::MemorySummary;
 pub use torchtpu_compiler::driver::{self, fault_injected, DriverError, Timings, FAULT_ENV};
 pub use torchtpu_compiler::ir;
