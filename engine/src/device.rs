@@ -1,14 +1,36 @@
 //! Device-resident execution for the eager `tpu` device and for compiled graphs whose inputs
 //! already live on the device: buffers in, buffers out, nothing copied through the host.
+//! One-device programs are portable executables, so each runs on the device the caller names
+//! (`tpu:N` is the client's N-th addressable device) and its outputs live there.
 
-use torchtpu_runtime::Buffer;
+use torchtpu_runtime::{Buffer, Device};
 
 use crate::ir::DType;
 use crate::{element_type, fault_injected, CompiledGraph, Engine, EngineError};
 
 impl Engine {
-    /// Copies a dense row-major host array of `dtype` and shape `dims` to the engine's device.
+    /// The client's addressable devices, in the plugin's order: device `i` is the eager `tpu:i`.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Device `index`, or an input error naming how many there are.
+    pub fn device(&self, index: usize) -> Result<&Device, EngineError> {
+        self.devices.get(index).ok_or_else(|| EngineError::Input {
+            index: 0,
+            expected: format!("a device index below {}", self.devices.len()),
+            got: format!("device {index}"),
+        })
+    }
+
+    /// Copies a dense row-major host array of `dtype` and shape `dims` to the first device.
     pub fn upload(&self, data: &[u8], dtype: DType, dims: &[i64]) -> Result<Buffer, EngineError> {
+        self.upload_to(data, dtype, dims, 0)
+    }
+
+    /// Copies a dense row-major host array of `dtype` and shape `dims` to device `device`.
+    pub fn upload_to(&self, data: &[u8], dtype: DType, dims: &[i64], device: usize) -> Result<Buffer, EngineError> {
+        let target = self.device(device)?;
         let ty = element_type(dtype);
         let expected = torchtpu_runtime::dense_byte_size(ty, dims).map_err(EngineError::Execute)?;
         if data.len() != expected {
@@ -18,7 +40,13 @@ impl Engine {
                 got: format!("{} bytes", data.len()),
             });
         }
-        self.client.buffer_from_host(data, ty, dims, &self.device).map_err(EngineError::Execute)
+        self.client.buffer_from_host(data, ty, dims, target).map_err(EngineError::Execute)
+    }
+
+    /// A copy of `buffer` on device `device` (another device than its own: PJRT refuses a copy
+    /// onto the same one), made by the plugin device to device (`PJRT_Buffer_CopyToDevice`).
+    pub fn copy_to_device(&self, buffer: &Buffer, device: usize) -> Result<Buffer, EngineError> {
+        buffer.copy_to_device(self.device(device)?).map_err(EngineError::Execute)
     }
 }
 
@@ -40,6 +68,19 @@ impl CompiledGraph {
         inputs: &[&Buffer],
         donate: &[usize],
         wait: bool,
+    ) -> Result<Vec<Buffer>, EngineError> {
+        self.execute_buffers_on(inputs, donate, wait, &self.device)
+    }
+
+    /// [`CompiledGraph::execute_buffers_donating`] on `device` (one of the engine's devices,
+    /// [`Engine::device`]): every input must live there (PJRT refuses others), and the outputs
+    /// do.
+    pub fn execute_buffers_on(
+        &self,
+        inputs: &[&Buffer],
+        donate: &[usize],
+        wait: bool,
+        device: &Device,
     ) -> Result<Vec<Buffer>, EngineError> {
         if fault_injected("execute") {
             return Err(EngineError::Injected { stage: "execute" });
@@ -71,8 +112,6 @@ impl CompiledGraph {
             }
         }
         let keep: Vec<i64> = (0..inputs.len()).filter(|&i| !donated[i]).map(|i| i as i64).collect();
-        let run =
-            if wait { self.exe.execute_keeping(inputs, &keep) } else { self.exe.execute_async_keeping(inputs, &keep) };
-        run.map_err(EngineError::Execute)
+        self.exe.execute_on(inputs, &keep, device, wait).map_err(EngineError::Execute)
     }
 }

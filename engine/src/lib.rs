@@ -260,10 +260,13 @@ pub const CPU_DEVICES_ENV: &str = "TORCHTPU_CPU_DEVICES";
 /// compile option"); the engine then compiles without it and remembers.
 pub const HLO_SHARDING_V3: &str = "xla_enable_hlo_sharding_v3";
 
-/// A PJRT client on the first device, with its executable cache.
+/// A PJRT client and its devices, with its executable cache. One-device programs compile
+/// portable and run on any of the devices (`engine/src/device.rs`); the first is the default.
 pub struct Engine {
     client: Client,
     device: Device,
+    /// The client's addressable devices, in the plugin's order (the eager `tpu:N`).
+    devices: Vec<Device>,
     cache: ExecutableCache,
     graphs: GraphCache,
     /// The plugin refused `HLO_SHARDING_V3` (an XLA without it).
@@ -297,7 +300,8 @@ impl Engine {
         // (location: TORCHTPU_CACHE_DIR, else the XDG cache dir; see docs/cache.md).
         let cache = ExecutableCache::from_env();
         let graphs = GraphCache::for_disk(cache.disk());
-        Ok(Engine { client, device, cache, graphs, no_sharding_v3_option: AtomicBool::new(false) })
+        let devices = client.addressable_devices();
+        Ok(Engine { client, device, devices, cache, graphs, no_sharding_v3_option: AtomicBool::new(false) })
     }
 
     /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
@@ -419,7 +423,8 @@ impl Engine {
             && !self.no_sharding_v3_option.load(Ordering::Relaxed);
         let mut compile_options = match &spmd {
             Some(s) => CompileOptions::spmd(s.devices.len() as i64),
-            None => CompileOptions::default(),
+            // Portable: one executable runs on whichever device an execution names.
+            None => CompileOptions::portable(),
         };
         if pin_v2 {
             compile_options.xla_options.insert(HLO_SHARDING_V3.into(), XlaOption::Bool(false));
@@ -750,7 +755,7 @@ impl CompiledGraph {
         }
         let in_place: Vec<i64> = (0..inputs.len()).filter(|&i| copies[i].is_none()).map(|i| i as i64).collect();
         let args = resident::arguments(&copies, &slots);
-        self.exe.execute_keeping(&args, &in_place).map_err(EngineError::Execute)
+        self.exe.execute_on(&args, &in_place, &self.device, true).map_err(EngineError::Execute)
     }
 
     /// Runs on row-major host memory: `inputs[i]` holds input i, the outputs are copied
@@ -785,7 +790,7 @@ impl CompiledGraph {
             buffers.push(buffer.map_err(EngineError::Execute)?);
         }
         let refs: Vec<&Buffer> = buffers.iter().collect();
-        let outs = self.exe.execute(&refs).map_err(EngineError::Execute)?;
+        let outs = self.exe.execute_on(&refs, &[], &self.device, true).map_err(EngineError::Execute)?;
         outs.iter()
             .zip(&self.outputs)
             .map(|(b, ty)| {

@@ -91,3 +91,34 @@ fn donated_inputs_are_taken_and_kept_ones_are_not() {
         }
     }
 }
+
+#[test]
+fn one_device_programs_run_on_the_device_of_their_inputs() {
+    isolated_cache();
+    let engine = default_engine().unwrap();
+    assert!(engine.devices().len() >= 2, "the CPU plugin has 4 devices by default");
+    let program = engine.compile(&parse_graph(AXPY).unwrap(), &Options::default()).unwrap();
+    for d in 0..engine.devices().len() {
+        let x = engine.upload_to(&f32_bytes(&[1.0, 2.0, 3.0, 4.0]), DType::F32, &[4], d).unwrap();
+        let y = engine.upload_to(&f32_bytes(&[d as f32; 4]), DType::F32, &[4], d).unwrap();
+        let device = engine.device(d).unwrap();
+        let out = program.execute_buffers_on(&[&x, &y], &[], true, device).unwrap().remove(0);
+        assert!(out.is_on(device).unwrap());
+        let expected: Vec<f32> = [2.0, 4.0, 6.0, 8.0].iter().map(|v| v + d as f32).collect();
+        assert_eq!(f32s(&out.to_host().unwrap()), expected);
+        // Moved to device 0 by the plugin, then run there by the same executable.
+        if d > 0 {
+            let x0 = engine.copy_to_device(&x, 0).unwrap();
+            let y0 = engine.copy_to_device(&y, 0).unwrap();
+            assert!(x0.is_on(engine.device(0).unwrap()).unwrap());
+            let out0 = program.execute_buffers(&[&x0, &y0], true).unwrap().remove(0);
+            assert_eq!(f32s(&out0.to_host().unwrap()), expected);
+        }
+    }
+    // Inputs on two devices: refused by PJRT, not run on either.
+    let a = engine.upload_to(&f32_bytes(&[1.0; 4]), DType::F32, &[4], 0).unwrap();
+    let b = engine.upload_to(&f32_bytes(&[1.0; 4]), DType::F32, &[4], 1).unwrap();
+    assert!(program.execute_buffers_on(&[&a, &b], &[], true, engine.device(0).unwrap()).is_err());
+    assert!(engine.device(engine.devices().len()).is_err());
+    assert!(engine.upload_to(&f32_bytes(&[1.0; 4]), DType::F32, &[4], 99).is_err());
+}

@@ -1,8 +1,10 @@
 //! Device buffers for the eager `tpu` device (`torchtpu.device`): a `DeviceBuffer` owns one
-//! PJRT buffer on the engine's device and is freed with its Python object. Live and peak
-//! bytes are counted here, where buffers are made and dropped.
+//! PJRT buffer on one of the engine's devices (`tpu:N` is the N-th) and is freed with its
+//! Python object. Live and peak bytes are counted here, per device, where buffers are made and
+//! dropped.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -12,13 +14,28 @@ use torchtpu_runtime::{Buffer, ElementType};
 
 use crate::{default_engine, dlpack, engine_error, guarded, py_error, some, Program};
 
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Live and peak bytes of one device's `DeviceBuffer`s.
+#[derive(Default)]
+struct Counter {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
 
-/// An array in device memory: `dtype` (the IR's name, e.g. "f32") and `shape`.
+/// One counter per device of the default engine (every `DeviceBuffer` is on one of them).
+fn counters() -> &'static [Counter] {
+    static COUNTERS: OnceLock<Vec<Counter>> = OnceLock::new();
+    COUNTERS.get_or_init(|| {
+        let n = torchtpu_engine::default_engine().map_or(1, |e| e.devices().len().max(1));
+        (0..n).map(|_| Counter::default()).collect()
+    })
+}
+
+/// An array in device memory: `dtype` (the IR's name, e.g. "f32"), `shape`, and `device`, the
+/// index of the engine device it lives on (`tpu:device`).
 #[pyclass(frozen, weakref)]
 pub struct DeviceBuffer {
-    buffer: Buffer,
+    pub(crate) buffer: Buffer,
+    pub(crate) device: usize,
     dtype: DType,
     nbytes: usize,
     // Given to an execution (`Program.run_device(donate=...)`): its memory is the output's
@@ -27,16 +44,19 @@ pub struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
-    fn new(buffer: Buffer, dtype: DType) -> DeviceBuffer {
+    /// Wraps `buffer`, which lives on engine device `device` (the caller knows: it put it
+    /// there, or ran the program there), and counts its bytes on that device.
+    pub(crate) fn new(buffer: Buffer, dtype: DType, device: usize) -> DeviceBuffer {
         let nbytes = torchtpu_runtime::dense_byte_size(buffer.element_type(), buffer.dims()).unwrap_or(0);
-        let live = LIVE_BYTES.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
-        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
-        DeviceBuffer { buffer, dtype, nbytes, donated: AtomicBool::new(false) }
+        let c = &counters()[device];
+        let live = c.live.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
+        c.peak.fetch_max(live, Ordering::Relaxed);
+        DeviceBuffer { buffer, device, dtype, nbytes, donated: AtomicBool::new(false) }
     }
 
     fn mark_donated(&self) {
         if !self.donated.swap(true, Ordering::Relaxed) {
-            LIVE_BYTES.fetch_sub(self.nbytes, Ordering::Relaxed);
+            counters()[self.device].live.fetch_sub(self.nbytes, Ordering::Relaxed);
         }
     }
 
@@ -51,7 +71,7 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if !self.donated.load(Ordering::Relaxed) {
-            LIVE_BYTES.fetch_sub(self.nbytes, Ordering::Relaxed);
+            counters()[self.device].live.fetch_sub(self.nbytes, Ordering::Relaxed);
         }
     }
 }
@@ -92,6 +112,27 @@ impl DeviceBuffer {
         self.nbytes
     }
 
+    /// The index of the engine device holding it (`tpu:device`).
+    #[getter]
+    fn device(&self) -> usize {
+        self.device
+    }
+
+    /// A copy on engine device `device` (another one than its own), made by the plugin device
+    /// to device (`PJRT_Buffer_CopyToDevice`), never through the host.
+    fn copy_to(&self, py: Python<'_>, device: usize) -> PyResult<DeviceBuffer> {
+        self.check_usable(py)?;
+        if device == self.device {
+            let why = format!("copy_to: the buffer is already on device {device}");
+            return Err(py_error(py, "input", &why, &[]));
+        }
+        guarded(py, "execute", || {
+            let engine = default_engine(py)?;
+            let copy = py.detach(|| engine.copy_to_device(&self.buffer, device)).map_err(|e| engine_error(py, &e))?;
+            Ok(DeviceBuffer::new(copy, self.dtype, device))
+        })
+    }
+
     /// Whether an execution took this buffer (`Program.run_device(donate=...)`).
     #[getter]
     fn donated(&self) -> bool {
@@ -119,9 +160,10 @@ impl DeviceBuffer {
     }
 }
 
-/// Copies a dense row-major CPU tensor (or DLPack capsule) to the device.
+/// Copies a dense row-major CPU tensor (or DLPack capsule) to engine device `device`.
 #[pyfunction]
-pub fn device_put(py: Python<'_>, tensor: Bound<'_, PyAny>) -> PyResult<DeviceBuffer> {
+#[pyo3(signature = (tensor, device = 0))]
+pub fn device_put(py: Python<'_>, tensor: Bound<'_, PyAny>, device: usize) -> PyResult<DeviceBuffer> {
     guarded(py, "execute", || {
         let capsule = match tensor.cast_into::<PyCapsule>() {
             Ok(c) => c,
@@ -136,40 +178,74 @@ pub fn device_put(py: Python<'_>, tensor: Bound<'_, PyAny>) -> PyResult<DeviceBu
         let dims = view.shape().to_vec();
         let data = view.dense_bytes(ty, &dims).map_err(|why| bad(format!("{} ({why})", view.describe())))?;
         let engine = default_engine(py)?;
-        let buffer = py.detach(|| engine.upload(data, dtype, &dims)).map_err(|e| engine_error(py, &e))?;
-        Ok(DeviceBuffer::new(buffer, dtype))
+        check_device(py, engine, device)?;
+        let buffer = py.detach(|| engine.upload_to(data, dtype, &dims, device)).map_err(|e| engine_error(py, &e))?;
+        Ok(DeviceBuffer::new(buffer, dtype, device))
     })
 }
 
-/// `(live, peak)` bytes of device buffers held by `DeviceBuffer`s in this process.
-#[pyfunction]
-pub fn device_memory() -> (usize, usize) {
-    (LIVE_BYTES.load(Ordering::Relaxed), PEAK_BYTES.load(Ordering::Relaxed))
+fn check_device(py: Python<'_>, engine: &torchtpu_engine::Engine, device: usize) -> PyResult<()> {
+    let n = engine.devices().len();
+    if device >= n {
+        let why =
+            format!("device {device} does not exist: the {} plugin has {n} devices", engine.client().platform_name());
+        return Err(py_error(py, "input", &why, &[]));
+    }
+    Ok(())
 }
 
-/// Resets the peak to the bytes live now.
+/// `(live, peak)` bytes of the device buffers on engine device `device` held by
+/// `DeviceBuffer`s in this process.
 #[pyfunction]
-pub fn reset_device_peak() {
-    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+#[pyo3(signature = (device = 0))]
+pub fn device_memory(py: Python<'_>, device: usize) -> PyResult<(usize, usize)> {
+    check_device(py, default_engine(py)?, device)?;
+    let c = &counters()[device];
+    Ok((c.live.load(Ordering::Relaxed), c.peak.load(Ordering::Relaxed)))
+}
+
+/// Resets device `device`'s peak to the bytes live there now.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+pub fn reset_device_peak(py: Python<'_>, device: usize) -> PyResult<()> {
+    check_device(py, default_engine(py)?, device)?;
+    let c = &counters()[device];
+    c.peak.store(c.live.load(Ordering::Relaxed), Ordering::Relaxed);
+    Ok(())
 }
 
 /// `Program.run_device`: executes on device buffers (checked against the compiled input
-/// types) and returns the outputs as device buffers, no host copy either way. The inputs at
-/// `donate` may be donated (each is marked so, and no longer counts as live).
+/// types) and returns the outputs as device buffers, no host copy either way. It runs on
+/// `device`, else on the device of its inputs (all on one: inputs on two devices are an input
+/// error), else (no inputs) on device 0; the outputs live there. The inputs at `donate` may be
+/// donated (each is marked so, and no longer counts as live).
 pub fn run_device(
     py: Python<'_>,
     program: &Program,
     inputs: Vec<PyRef<'_, DeviceBuffer>>,
     wait: bool,
     donate: &[usize],
+    device: Option<usize>,
 ) -> PyResult<Vec<DeviceBuffer>> {
     for b in &inputs {
         b.check_usable(py)?;
     }
+    let target = device.or_else(|| inputs.first().map(|b| b.device)).unwrap_or(0);
+    if let Some((index, b)) = inputs.iter().enumerate().find(|(_, b)| b.device != target) {
+        let why = format!(
+            "Expected all tensors to be on the same device, but input {index} is on tpu:{} and the program runs on \
+             tpu:{target}",
+            b.device
+        );
+        return Err(py_error(py, "input", &why, &[("index", some(py, index))]));
+    }
     guarded(py, "execute", || {
+        let engine = default_engine(py)?;
+        check_device(py, engine, target)?;
+        let on = engine.device(target).map_err(|e| engine_error(py, &e))?;
         let refs: Vec<&Buffer> = inputs.iter().map(|b| &b.buffer).collect();
         let outs = py
-            .detach(|| program.compiled.execute_buffers_donating(&refs, donate, wait))
+            .detach(|| program.compiled.execute_buffers_on(&refs, donate, wait, on))
             .map_err(|e| engine_error(py, &e))?;
         crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
         // Before the outputs count: a donated input's memory may be an output's now.
@@ -177,6 +253,6 @@ pub fn run_device(
             inputs[i].mark_donated();
         }
         let types = program.compiled.output_types();
-        Ok(outs.into_iter().zip(types).map(|(b, t)| DeviceBuffer::new(b, t.dtype)).collect())
+        Ok(outs.into_iter().zip(types).map(|(b, t)| DeviceBuffer::new(b, t.dtype, target)).collect())
     })
 }

@@ -332,16 +332,18 @@ impl Program {
     /// asynchronously; `DeviceBuffer.wait` (or any read) then reports a failed execution.
     /// `donate` lists inputs the caller will never read again: where the program aliases one
     /// to an output, PJRT may write the output into its memory (the buffer is then marked
-    /// `donated` and refuses reads).
-    #[pyo3(signature = (inputs, wait = true, donate = Vec::new()))]
+    /// `donated` and refuses reads). It runs on engine device `device`, else on its inputs'
+    /// device (all must be on one), else on device 0; the outputs live there.
+    #[pyo3(signature = (inputs, wait = true, donate = Vec::new(), device = None))]
     fn run_device(
         &self,
         py: Python<'_>,
         inputs: Vec<PyRef<'_, device::DeviceBuffer>>,
         wait: bool,
         donate: Vec<usize>,
+        device: Option<usize>,
     ) -> PyResult<Vec<device::DeviceBuffer>> {
-        device::run_device(py, self, inputs, wait, &donate)
+        device::run_device(py, self, inputs, wait, &donate, device)
     }
 
     /// Executes on `inputs`: one torch tensor (or DLPack capsule) per input. Rust checks
