@@ -49,6 +49,11 @@ def register() -> None:
     module.patch_module_conversion()
     module.patch_data_ptr()
     _registered = True
+    # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
+    # finds it when tpu is the accelerator.
+    from torchtpu import distributed
+
+    distributed.register()
 
 
 # The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.

@@ -51,6 +51,7 @@ CUT_REASONS = {
     "compiled_graph": "a torch.compile graph ran on tpu tensors that were still pending",
     "mode_change": "the eager mode changed away from defer_and_fuse",
     "explicit": "torchtpu.eager.flush()",
+    "collective": "a torch.distributed collective on tpu tensors (tpu_dist) read its inputs on the host",
 }
 
 MAX_OPS = int(os.environ.get("TORCHTPU_EAGER_MAX_OPS", "20000"))

@@ -1,0 +1,221 @@
+"""What each rank of test_distributed.py's torchrun launches runs: `python distributed_worker.py
+SCENARIO OUT_DIR`. Each rank saves its results to OUT_DIR/rank{R}.pt (CPU tensors and plain
+values); the test compares them with a single-process CPU computation. The inputs are
+functions of the rank (`inputs`), so the test computes the expected values itself."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+WORLD = 2
+
+
+def inputs(r: int) -> dict:
+    """Every collective's inputs on rank r (CPU; the worker moves them to tpu)."""
+    base = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    return {
+        "x": base + r + 1,
+        "list": [torch.arange(3, dtype=torch.float32) + 10 * r + 3 * i for i in range(WORLD)],
+        "big": torch.arange(WORLD * 6, dtype=torch.float32).reshape(WORLD * 2, 3) * (r + 1),
+        "splits_in": [[1, 2], [3, 1]][r],
+        "a2a_in": torch.arange(sum([[1, 2], [3, 1]][r]) * 2, dtype=torch.float32).reshape(-1, 2) + 100 * r,
+        "int": torch.tensor([3, -7, 5], dtype=torch.int64) * (r + 1),
+    }
+
+
+def _save(out_dir: str, results: dict) -> None:
+    torch.save(results, os.path.join(out_dir, f"rank{dist.get_rank()}.pt"))
+
+
+def _cpu(v):
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu()
+    if isinstance(v, (list, tuple)):
+        return [_cpu(x) for x in v]
+    return v
+
+
+def snippet(out_dir: str) -> None:
+    # The issue's snippet, unchanged.
+    device = torch.accelerator.current_accelerator()
+    dist.init_process_group()
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(4, dtype=torch.float32, device=device) + r
+    dist.all_reduce(x)
+    outs = [torch.empty(4, device=device) for _ in range(n)]
+    dist.all_gather(outs, x)
+    impl = dist.get_backend_impl(device=torch.device("tpu"))
+    _save(out_dir, {
+        "device": str(device), "backend": dist.get_backend(), "tpu_backend": impl.getBackendName(),
+        "default_for_tpu": dist.get_default_backend_for_device("tpu"),
+        "all_reduce": _cpu(x), "all_gather": _cpu(outs), "result_device": str(x.device),
+    })
+    dist.destroy_process_group()
+
+
+def _wait(work, i: int):
+    # Alternate the two ways of waiting: Work.wait() and the future.
+    if i % 2:
+        return work.wait()
+    value = work.get_future().wait()
+    assert all(t.device.type == "tpu" for t in value), value
+    return value
+
+
+def collectives(out_dir: str) -> None:
+    dist.init_process_group(timeout=timedelta(seconds=60))
+    dev = torch.device("tpu")
+    r, n = dist.get_rank(), dist.get_world_size()
+    inp = {k: (v.to(dev) if isinstance(v, torch.Tensor) else [t.to(dev) for t in v] if isinstance(v, list) and v and isinstance(v[0], torch.Tensor) else v) for k, v in inputs(r).items()}
+    res = {}
+    for mode in ("sync", "async"):
+        a = mode == "async"
+        k = 0
+
+        def done(w):
+            nonlocal k
+            if a:
+                assert w is not None and isinstance(w, dist.Work)
+                _wait(w, k)
+                k += 1
+
+        for op in ("SUM", "AVG", "PRODUCT", "MIN", "MAX"):
+            t = inp["x"].clone()
+            done(dist.all_reduce(t, op=getattr(dist.ReduceOp, op), async_op=a))
+            res[f"{mode}/all_reduce/{op}"] = _cpu(t)
+        t = inp["int"].clone()
+        done(dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=a))
+        res[f"{mode}/all_reduce/int"] = _cpu(t)
+        t = inp["x"].clone()
+        done(dist.broadcast(t, src=1, async_op=a))
+        res[f"{mode}/broadcast"] = _cpu(t)
+        t = inp["x"].clone()
+        done(dist.reduce(t, dst=0, op=dist.ReduceOp.SUM, async_op=a))
+        res[f"{mode}/reduce"] = _cpu(t)
+        outs = [torch.empty(2, 3, device=dev) for _ in range(n)]
+        done(dist.all_gather(outs, inp["x"], async_op=a))
+        res[f"{mode}/all_gather"] = _cpu(outs)
+        out = torch.empty(n * 2, 3, device=dev)
+        done(dist.all_gather_into_tensor(out, inp["x"], async_op=a))
+        res[f"{mode}/all_gather_into_tensor"] = _cpu(out)
+        out = torch.empty(3, device=dev)
+        done(dist.reduce_scatter(out, inp["list"], async_op=a))
+        res[f"{mode}/reduce_scatter"] = _cpu(out)
+        out = torch.empty(2, 3, device=dev)
+        done(dist.reduce_scatter_tensor(out, inp["big"], async_op=a))
+        res[f"{mode}/reduce_scatter_tensor"] = _cpu(out)
+        out = torch.empty(2, 3, device=dev)
+        done(dist.reduce_scatter_tensor(out, inp["big"], op=dist.ReduceOp.AVG, async_op=a))
+        res[f"{mode}/reduce_scatter_tensor/AVG"] = _cpu(out)
+        outs = [torch.empty(3, device=dev) for _ in range(n)]
+        done(dist.all_to_all(outs, inp["list"], async_op=a))
+        res[f"{mode}/all_to_all"] = _cpu(outs)
+        splits_out = [[1, 3], [2, 1]][r]
+        out = torch.empty(sum(splits_out), 2, device=dev)
+        done(dist.all_to_all_single(out, inp["a2a_in"], splits_out, inp["splits_in"], async_op=a))
+        res[f"{mode}/all_to_all_single"] = _cpu(out)
+        out = torch.empty(n * 2, 3, device=dev)
+        done(dist.all_to_all_single(out, inp["big"], async_op=a))
+        res[f"{mode}/all_to_all_single/even"] = _cpu(out)
+        outs = [torch.empty(2, 3, device=dev) for _ in range(n)] if r == 0 else None
+        done(dist.gather(inp["x"], outs, dst=0, async_op=a))
+        res[f"{mode}/gather"] = _cpu(outs) if r == 0 else None
+        out = torch.empty(3, device=dev)
+        done(dist.scatter(out, inp["list"] if r == 1 else None, src=1, async_op=a))
+        res[f"{mode}/scatter"] = _cpu(out)
+        if r == 0:
+            w = dist.isend(inp["x"], dst=1) if a else dist.send(inp["x"], dst=1)
+            if a:
+                w.wait()
+            t = torch.empty(2, 3, device=dev)
+            w = dist.irecv(t, src=1) if a else dist.recv(t, src=1)
+            if a:
+                w.wait()
+        else:
+            t = torch.empty(2, 3, device=dev)
+            w = dist.irecv(t, src=0) if a else dist.recv(t, src=0)
+            if a:
+                w.wait()
+            t2 = t * 2
+            w = dist.isend(t2, dst=0) if a else dist.send(t2, dst=0)
+            if a:
+                w.wait()
+        res[f"{mode}/send_recv"] = _cpu(t)
+        done(dist.barrier(async_op=a))
+        # Coalescing: the fast paths torch takes for all_reduce, all_gather_into_tensor and
+        # reduce_scatter_tensor inside _coalescing_manager.
+        t1, t2 = inp["x"].clone(), inp["x"][0].clone() * 3
+        with dist._coalescing_manager(async_ops=a) as cm:
+            dist.all_reduce(t1)
+            dist.all_reduce(t2)
+        if a:
+            cm.wait()
+        res[f"{mode}/coalesced/all_reduce"] = _cpu([t1, t2])
+        o1, o2 = torch.empty(n * 2, 3, device=dev), torch.empty(n * 3, device=dev)
+        with dist._coalescing_manager(async_ops=a) as cm:
+            dist.all_gather_into_tensor(o1, inp["x"])
+            dist.all_gather_into_tensor(o2, inp["x"][1].clone())
+        if a:
+            cm.wait()
+        res[f"{mode}/coalesced/all_gather_into_tensor"] = _cpu([o1, o2])
+        o1, o2 = torch.empty(2, 3, device=dev), torch.empty(3, device=dev)
+        with dist._coalescing_manager(async_ops=a) as cm:
+            dist.reduce_scatter_tensor(o1, inp["big"])
+            dist.reduce_scatter_tensor(o2, inp["big"][:2].reshape(-1).clone())
+        if a:
+            cm.wait()
+        res[f"{mode}/coalesced/reduce_scatter_tensor"] = _cpu([o1, o2])
+    # An error inside an async collective reaches wait() and the future (a bad output size).
+    try:
+        dist.all_gather_into_tensor(torch.empty(3, device=dev), inp["x"], async_op=True)
+        res["error"] = None
+    except Exception as e:
+        res["error"] = type(e).__name__
+    # Sub-groups: all ranks, rank 0 alone; DeviceMesh sub-meshes.
+    g = dist.new_group([0, 1])
+    t = inp["x"].clone()
+    dist.all_reduce(t, group=g)
+    res["group/all"] = _cpu(t)
+    g0 = dist.new_group([0])
+    if r == 0:
+        t = inp["x"].clone()
+        dist.all_reduce(t, group=g0)
+        res["group/solo"] = _cpu(t)
+        res["group/solo_backend"] = dist.get_backend(g0)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("tpu", (2, 1), mesh_dim_names=("dp", "tp"))
+    t = inp["x"].clone()
+    dist.all_reduce(t, group=mesh["dp"].get_group())
+    res["mesh/dp"] = _cpu(t)
+    t = inp["x"].clone()
+    dist.all_reduce(t, group=mesh["tp"].get_group())
+    res["mesh/tp"] = _cpu(t)
+    res["mesh/dp_size"] = mesh["dp"].size()
+    # DeferAndFuse: a collective is a cut named "collective".
+    import torchtpu.eager as eager
+
+    eager.reset_explain()
+    with eager.mode("defer_and_fuse"):
+        t = inp["x"] * 2 + 1
+        dist.all_reduce(t)
+        u = t + 1
+        res["defer/all_reduce"] = _cpu(u)
+    res["defer/reasons"] = [(rec["reason"], rec["detail"]) for rec in eager.explain().regions]
+    _save(out_dir, res)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    scenario, out_dir = sys.argv[1], sys.argv[2]
+    globals()[scenario](out_dir)
+
+
+if __name__ == "__main__":
+    main()
