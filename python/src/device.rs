@@ -60,7 +60,7 @@ impl DeviceBuffer {
         }
     }
 
-    fn check_usable(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn check_usable(&self, py: Python<'_>) -> PyResult<()> {
         if self.donated.load(Ordering::Relaxed) {
             return Err(py_error(py, "input", "this device buffer was donated to an execution and holds no data", &[]));
         }

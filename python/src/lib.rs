@@ -13,6 +13,7 @@
 mod device;
 mod dlpack;
 mod registry;
+mod replicated;
 mod sharding;
 
 use pyo3::prelude::*;
@@ -609,5 +610,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::reset_device_peak, m)?)?;
     m.add_class::<Program>()?;
     m.add_class::<device::DeviceBuffer>()?;
+    m.add_class::<replicated::ReplicatedProgram>()?;
+    m.add_function(wrap_pyfunction!(replicated::compile_replicated, m)?)?;
     Ok(())
 }
