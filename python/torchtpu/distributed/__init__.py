@@ -11,7 +11,8 @@ name it "undefined"). Where tpu is not the accelerator (the CPU plugin without
 TORCHTPU_DEVICE=1) nothing changes: a CPU program stays plain gloo.
 
 Layout: `backend` (`TpuDistBackend`, its `Work`, the desync check), `transport` (the seam
-that picks how a group's bytes move, and `HostTransport`), `_errors`.
+that picks how a group's bytes move, and `HostTransport`), `inprocess` (`InProcessTransport`:
+ranks that are threads of this process), `threads` (`spawn`), `_errors`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,23 @@ NAME = "tpu_dist"
 DEFAULT = "cpu:gloo,tpu:tpu_dist"
 _registered = False
 
-from torchtpu.distributed._errors import CollectiveError, CollectiveMismatchError  # noqa: E402
+
+def spawn(fn, nprocs=None, args=(), **kwargs):
+    """Runs `fn(rank, *args)` on `nprocs` ranks that are threads of this process, rank r on
+    `tpu:r`, their collectives one replicated program each (`threads.spawn`)."""
+    from torchtpu.distributed.threads import spawn as _spawn
+
+    return _spawn(fn, nprocs, args, **kwargs)
+
+
+def __getattr__(name: str):
+    # The error types load torchtpu.errors (and so Dynamo): not at `import torch`, where the
+    # device registers this backend.
+    if name in ("CollectiveError", "CollectiveMismatchError"):
+        from torchtpu.distributed import _errors
+
+        return getattr(_errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _create(opts, backend_options=None):

@@ -1,0 +1,506 @@
+"""The in-process transport: a group whose ranks are threads of this process, each on its own
+tpu device (`torchtpu.distributed.spawn`). Each collective is one replicated StableHLO
+program over the ranks' devices (`torchtpu._C.compile_replicated`: the compiler's `c10d.*`
+ops, through the same driver and caches as every program), cached by (op, dtypes, shapes,
+devices). The ranks meet at a hub: every rank hands its device buffers for its n-th
+collective; the last to arrive runs the program for all and writes each rank's outputs.
+Nothing crosses the host.
+
+What the programs do not cover (a bitwise reduce op, an integer average, uneven all-to-all
+splits, differing shapes across ranks) goes through the group's host transport instead,
+counted in `torchtpu.stats()["distributed"]["host_fallbacks"]` by op: a slower route,
+never a wrong one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import torch
+from torch._C._distributed_c10d import ReduceOp
+from torch.futures import Future
+
+from torchtpu.distributed._errors import CollectiveError, CollectiveMismatchError
+
+RedOpType = ReduceOp.RedOpType
+_REDUCE_NAMES = {RedOpType.SUM: "sum", RedOpType.PRODUCT: "product", RedOpType.MIN: "min", RedOpType.MAX: "max"}
+
+# Hubs by token (one per group), shared by the group's threads.
+_hubs: dict[str, "_Hub"] = {}
+_hubs_lock = threading.Lock()
+# Compiled replicated programs by key (op, dtypes, shapes, devices, attributes).
+_programs: dict[tuple, object] = {}
+_programs_lock = threading.Lock()
+STATS = {"programs_compiled": 0, "collectives": 0, "host_fallbacks": {}}
+
+
+def members_in_process(store, rank: int, size: int) -> str | None:
+    """The hub token if every rank of the group is a thread of this process on a distinct tpu
+    device (each rank publishes its pid and current device), else None. Every rank reads the
+    same entries, so every rank decides alike."""
+    device = torch.tpu.current_device()
+    store.set(f"inproc/member/{rank}", f"{os.getpid()}:{device}")
+    if rank == 0:
+        store.set("inproc/token", uuid.uuid4().hex)
+    rows = [store.get(f"inproc/member/{r}").decode().split(":") for r in range(size)]
+    pids = {p for p, _ in rows}
+    devices = [int(d) for _, d in rows]
+    if pids != {str(os.getpid())} or len(set(devices)) != size:
+        return None
+    return store.get("inproc/token").decode()
+
+
+class _Round:
+    """One collective of the group: what each rank handed in, and the futures to complete."""
+
+    __slots__ = ("key", "op", "payloads", "futures", "started", "timeout")
+
+    def __init__(self, size: int, key, op: str, timeout: float):
+        self.key, self.op = key, op
+        self.payloads = [None] * size
+        self.futures = [None] * size
+        self.started, self.timeout = time.monotonic(), timeout
+
+
+class _Hub:
+    """Where a group's threads meet, one round per collective sequence number. A watchdog
+    thread fails the rounds that waited longer than the group's timeout."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.lock = threading.Lock()
+        self.rounds: dict[int, _Round] = {}
+        self.mailboxes: dict[tuple, list] = {}  # (src, dst, tag) -> buffers sent, in order
+        self.mail = threading.Condition(self.lock)
+        threading.Thread(target=self._watch, name="tpu_dist-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self.lock:
+                late = [(seq, r) for seq, r in self.rounds.items() if now - r.started > r.timeout]
+                for seq, _ in late:
+                    del self.rounds[seq]
+            for seq, rnd in late:
+                missing = [r for r, f in enumerate(rnd.futures) if f is None]
+                fail(rnd, CollectiveError(
+                    f"tpu_dist: {rnd.op} (collective #{seq}): ranks {missing} did not arrive within the group's "
+                    f"timeout ({rnd.timeout:g} s)", rnd.op, -1, seq,
+                ))
+
+
+def fail(rnd: _Round, e: BaseException) -> None:
+    for f in rnd.futures:
+        if f is not None and not f.done():
+            f.set_exception(e)
+
+
+def _hub(token: str, size: int) -> _Hub:
+    with _hubs_lock:
+        hub = _hubs.get(token)
+        if hub is None:
+            hub = _hubs[token] = _Hub(size)
+        return hub
+
+
+def _after(fut: Future, finish) -> Future:
+    """`fut`, then `finish()` (its errors first)."""
+    def run(f):
+        f.value()
+        return finish()
+
+    return fut.then(run)
+
+
+def _buffer(t: torch.Tensor):
+    """`t`'s values as a dense device buffer of its shape, on its device (a pending value in
+    DeferAndFuse is computed first: the backend names the cut "collective")."""
+    from torchtpu.device import _defer, _storage
+
+    return _defer.resolved([_storage.read(t)], "collective")[0]
+
+
+def _write(t: torch.Tensor, buffer) -> None:
+    from torchtpu.device import _storage
+
+    _storage.write(t, buffer)
+
+
+def _ty(t) -> str:
+    from torchtpu.exporter import IR_DTYPES
+
+    return f"{IR_DTYPES[t.dtype]}[{', '.join(str(d) for d in t.shape)}]"
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+class InProcessTransport:
+    """The `Transport` (transport.py) of a group of threads of one process on distinct tpu
+    devices. `host` is the group's host transport, for the forms the programs do not cover."""
+
+    name = "in-process"
+
+    def __init__(self, token: str, rank: int, size: int, timeout: timedelta, host):
+        self.rank, self.size, self.timeout = rank, size, timeout
+        self.hub = _hub(token, size)
+        self.host = host
+        self.seq = 0
+        self.groups = ", ".join(str(r) for r in range(size))
+
+    # ------------------------------------------------------------------ the meeting
+
+    def _meet(self, op: str, key, payload, action, sync: bool) -> Future:
+        """Hands `payload` in for this rank's next collective. The last rank to arrive runs
+        `action(payloads)` (a list of per-rank results) and completes every rank's future;
+        ranks still missing when the group's timeout passes fail every waiting future."""
+        self.seq += 1
+        seq, fut = self.seq, Future()
+        hub = self.hub
+        with hub.lock:
+            rnd = hub.rounds.get(seq)
+            if rnd is None:
+                rnd = hub.rounds[seq] = _Round(self.size, key, op, self.timeout.total_seconds())
+            theirs = rnd.key if rnd.key != key else None
+            rnd.payloads[self.rank], rnd.futures[self.rank] = payload, fut
+            complete = all(f is not None for f in rnd.futures)
+            if complete or theirs is not None:
+                hub.rounds.pop(seq, None)
+        if theirs is not None:
+            err = CollectiveMismatchError(
+                f"tpu_dist: rank {self.rank} called {key[0]} {key[1:]} as collective #{seq} of its group, where "
+                f"another rank called {theirs[0]} {theirs[1:]}", op, self.rank, seq, {},
+            )
+            fail(rnd, err)
+            raise err
+        if complete:
+            try:
+                results = action(rnd.payloads)
+            except BaseException as e:  # every rank gets the failure
+                fail(rnd, e)
+            else:
+                STATS["collectives"] += 1
+                for f, r in zip(rnd.futures, results):
+                    f.set_result(r)
+        if sync:
+            fut.wait()
+        return fut
+
+    # ------------------------------------------------------------------ programs
+
+    def _program(self, key: tuple, text: str, devices: list[int]):
+        from torchtpu import _C
+
+        full = key + (tuple(devices),)
+        with _programs_lock:
+            program = _programs.get(full)
+            if program is None:
+                program = _programs[full] = _C.compile_replicated(text, devices)
+                STATS["programs_compiled"] += 1
+        return program
+
+    def _run(self, op: str, key: tuple, text: str, inputs: list, finish, sync: bool, devices_from=None) -> Future:
+        """Runs the replicated program `text` on this rank's `inputs` (tensors) and every
+        other rank's; this rank's future is `finish(its output buffers)`, which writes them
+        into its outputs (in this rank's thread when `sync`)."""
+        payload = ([_buffer(t) for t in inputs], (devices_from or inputs[0]).device.index or 0)
+
+        def action(payloads):
+            devices = [d for _, d in payloads]
+            if len(set(devices)) != len(devices):
+                raise CollectiveError(
+                    f"tpu_dist: {op}: the group's ranks hold their tensors on devices {devices}; the in-process "
+                    "transport needs one distinct tpu device per rank (torch.tpu.set_device(rank))",
+                    op, self.rank, self.seq,
+                )
+            return self._program(key, text, devices).run([bufs for bufs, _ in payloads])
+
+        fut = self._meet(op, key, payload, action, sync)
+        return fut.then(lambda f: finish(f.value()))
+
+    def _fallback(self, op: str):
+        counts = STATS["host_fallbacks"]
+        counts[op] = counts.get(op, 0) + 1
+        return self.host
+
+    @staticmethod
+    def _shapes(ts) -> tuple:
+        return tuple((str(t.dtype), tuple(t.shape)) for t in ts)
+
+    @staticmethod
+    def _graph(name: str, inputs: list, lines: list[str], outputs: list[str], out_types: list[str]) -> str:
+        params = ", ".join(f"%a{i}: {_ty(t)}" for i, t in enumerate(inputs))
+        body = "\n".join(f"  {line}" for line in lines)
+        return f"graph @{name}({params}) -> ({', '.join(out_types)}) {{\n{body}\n  return {', '.join(outputs)}\n}}\n"
+
+    def _group(self) -> str:
+        return f"groups = [{self.groups}], group_size = {self.size}"
+
+    def _same_everywhere(self, op: str, sig) -> bool:
+        """Whether every rank's `sig` (shapes, dtypes) is the same: the programs need it; the
+        host transport takes ranks whose tensors differ."""
+        rows = self._meet(op + "/shapes", (op + "/shapes",), sig, lambda p: [p] * self.size, True).value()
+        return all(r == sig for r in rows)
+
+    # ------------------------------------------------------------------ the collectives
+
+    def exchange(self, values: list[int]) -> list[list[int]]:
+        return self._meet("exchange", ("exchange", len(values)), list(values), lambda p: [p] * self.size, True).value()
+
+    def barrier(self, sync):
+        return self._meet("barrier", ("barrier",), None, lambda p: [None] * self.size, sync)
+
+    def _reduce_kind(self, tensors, red) -> str | None:
+        kind = _REDUCE_NAMES.get(red.op)
+        if kind is None:
+            return None
+        if red.post is not None:  # AVG: red.post is this group's size
+            if not all(t.is_floating_point() or t.is_complex() for t in tensors):
+                return None  # NCCL's truncating integer average: the host transport's
+            return "avg"
+        return kind
+
+    def _reduced(self, x: str, in_ty: str, red, kind: str, i: int, op="all_reduce", extra="", out_ty=None) -> list:
+        lines = []
+        if red.pre is not None:
+            lines.append(f"%p{i} = aten.mul.Tensor({x}) {{other = {float(red.pre)!r}}} : {in_ty}")
+            x = f"%p{i}"
+        lines.append(f'%r{i} = c10d.{op}({x}) {{{self._group()}{extra}, reduce_op = "{kind}"}} : {out_ty or in_ty}')
+        return lines
+
+    def all_reduce(self, tensors, red, sync):
+        kind = self._reduce_kind(tensors, red)
+        if kind is None:
+            return self._fallback("all_reduce").all_reduce(tensors, red, sync)
+        lines = [line for i, t in enumerate(tensors) for line in self._reduced(f"%a{i}", _ty(t), red, kind, i)]
+        text = self._graph("all_reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
+        key = ("all_reduce", kind, red.pre, self._shapes(tensors))
+
+        def finish(bufs):
+            for t, b in zip(tensors, bufs):
+                _write(t, b)
+            return tensors
+
+        return self._run("all_reduce", key, text, tensors, finish, sync)
+
+    def reduce(self, tensors, root, red, sync):
+        kind = self._reduce_kind(tensors, red)
+        if kind is None:
+            return self._fallback("reduce").reduce(tensors, root, red, sync)
+        lines = [line for i, t in enumerate(tensors) for line in self._reduced(f"%a{i}", _ty(t), red, kind, i)]
+        text = self._graph("reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
+        key = ("all_reduce", kind, red.pre, self._shapes(tensors))  # the same program
+
+        def finish(bufs):
+            if self.rank == root:
+                for t, b in zip(tensors, bufs):
+                    _write(t, b)
+            return tensors
+
+        return self._run("reduce", key, text, tensors, finish, sync)
+
+    def broadcast(self, tensors, root, sync):
+        lines = [f"%r{i} = c10d.broadcast(%a{i}) {{{self._group()}, src = {root}}} : {_ty(t)}" for i, t in enumerate(tensors)]
+        text = self._graph("broadcast", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
+        key = ("broadcast", root, self._shapes(tensors))
+
+        def finish(bufs):
+            if self.rank != root:
+                for t, b in zip(tensors, bufs):
+                    _write(t, b)
+            return tensors
+
+        return self._run("broadcast", key, text, tensors, finish, sync)
+
+    def all_gather(self, outputs, inputs, sync):
+        if not self._same_everywhere("all_gather", self._shapes(inputs)):
+            return self._fallback("all_gather").all_gather(outputs, inputs, sync)
+        lines, outs, types = [], [], []
+        for i, t in enumerate(inputs):
+            dt, one, full = _ty(t).split("[")[0], (1, *t.shape), (self.size, *t.shape)
+            lines += [
+                f"%u{i} = aten.view.default(%a{i}) {{size = {_dims(one)}}} : {dt}{_dims(one)}",
+                f"%g{i} = c10d.all_gather(%u{i}) {{dim = 0, {self._group()}}} : {dt}{_dims(full)}",
+            ]
+            for r in range(self.size):  # one output per rank's piece
+                lines.append(f"%s{i}_{r} = aten.select.int(%g{i}) {{dim = 0, index = {r}}} : {_ty(t)}")
+                outs.append(f"%s{i}_{r}")
+                types.append(_ty(t))
+        text = self._graph("all_gather", inputs, lines, outs, types)
+        key = ("all_gather", self._shapes(inputs))
+
+        def finish(bufs):
+            flat = [o for outs_i in outputs for o in outs_i]
+            for o, b in zip(flat, bufs):
+                _write(o, b)
+            return flat
+
+        return self._run("all_gather", key, text, inputs, finish, sync)
+
+    def all_gather_into(self, outputs, inputs, sync):
+        if not self._same_everywhere("all_gather_into", self._shapes(inputs)):
+            return self._fallback("all_gather_into").all_gather_into(outputs, inputs, sync)
+        lines, outs = [], []
+        for i, (o, t) in enumerate(zip(outputs, inputs)):
+            n = t.numel()
+            dt = _ty(t).split("[")[0]
+            lines += [
+                f"%f{i} = aten.view.default(%a{i}) {{size = [{n}]}} : {dt}[{n}]",
+                f"%g{i} = c10d.all_gather(%f{i}) {{dim = 0, {self._group()}}} : {dt}[{n * self.size}]",
+                f"%o{i} = aten.view.default(%g{i}) {{size = {_dims(o.shape)}}} : {_ty(o)}",
+            ]
+            outs.append(f"%o{i}")
+        text = self._graph("all_gather_into", inputs, lines, outs, [_ty(o) for o in outputs])
+        key = ("all_gather_into", self._shapes(inputs), self._shapes(outputs))
+
+        def finish(bufs):
+            for o, b in zip(outputs, bufs):
+                _write(o, b)
+            return outputs
+
+        return self._run("all_gather_into", key, text, inputs, finish, sync)
+
+    def reduce_scatter_tensor(self, outputs, inputs, red, sync):
+        kind = self._reduce_kind(inputs, red)
+        if kind is None:
+            return self._fallback("reduce_scatter_tensor").reduce_scatter_tensor(outputs, inputs, red, sync)
+        lines, outs = [], []
+        for i, (o, t) in enumerate(zip(outputs, inputs)):
+            n = t.numel()
+            dt = _ty(t).split("[")[0]
+            lines.append(f"%f{i} = aten.view.default(%a{i}) {{size = [{n}]}} : {dt}[{n}]")
+            part = n // self.size
+            lines += self._reduced(f"%f{i}", f"{dt}[{n}]", red, kind, i, "reduce_scatter", ", dim = 0", f"{dt}[{part}]")
+            lines.append(f"%o{i} = aten.view.default(%r{i}) {{size = {_dims(o.shape)}}} : {_ty(o)}")
+            outs.append(f"%o{i}")
+        text = self._graph("reduce_scatter", inputs, lines, outs, [_ty(o) for o in outputs])
+        key = ("reduce_scatter_tensor", kind, red.pre, self._shapes(inputs), self._shapes(outputs))
+
+        def finish(bufs):
+            for o, b in zip(outputs, bufs):
+                _write(o, b)
+            return outputs
+
+        return self._run("reduce_scatter_tensor", key, text, inputs, finish, sync)
+
+    def reduce_scatter(self, outputs, inputs, red, sync):
+        # inputs[i]: this rank's `size` pieces for output i: stacked, then one tensor op.
+        if any(len({(p.dtype, tuple(p.shape)) for p in pieces}) != 1 for pieces in inputs):
+            return self._fallback("reduce_scatter").reduce_scatter(outputs, inputs, red, sync)
+        stacked = [torch.stack(list(pieces)) for pieces in inputs]
+        return self.reduce_scatter_tensor(outputs, stacked, red, sync)
+
+    def all_to_all_single(self, output, input, out_splits, in_splits, sync):
+        even = (not out_splits or len(set(out_splits)) == 1) and (not in_splits or len(set(in_splits)) == 1)
+        if not even or input.shape[0] % self.size or not self._same_everywhere("all_to_all", self._shapes([input])):
+            return self._fallback("all_to_all_single").all_to_all_single(output, input, out_splits, in_splits, sync)
+        dt = _ty(input).split("[")[0]
+        lines = [
+            f"%r0 = c10d.all_to_all(%a0) {{concat_dim = 0, {self._group()}, split_dim = 0}} : {_ty(input)}",
+            f"%o0 = aten.view.default(%r0) {{size = {_dims(output.shape)}}} : {dt}{_dims(output.shape)}",
+        ]
+        text = self._graph("all_to_all", [input], lines, ["%o0"], [_ty(output)])
+        key = ("all_to_all_single", self._shapes([input]), self._shapes([output]))
+
+        def finish(bufs):
+            _write(output, bufs[0])
+            return [output]
+
+        return self._run("all_to_all_single", key, text, [input], finish, sync)
+
+    def all_to_all(self, outputs, inputs, sync):
+        shapes = {(t.dtype, tuple(t.shape)) for t in list(inputs) + list(outputs)}
+        if len(shapes) != 1 or not self._same_everywhere("all_to_all_list", self._shapes(inputs)):
+            return self._fallback("all_to_all").all_to_all(outputs, inputs, sync)
+        stacked = torch.stack(list(inputs))
+        received = torch.empty_like(stacked)
+        fut = self.all_to_all_single(received, stacked, [], [], sync)
+
+        def finish():
+            for r, o in enumerate(outputs):
+                o.copy_(received[r])
+            return outputs
+
+        return _after(fut, finish)
+
+    def gather(self, outputs, inputs, root, sync):
+        # outputs: [[size tensors]] on the root, [] elsewhere: an all-gather kept by the root.
+        if not self._same_everywhere("gather", self._shapes(inputs)):
+            return self._fallback("gather").gather(outputs, inputs, root, sync)
+        scratch = [[torch.empty_like(t) for _ in range(self.size)] for t in inputs]
+        fut = self.all_gather(scratch, inputs, sync)
+
+        def finish():
+            if self.rank == root:
+                for outs, got in zip(outputs, scratch):
+                    for o, g in zip(outs, got):
+                        o.copy_(g)
+            return [o for outs in outputs for o in outs]
+
+        return _after(fut, finish)
+
+    def scatter(self, outputs, inputs, root, sync):
+        # The root's pieces through an all-to-all: every rank sends `size` pieces (the others
+        # their own outputs as stand-ins) and keeps the one from the root.
+        if len(outputs) != 1:
+            return self._fallback("scatter").scatter(outputs, inputs, root, sync)
+        out = outputs[0]
+        pieces = list(inputs[0]) if self.rank == root else [out] * self.size
+        stacked = torch.stack(pieces)
+        received = torch.empty_like(stacked)
+        fut = self.all_to_all_single(received, stacked, [], [], sync)
+
+        def finish():
+            out.copy_(received[root])
+            return outputs
+
+        return _after(fut, finish)
+
+    def send(self, tensors, dst, tag, sync):
+        # A device-to-device copy onto the receiver's device, left in a mailbox.
+        copies = [_buffer(t) for t in tensors]
+        hub = self.hub
+        with hub.mail:
+            hub.mailboxes.setdefault((self.rank, dst, tag), []).append(copies)
+            hub.mail.notify_all()
+        fut = Future()
+        fut.set_result(tensors)
+        return fut
+
+    def recv(self, tensors, src, tag, sync):
+        hub = self.hub
+        box = (src, self.rank, tag)
+        fut = Future()
+
+        def take():
+            deadline = self.timeout.total_seconds()
+            with hub.mail:
+                if not hub.mail.wait_for(lambda: hub.mailboxes.get(box), timeout=deadline):
+                    raise CollectiveError(
+                        f"tpu_dist: recv from rank {src} (tag {tag}): nothing arrived within the group's timeout "
+                        f"({deadline:g} s)", "recv", self.rank, self.seq,
+                    )
+                bufs = hub.mailboxes[box].pop(0)
+            for t, b in zip(tensors, bufs):
+                device = t.device.index or 0
+                _write(t, b if b.device == device else b.copy_to(device))
+            return tensors
+
+        if sync:
+            fut.set_result(take())
+            return fut
+
+        def worker():
+            try:
+                fut.set_result(take())
+            except Exception as e:
+                fut.set_exception(e)
+
+        threading.Thread(target=worker, name="tpu_dist-recv", daemon=True).start()
+        return fut

@@ -1,0 +1,101 @@
+"""Many ranks in one process: `torchtpu.distributed.spawn(fn, nprocs)` runs `fn(rank, *args)`
+in `nprocs` threads, rank r on `tpu:r`, each with its own torch.distributed world (default
+group, sub-groups, DeviceMesh), as `torch.multiprocessing.spawn` runs processes. Their tpu
+collectives take the in-process transport (`inprocess.py`): one replicated program over the
+ranks' devices, nothing through the host.
+
+torch.distributed keeps one world per process; PyTorch's own multi-threaded test groups
+make it per thread the same way (its world object per thread, the C++ group registry in
+thread-isolation mode). Autograd runs each backward on its calling thread here (PyTorch's
+device threads would not see the rank's world in DDP's hooks).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+class _ThreadWorlds:
+    """Stands in for `c10d._world`: each thread sees its own `_World`."""
+
+    _local = threading.local()
+
+    def _own(self):
+        world = getattr(self._local, "world", None)
+        if world is None:
+            world = self._local.world = c10d._World()
+        return world
+
+    def __getattr__(self, name):
+        return getattr(self._own(), name)
+
+    def __setattr__(self, name, value):
+        setattr(self._own(), name, value)
+
+
+def _install() -> None:
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        main = c10d._world
+        worlds = _ThreadWorlds()
+        # The spawning thread keeps the world it had (a default group made before spawn).
+        worlds._local.world = main
+        c10d._world = worlds
+        torch._C._distributed_c10d._set_thread_isolation_mode(True)
+        _installed = True
+
+
+class SpawnError(RuntimeError):
+    """A rank of `spawn` raised: `rank` and the original exception (`__cause__`)."""
+
+    def __init__(self, rank: int, error: BaseException):
+        super().__init__(f"torchtpu.distributed.spawn: rank {rank} raised {type(error).__name__}: {error}")
+        self.rank = rank
+
+
+def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:gloo,tpu:tpu_dist",
+          timeout: timedelta = timedelta(seconds=60)) -> list:
+    """Runs `fn(rank, *args)` on `nprocs` threads (default: every tpu device), rank r with
+    `torch.tpu.set_device(r)` and a process group of `nprocs` ranks already initialised
+    (`backend`; CPU tensors go to gloo, tpu tensors to tpu_dist), destroyed afterwards.
+    Returns each rank's result in rank order; if a rank raises, raises `SpawnError` for the
+    first such rank once every thread has ended (the group's timeout ends those waiting on it)."""
+    n = torch.tpu.device_count() if nprocs is None else int(nprocs)
+    if not 1 <= n <= torch.tpu.device_count():
+        raise ValueError(f"torchtpu.distributed.spawn: nprocs={n}, but this process has {torch.tpu.device_count()} tpu devices")
+    _install()
+    store = dist.HashStore()
+    results: list = [None] * n
+    errors: list = [None] * n
+
+    def run(rank: int) -> None:
+        torch.tpu.set_device(rank)
+        with torch.autograd.set_multithreading_enabled(False):
+            try:
+                dist.init_process_group(backend, rank=rank, world_size=n, store=store, timeout=timeout)
+                try:
+                    results[rank] = fn(rank, *args)
+                finally:
+                    dist.destroy_process_group()
+            except BaseException as e:  # reported after every thread ends
+                errors[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"tpu_dist-rank{r}", daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for rank, e in enumerate(errors):
+        if e is not None:
+            raise SpawnError(rank, e) from e
+    return results
