@@ -212,6 +212,113 @@ def collectives(out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+
+
+def mlp_data(steps: int = 3, batch: int = 8) -> list:
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(batch, 16, generator=g), torch.randn(batch, 4, generator=g)) for _ in range(steps)]
+
+
+def train(model, data, opt, device, shard=None) -> list:
+    """SGD steps on `data` (each rank its `shard` of every batch); the losses."""
+    losses = []
+    for x, y in data:
+        if shard is not None:
+            x, y = x.chunk(shard[1])[shard[0]], y.chunk(shard[1])[shard[0]]
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def ddp(out_dir: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group(timeout=timedelta(seconds=60))
+    r, n = dist.get_rank(), dist.get_world_size()
+    model = mlp().to("tpu")
+    # ~1 KB buckets: the 5 parameter tensors (4.5 KB of gradients in all) span several buckets.
+    m = DDP(model, bucket_cap_mb=0.001)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    impl = dist.get_backend_impl(device=torch.device("tpu"))
+    before = impl._seq
+    losses = train(m, mlp_data(), opt, "tpu", shard=(r, n))
+    _save(out_dir, {"params": {k: _cpu(v) for k, v in model.state_dict().items()}, "losses": losses,
+                    "buckets": len(m.reducer._get_zeros_like_grad_buckets()), "collectives": impl._seq - before})
+    dist.destroy_process_group()
+
+
+def mismatch(out_dir: str) -> None:
+    """Ranks that call different collectives: each raises CollectiveMismatchError naming it."""
+    from torchtpu.distributed import CollectiveMismatchError
+
+    dist.init_process_group(timeout=timedelta(seconds=20))
+    r = dist.get_rank()
+    res = {}
+    cases = {
+        "shape": lambda: dist.all_reduce(torch.ones(4 + r, device="tpu")),
+        "op": lambda: dist.all_reduce(torch.ones(4, device="tpu")) if r == 0 else dist.broadcast(torch.ones(4, device="tpu"), src=0),
+        "dtype": lambda: dist.all_gather_into_tensor(torch.empty(8, device="tpu", dtype=[torch.float32, torch.int32][r]), torch.ones(4, device="tpu", dtype=[torch.float32, torch.int32][r])),
+    }
+    for name, call in cases.items():
+        t0 = time.perf_counter()
+        try:
+            call()
+            res[name] = None
+        except CollectiveMismatchError as e:
+            res[name] = {"message": str(e), "op": e.op, "rank": e.rank, "seq": e.seq, "mismatched": e.mismatched, "s": time.perf_counter() - t0}
+    # The group still works after a detected mismatch (nothing moved).
+    t = torch.ones(2, device="tpu")
+    dist.all_reduce(t)
+    res["after"] = _cpu(t)
+    _save(out_dir, res)
+    dist.destroy_process_group()
+
+
+def dead_rank(out_dir: str) -> None:
+    """Rank 1 first does not arrive (rank 0 times out), then dies (rank 0 raises at once)."""
+    from torchtpu.distributed import CollectiveError
+
+    timeout = 5
+    dist.init_process_group(timeout=timedelta(seconds=timeout))
+    r = dist.get_rank()
+    t = torch.ones(3, device="tpu")
+    dist.all_reduce(t)
+    if r == 1:
+        time.sleep(timeout + 3)
+        os._exit(0)  # a crash without a traceback; exit code 0 so torchrun lets rank 0 finish
+    res = {"timeout": timeout}
+    t0 = time.perf_counter()
+    try:
+        dist.all_reduce(t)  # rank 1 is asleep: the fingerprint exchange times out
+        res["hung"] = None
+    except CollectiveError as e:
+        res["hung"] = {"type": type(e).__name__, "message": str(e), "op": e.op, "seq": e.seq, "s": time.perf_counter() - t0}
+    time.sleep(max(0.0, timeout + 5 - (time.perf_counter() - t0)))  # rank 1 has exited now
+    impl = dist.get_backend_impl(device=torch.device("tpu"))
+    impl._check = False  # the data collective itself, async: the error reaches wait() and the future
+    t0 = time.perf_counter()
+    work = dist.all_reduce(torch.ones(3, device="tpu"), async_op=True)
+    try:
+        work.wait()
+        res["dead_wait"] = None
+    except CollectiveError as e:
+        res["dead_wait"] = {"type": type(e).__name__, "message": str(e), "s": time.perf_counter() - t0,
+                            "is_distbackenderror": isinstance(e, dist.DistBackendError)}
+    try:
+        work.get_future().wait()
+        res["dead_future"] = None
+    except RuntimeError as e:  # through torch's Work wrapper: a RuntimeError with the message
+        res["dead_future"] = {"type": type(e).__name__, "message": str(e)}
+    torch.save(res, os.path.join(out_dir, "rank0.pt"))
+    os._exit(0)  # the group cannot be torn down cleanly without its peer
+
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], sys.argv[2]
     globals()[scenario](out_dir)

@@ -225,3 +225,60 @@ def test_entry_point_declared():
 
     names = {e.name: e.value for e in entry_points(group="torch.distributed.backends")}
     assert names.get("tpu_dist") == "torchtpu.distributed:_entry_point"
+
+
+# ------------------------------------------------------------------ DDP
+
+
+@pytest.mark.timeout(180)
+def test_ddp_bucketed_matches_single_process_cpu(tmp_path):
+    """DDP on 2 ranks (half the batch each, ~1 KB buckets: 3 of them) vs one CPU process
+    training on the full batch: the same parameters after 3 SGD steps."""
+    results, _ = launch("ddp", tmp_path)
+    model = worker.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    worker.train(model, worker.mlp_data(), opt, "cpu")
+    for r, res in enumerate(results):
+        assert res["buckets"] >= 3, res["buckets"]
+        assert res["collectives"] >= 3 * 3  # every step all-reduces every bucket on tpu_dist
+        for k, v in model.state_dict().items():
+            torch.testing.assert_close(res["params"][k], v, rtol=1e-4, atol=1e-5, msg=lambda m: f"rank {r} {k}: {m}")
+
+
+# ------------------------------------------------------------------ mistakes: clear errors, no hangs
+
+
+@pytest.mark.timeout(120)
+def test_mismatched_collectives_are_named(tmp_path):
+    results, _ = launch("mismatch", tmp_path)
+    want = {
+        "shape": (1, "all_reduce", ["all_reduce(SUM; float32[4])", "all_reduce(SUM; float32[5])"]),
+        "op": (2, None, ["all_reduce(SUM; float32[4])", "broadcast(root 0; float32[4])"]),
+        "dtype": (3, "all_gather_into_tensor", ["all_gather_into_tensor(float32[4])", "all_gather_into_tensor(int32[4])"]),
+    }
+    for r, res in enumerate(results):
+        for case, (seq, op, calls) in want.items():
+            e = res[case]
+            assert e is not None, f"rank {r}: {case} mismatch not detected"
+            assert e["seq"] == seq and e["rank"] == r
+            assert e["op"] == (op or calls[r].split("(")[0])
+            assert e["mismatched"] == {1 - r: calls[1 - r]}
+            assert f"collective #{seq}" in e["message"] and calls[0] in e["message"] and calls[1] in e["message"]
+            assert e["s"] < 5  # detected at once, not at a timeout
+        torch.testing.assert_close(res["after"], torch.full((2,), 2.0))
+
+
+@pytest.mark.timeout(120)
+def test_hung_and_dead_rank_raise_within_timeout(tmp_path):
+    results, _ = launch("dead_rank", tmp_path)
+    res = results[0]
+    assert res is not None
+    timeout = res["timeout"]
+    hung = res["hung"]
+    assert hung is not None and hung["type"] == "CollectiveError"
+    assert hung["op"] == "all_reduce" and hung["seq"] == 2 and "collective #2" in hung["message"]
+    assert timeout * 0.8 < hung["s"] < timeout + 5
+    dead = res["dead_wait"]
+    assert dead is not None and dead["type"] == "CollectiveError" and dead["is_distbackenderror"]
+    assert dead["s"] < timeout + 5
+    assert res["dead_future"] is not None and "CollectiveError" in res["dead_future"]["message"]

@@ -48,7 +48,10 @@ class Work(dist._Work):
         return True
 
     def get_future(self) -> Future:
-        return self._fut
+        # Chained: a future handed to C++ (DDP's reducer, or Python through torch's Work
+        # wrapper) loses an error set with set_exception (it comes back as the value); a
+        # `then` callback's error survives, as a RuntimeError carrying the message.
+        return self._fut.then(_reraise)
 
     def is_completed(self) -> bool:
         return self._fut.done()
@@ -74,6 +77,10 @@ class Work(dist._Work):
 
     def synchronize(self) -> None:
         self.wait()
+
+
+def _reraise(f: Future):
+    return f.value()
 
 
 def _sig(t: torch.Tensor) -> str:
@@ -137,19 +144,29 @@ class TpuDistBackend(C10DBackend):
                 raise
             except Exception as e:
                 raise self._failure(op, seq, e) from e
-        fut = fut.then(lambda f: self._value(f, op, seq))
-        work = Work(fut, op, seq)
+        work = Work(self._typed(fut, op, seq), op, seq)
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
 
-    def _value(self, fut: Future, op: str, seq: int):
-        try:
-            return fut.value()
-        except Exception as e:
-            if isinstance(e, (CollectiveError, CollectiveMismatchError)):
-                raise
-            raise self._failure(op, seq, e) from e
+    def _typed(self, fut: Future, op: str, seq: int) -> Future:
+        """`fut` with its error made a `CollectiveError` naming the op (set_exception keeps the
+        type: `wait()` and the future raise it as itself)."""
+        out = Future()
+
+        def done(f):
+            try:
+                value = f.value()
+            except Exception as e:
+                err = e if isinstance(e, (CollectiveError, CollectiveMismatchError)) else self._failure(op, seq, e)
+                if err is not e:
+                    err.__cause__ = e
+                out.set_exception(err)
+                return
+            out.set_result(value)
+
+        fut.add_done_callback(done)
+        return out
 
     def _failure(self, op: str, seq: int, e: BaseException) -> CollectiveError:
         return CollectiveError(
@@ -333,7 +350,7 @@ class TpuDistBackend(C10DBackend):
             except Exception as e:
                 raise self._failure(op, self._seq, e) from e
         seq = self._seq
-        return Work(fut.then(lambda f: self._value(f, op, seq)), op, seq)
+        return Work(self._typed(fut, op, seq), op, seq)
 
     def barrier(self, opts=None):
         return self._collective("barrier", "barrier()", lambda sync: self._transport.barrier(sync), opts)
@@ -351,10 +368,20 @@ class TpuDistBackend(C10DBackend):
     def end_coalescing(self):
         works, self._coalesced = self._coalesced or [], None
         futs = [w.get_future() for w in works]
-        joined = torch.futures.collect_all(futs).then(lambda f: [t for x in f.value() for t in (x.value() or [])]) if futs else None
-        if joined is None:
-            joined = Future()
+        joined = Future()
+        if not futs:
             joined.set_result([])
+            return Work(joined, "coalesced", self._seq)
+
+        def done(all_done):
+            try:
+                value = [t for f in all_done.value() for t in (f.value() or [])]
+            except Exception as e:  # the first failed collective's own typed error
+                joined.set_exception(e)
+                return
+            joined.set_result(value)
+
+        torch.futures.collect_all(futs).add_done_callback(done)
         return Work(joined, "coalesced", self._seq)
 
     _start_coalescing = start_coalescing

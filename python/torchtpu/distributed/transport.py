@@ -81,18 +81,10 @@ class Transport(Protocol):
 
 
 def pick_transport(store, rank: int, size: int, timeout: timedelta, global_ranks: list[int] | None) -> Transport:
-    """The transport of one group (the seam): a group whose ranks are all threads of this
-    process on distinct tpu devices (`torchtpu.distributed.spawn`) gets the in-process
-    transport (inprocess.py: one replicated program per collective, with this host transport
-    for the forms it does not cover); every other group, one process per rank, the host
-    transport."""
-    from torchtpu.distributed import inprocess
-
-    host = HostTransport(store, rank, size, timeout)
-    token = inprocess.members_in_process(store, rank, size)
-    if token is None:
-        return host
-    return inprocess.InProcessTransport(token, rank, size, timeout, host)
+    """The transport of one group (the seam): a group whose ranks are threads of this process
+    on distinct tpu devices will get the in-process transport here; today every group,
+    one process per rank, uses the host transport."""
+    return HostTransport(store, rank, size, timeout)
 
 
 # ------------------------------------------------------------------------ the host transport
@@ -131,30 +123,47 @@ class HostTransport:
             for w in works:
                 w.wait()
             return _done(finish())
-
-        def after(fut):
-            for f in fut.value() if len(works) > 1 else [fut]:
-                f.value()  # gloo's error, if any, becomes this future's
-            return finish()
-
         try:
             futs = [w.get_future() for w in works]
-            return (torch.futures.collect_all(futs) if len(futs) > 1 else futs[0]).then(after)
-        except RuntimeError:  # "Work::getFuture not implemented"
-            pass
-        # Some of gloo's Works (send, recv, list reduce_scatter) have no future: a thread waits.
-        fut = Future()
+        except RuntimeError:  # "Work::getFuture not implemented" (send, recv, list reduce_scatter)
+            futs = None
+        out = Future()
+        if futs is None:
+            # A thread waits for gloo's Works instead.
+            def waiter():
+                try:
+                    for w in works:
+                        w.wait()
+                    value = finish()
+                except Exception as e:
+                    out.set_exception(e)
+                    return
+                out.set_result(value)
 
-        def waiter():
+            threading.Thread(target=waiter, name="tpu_dist-wait", daemon=True).start()
+            return out
+        # Completed by hand, not with `then`: a `then` callback's error reaches its future
+        # wrapped in a RuntimeError; set_exception keeps gloo's (or finish's) own.
+        remaining = [len(futs)]
+        lock = threading.Lock()
+
+        def one_done(_):
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
             try:
-                for w in works:
-                    w.wait()
-                fut.set_result(finish())
+                for f in futs:
+                    f.value()
+                value = finish()
             except Exception as e:
-                fut.set_exception(e)
+                out.set_exception(e)
+                return
+            out.set_result(value)
 
-        threading.Thread(target=waiter, name="tpu_dist-p2p", daemon=True).start()
-        return fut
+        for f in futs:
+            f.add_done_callback(one_done)
+        return out
 
     @staticmethod
     def _prepare(cpu: list, red: Reduction) -> None:
