@@ -81,10 +81,18 @@ class Transport(Protocol):
 
 
 def pick_transport(store, rank: int, size: int, timeout: timedelta, global_ranks: list[int] | None) -> Transport:
-    """The transport of one group (the seam): a group whose ranks are threads of this process
-    on distinct tpu devices will get the in-process transport here; today every group,
-    one process per rank, uses the host transport."""
-    return HostTransport(store, rank, size, timeout)
+    """The transport of one group (the seam): a group whose ranks are all threads of this
+    process on distinct tpu devices (`torchtpu.distributed.spawn`) gets the in-process
+    transport (inprocess.py: one replicated program per collective, with this host transport
+    for the forms it does not cover); every other group, one process per rank, the host
+    transport."""
+    from torchtpu.distributed import inprocess
+
+    host = HostTransport(store, rank, size, timeout)
+    token = inprocess.members_in_process(store, rank, size)
+    if token is None:
+        return host
+    return inprocess.InProcessTransport(token, rank, size, timeout, host)
 
 
 # ------------------------------------------------------------------------ the host transport
