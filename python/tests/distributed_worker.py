@@ -319,6 +319,88 @@ def dead_rank(out_dir: str) -> None:
     os._exit(0)  # the group cannot be torn down cleanly without its peer
 
 
+class TwoLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def tp_data() -> list:
+    g = torch.Generator().manual_seed(2)
+    return [(torch.randn(4, 16, generator=g), torch.randn(4, 16, generator=g)) for _ in range(2)]
+
+
+def tensor_parallel(out_dir: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("tpu", (WORLD,))
+    model = parallelize_module(TwoLayer().to("tpu"), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    outs = []
+    for x, y in tp_data():
+        out = model(x.to("tpu"))
+        loss = torch.nn.functional.mse_loss(out, y.to("tpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        outs.append(_cpu(out))
+    params = {k: _cpu(v.full_tensor()) for k, v in model.state_dict().items()}
+    local = {k: list(v.to_local().shape) for k, v in model.state_dict().items()}
+    _save(out_dir, {"outs": outs, "params": params, "local_shapes": local})
+    dist.destroy_process_group()
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager")
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg)
+
+
+def llama_data(steps: int = 2, batch: int = 4, seq: int = 16) -> list:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(0, 128, (batch, seq), generator=g) for _ in range(steps)]
+
+
+def train_llama(model, data, device, shard=None) -> list:
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for ids in data:
+        if shard is not None:
+            ids = ids.chunk(shard[1])[shard[0]]
+        ids = ids.to(device)
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def fsdp2(out_dir: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("tpu", (WORLD,))
+    r = dist.get_rank()
+    model = llama().to("tpu")
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    losses = train_llama(model, llama_data(), "tpu", shard=(r, WORLD))
+    params = {k: _cpu(v.full_tensor()) for k, v in model.state_dict().items()}
+    _save(out_dir, {"losses": losses, "params": params})
+    dist.destroy_process_group()
+
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], sys.argv[2]
     globals()[scenario](out_dir)
