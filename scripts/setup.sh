@@ -111,4 +111,18 @@ if [ ! -f "$STAMP" ] || [ -n "$(find Cargo.toml Cargo.lock compiler runtime engi
 else
   log "torchtpu._C up to date"
 fi
+
+# --- the tpu device's native device guard (torchtpu._device_guard) ----------
+# A small C++ extension against the installed torch's headers (docs/eager.md, "Devices"):
+# built here, never at import. Rebuilt when its source, its build script or torch changed.
+GUARD_SRC=python/torchtpu/csrc/device_guard.cpp
+GUARD_SO="$(ls python/torchtpu/_device_guard*.so 2>/dev/null | head -n1 || true)"
+if [ -z "$GUARD_SO" ] || [ "$GUARD_SRC" -nt "$GUARD_SO" ] || [ python/setup_guard.py -nt "$GUARD_SO" ] \
+    || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$GUARD_SO" 2>/dev/null)" ]; then
+  log "building torchtpu._device_guard against the installed torch"
+  (cd python && MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_guard.py -q build_ext --inplace \
+      --build-temp "$ROOT/target/device-guard")
+else
+  log "torchtpu._device_guard up to date"
+fi
 log "done"

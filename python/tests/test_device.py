@@ -60,7 +60,7 @@ def test_fresh_process_without_import_torchtpu():
     # The device works, and autoload did not pull in Dynamo (torchtpu.errors) until an op ran.
     assert lines[0].startswith("tpu:0 (4, 4)")
     assert lines[1] == "tpu"
-    assert lines[2] == "True 1"
+    assert lines[2] == "True 4"  # the CPU plugin's addressable devices
 
 
 def test_autoload_can_be_turned_off():

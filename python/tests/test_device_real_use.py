@@ -344,10 +344,11 @@ def test_mixed_dtype_matmul_is_refused_as_eager_refuses(dtype, device):
 
 
 def test_device_index_that_does_not_exist_is_refused():
-    with pytest.raises(RuntimeError, match="invalid device tpu:1"):
-        torch.ones(2, device="tpu:1")
-    with pytest.raises(RuntimeError, match="invalid device tpu:1"):
-        torch.ones(2).to("tpu:1")
+    n = torch.tpu.device_count()  # the plugin's devices (the CPU plugin's 4)
+    with pytest.raises(RuntimeError, match=f"invalid device tpu:{n}"):
+        torch.ones(2, device=f"tpu:{n}")
+    with pytest.raises(RuntimeError, match=f"invalid device tpu:{n}"):
+        torch.ones(2).to(f"tpu:{n}")
     assert torch.ones(2, device="tpu:0").device == torch.device("tpu:0")
 
 

@@ -353,7 +353,7 @@ class CompiledGraph:
                 if b is None:
                     # A literal made on the device (`torch.tensor([...], device=x.device)`) is
                     # read where it is; a CPU constant is copied there once.
-                    b = _storage.read(const) if const.device.type == "tpu" else _storage.upload(const)
+                    b = _storage.read(const) if const.device.type == "tpu" else _storage.upload(const, 0)
                     self._device_consts[k] = b
                 buffers.append(b)
             elif t.device.type == "tpu":
@@ -361,7 +361,7 @@ class CompiledGraph:
             elif t.dim() == 0 and t.device.type == "cpu":
                 # A 0-d CPU tensor mixes with tpu tensors, as in eager: a Python float under
                 # dynamic=True arrives as one the user never made.
-                buffers.append(_programs.scalar_buffer(t))
+                buffers.append(_programs.scalar_buffer(t, 0))
             else:
                 where = sorted({str(x.device) for x in tensors if isinstance(x, torch.Tensor)})
                 raise InputError(
@@ -375,7 +375,11 @@ class CompiledGraph:
             # DeferAndFuse: a compiled graph is a cut where its inputs are still pending.
             with _defer.cause("compiled_graph", self.name):
                 buffers = _defer.resolved(buffers, self.name)
-        outs = self.program.run_device(buffers, False)
+        # On the device of its tpu inputs (all on one: Dynamo's fake-tensor check refuses a
+        # mix); constants and scalars made on tpu:0 are copied there once (`on_device`).
+        device = next((t.device.index for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "tpu"), 0)
+        buffers = [_programs.on_device(b, device) for b in buffers]
+        outs = self.program.run_device(buffers, False, device=device)
         return [_storage.new_tensor(s, d, b) for b, (d, s) in zip(outs, self.out_types)]
 
     def _results(self, args, outs: list):

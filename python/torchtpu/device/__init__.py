@@ -40,6 +40,9 @@ def register() -> None:
     from torchtpu.device import module
 
     if current != NAME:
+        _register_guard(module)
+        # Its Python guard is refused now (`register_python_privateuseone_device_guard` returns
+        # False where a guard exists): PyTorch's guards use the native one.
         _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
     _register_kernels()
     module.patch_accelerator()
@@ -56,6 +59,30 @@ def register() -> None:
     distributed.register()
 
 
+def _register_guard(module) -> None:
+    """Registers the native PrivateUse1 device guard (`_guard.py`) before PyTorch's Python one
+    could be: the current device per thread, the real device count (autograd sizes its
+    per-device queues from it at the first backward of the process), streams and events."""
+    import os
+
+    from torchtpu.device._guard import guard
+
+    if not guard.register():
+        raise RuntimeError("torchtpu: another PrivateUse1 device guard is registered; the tpu device cannot use its own")
+    # The CPU plugin's count is known without starting it (`import torch` stays cheap); another
+    # plugin is asked when PyTorch first needs the count.
+    n = module.predicted_count()
+    if n is not None:
+        guard.set_device_count(n)
+    guard.set_count_hook(module._exact_count)
+    guard.set_sync_hook(lambda device: module._sync())
+    local_rank = os.environ.get("LOCAL_RANK", "").strip()
+    if local_rank.isdigit():
+        # Under torchrun each rank starts on its own device, as `torch.cuda.set_device(local_rank)`
+        # would put it: LOCAL_RANK modulo this host's devices.
+        guard.set_default_device(int(local_rank) % (n if n is not None else module._exact_count()))
+
+
 # The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.
 KERNEL_NAMES = (
     "empty.memory_format", "empty_strided", "copy_", "_copy_from", "_copy_from_and_resize",
@@ -63,7 +90,7 @@ KERNEL_NAMES = (
     "set_.source_Storage_storage_offset", "set_.source_Storage", "convolution_overrideable", "convolution_backward_overrideable",
     "normal_", "uniform_", "random_", "random_.to", "random_.from", "bernoulli_.float",
     "bernoulli_.Tensor", "bernoulli", "native_dropout",
-    "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put",
+    "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put", "record_stream",
     "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "_batch_norm_no_update",
 )
 _libs: list = []

@@ -98,17 +98,24 @@ def _any_set(flags: list) -> bool:
     global _FALSE
     from torchtpu import _C
 
+    from torchtpu.device._programs import on_device
+
     if _FALSE is None:
-        _FALSE = _C.device_put(torch.tensor(False))
-    for start in range(0, len(flags), LIMIT):
-        chunk = flags[start : start + LIMIT]
-        bucket = 1 << (len(chunk) - 1).bit_length()
-        program = _OR_PROGRAMS.get(bucket)
-        if program is None:
-            program = _OR_PROGRAMS[bucket] = _C.compile(_or_text(bucket), donate=False)
-        (out,) = program.run_device(chunk + [_FALSE] * (bucket - len(chunk)), True)
-        if bool(torch.from_dlpack(out.to_host())):
-            return True
+        _FALSE = _C.device_put(torch.tensor(False), 0)
+    by_device: dict = {}
+    for f in flags:  # one OR per device: a program reads buffers of one device
+        by_device.setdefault(f.device, []).append(f)
+    for device, on in by_device.items():
+        for start in range(0, len(on), LIMIT):
+            chunk = on[start : start + LIMIT]
+            bucket = 1 << (len(chunk) - 1).bit_length()
+            program = _OR_PROGRAMS.get(bucket)
+            if program is None:
+                program = _OR_PROGRAMS[bucket] = _C.compile(_or_text(bucket), donate=False)
+            pad = [on_device(_FALSE, device)] * (bucket - len(chunk))
+            (out,) = program.run_device(chunk + pad, True, device=device)
+            if bool(torch.from_dlpack(out.to_host())):
+                return True
     return False
 
 

@@ -51,6 +51,7 @@ CUT_REASONS = {
     "compiled_graph": "a torch.compile graph ran on tpu tensors that were still pending",
     "mode_change": "the eager mode changed away from defer_and_fuse",
     "explicit": "torchtpu.eager.flush()",
+    "device_change": "an op on another tpu device than the region's, or a copy between tpu devices (a region runs on one device)",
     "collective": "a torch.distributed collective on tpu tensors (tpu_dist) read its inputs on the host",
 }
 
@@ -72,13 +73,14 @@ class Pending:
     """A value of the open region: output `index` of its recorded programs. `buffer` is the
     device buffer once the region ran (storages holding the Pending then use it)."""
 
-    __slots__ = ("region", "index", "nbytes", "buffer")
+    __slots__ = ("region", "index", "nbytes", "buffer", "device")
 
     def __init__(self, owner, index: int, nbytes: int):
         self.region = owner
         self.index = index
         self.nbytes = nbytes
         self.buffer = None
+        self.device = owner.device  # where its region runs, as a DeviceBuffer's `device`
 
     def _value(self, reason: str):
         if self.buffer is None:
@@ -104,9 +106,10 @@ class Pending:
 class Region:
     """The ops recorded since the last cut."""
 
-    __slots__ = ("records", "tokens", "values", "externals", "ext_index", "started", "error")
+    __slots__ = ("records", "tokens", "values", "externals", "ext_index", "started", "error", "device")
 
-    def __init__(self):
+    def __init__(self, device: int = 0):
+        self.device = device  # the tpu device the region's program runs on
         self.records: list = []  # (program, wiring, first value index)
         self.tokens: list = []  # (program serial, wiring): the key's op part
         # Per value, its Pending. The region's reference is not counted as use: a value is
@@ -118,13 +121,17 @@ class Region:
         self.error = None  # why compiling or running the region failed, for its values' readers
 
 
-def record(program, leaves: list) -> list:
-    """Records `program` run on `leaves` (device buffers or Pending values) in the open
-    region; returns Pending values for its IR outputs."""
+def record(program, leaves: list, device: int = 0) -> list:
+    """Records `program` run on `leaves` (device buffers or Pending values on tpu:`device`) in
+    the open region; returns Pending values for its IR outputs. A region runs on one device: an
+    op on another one cuts the open region first."""
     global region
     r = region
+    if r is not None and r.device != device:
+        flush("device_change", f"an op on tpu:{device} after ops on tpu:{r.device}")
+        r = region
     if r is None:
-        r = region = Region()
+        r = region = Region(device)
     task = torch._C._current_graph_task_id()
     if task != -1 and task != _backward_task:
         _queue_backward_cut(task)
@@ -302,12 +309,12 @@ def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
     _stats.bump("eager_ops_deferred", len(r.records))
     from torchtpu.device import _modes, _programs
 
-    inputs = [r.externals[v] if k == "ext" else v for k, v in program.sources]
+    inputs = [r.externals[v] if k == "ext" else _programs.on_device(v, r.device) for k, v in program.sources]
     # The region held the last references to what it donates: nothing reads them afterwards.
     r.externals = r.ext_index = None
     wait = _modes.wait()
     t1 = time.perf_counter()
-    outs = program.compiled.run_device(inputs, wait, program.donate)
+    outs = program.compiled.run_device(inputs, wait, program.donate, device=r.device)
     rec["run_ms"] = (time.perf_counter() - t1) * 1e3
     if not wait:
         _programs.mark_last(outs)  # what `torch.tpu.synchronize()` waits for

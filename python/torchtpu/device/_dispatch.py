@@ -29,6 +29,7 @@ import torch
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.device import _defer, _modes, _programs, _storage
+from torchtpu.device._guard import guard as _guard
 from torchtpu.errors import DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
 
@@ -184,12 +185,12 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
         elif x.dim() == 0 and x.device.type == "cpu":
             key.append(("cpu", x.dtype))
             geoms.append(None)
-            leaves.append(_programs.scalar_buffer(x))
+            leaves.append(_CpuLeaf(x, True))  # uploaded once the op's device is known (`_run`)
         elif x.device.type == "cpu" and op_name.split(".")[0] in _CPU_INDEX_OPS and not x.dtype.is_floating_point:
             # Indices may stay on the CPU, as PyTorch allows for CUDA tensors: copied per call.
             key.append(("cpu", x.dtype, tuple(x.shape)))
             geoms.append(None)
-            leaves.append(_storage.upload(x))
+            leaves.append(_CpuLeaf(x, False))
         else:
             raise RuntimeError(
                 f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -207,6 +208,54 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
         key.append((type(x), x))
     else:
         key.append(x)
+
+
+class _CpuLeaf:
+    """A CPU tensor among an op's leaves (a 0-d scalar, or CPU indices): uploaded to the op's
+    device once that is known from its tpu leaves."""
+
+    __slots__ = ("t", "scalar")
+
+    def __init__(self, t, scalar: bool):
+        self.t = t
+        self.scalar = scalar
+
+    def on(self, device: int):
+        return _programs.scalar_buffer(self.t, device) if self.scalar else _storage.upload(self.t, device)
+
+
+def mixed_devices(a: int, b: int, op_name: str) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {DEVICE}:{a} and "
+        f"{DEVICE}:{b}! (when checking arguments of {op_name})"
+    )
+
+
+def op_device(leaves: list, kwargs, op_name: str) -> tuple[int, bool]:
+    """The tpu device an op runs on: its tpu leaves' (all on one, or PyTorch's same-device
+    error), else its `device=` argument, else the current device; and whether any leaf is a
+    CPU tensor still to upload."""
+    dev = -1
+    cpu = False
+    for b in leaves:
+        if type(b) is _CpuLeaf:
+            cpu = True
+            continue
+        d = b.device
+        if d != dev:
+            if dev >= 0:
+                raise mixed_devices(dev, d, op_name)
+            dev = d
+    if dev < 0:
+        given = kwargs.get("device") if kwargs else None
+        if isinstance(given, torch.device) and given.type == DEVICE and given.index is not None:
+            from torchtpu.device.module import check_index
+
+            check_index(given.index)
+            dev = given.index
+        else:
+            dev = _guard.current_device()
+    return dev, cpu
 
 
 _CPU_INDEX_OPS = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
@@ -332,9 +381,12 @@ def _run(info: OpInfo, op, args, kwargs):
         floats = ()
     if isinstance(program, _CpuFallback):
         return _on_cpu(info, op, args, kwargs, program.reason)
+    dev, cpu = op_device(leaves, kwargs, name)
+    if cpu:
+        leaves = [b.on(dev) if type(b) is _CpuLeaf else b for b in leaves]
     if floats:
-        leaves.extend(_programs.float_buffer(f) for f in floats)
-    outs = program.run(leaves, _modes.state.mode == "debug")  # `_modes.wait()`
+        leaves.extend(_programs.float_buffer(f, dev) for f in floats)
+    outs = program.run(leaves, _modes.state.mode == "debug", dev)  # `_modes.wait()`
     return _results(info, args, kwargs, program, outs, leaves)
 
 
@@ -471,7 +523,7 @@ def resize(t: torch.Tensor, shape) -> None:
     storage = t.untyped_storage()
     offset = t.storage_offset()
     if offset + math.prod(shape) > slot.numel:
-        storage, offset = _storage.new_tensor(shape, t.dtype).untyped_storage(), 0
+        storage, offset = _storage.new_tensor(shape, t.dtype, device=slot.device).untyped_storage(), 0
     aten.set_.source_Storage_storage_offset._op_dk(
         _DK.Meta, t, storage, offset, list(shape), list(_storage.contiguous_strides(shape))
     )
@@ -495,6 +547,11 @@ def _on_cpu(info: OpInfo, op, args, kwargs, reason: str):
     _stats.record_eager_fallback(info.base)
     warn_once(f"tpu-cpu:{info.name}", f"torchtpu: {info.name} runs on the CPU for the tpu device ({reason})")
     why = ("cpu_fallback", f"{info.name} ({reason})")
+    tpu = _modes.tensors((args, kwargs))
+    dev = tpu[0].device.index if tpu else _guard.current_device()
+    for t in tpu[1:]:
+        if t.device.index != dev:
+            raise mixed_devices(dev, t.device.index, info.name)
     cpu_args = tuple(_to_cpu(a, why) for a in args)
     cpu_kwargs = {k: _to_cpu(v, why) for k, v in kwargs.items()}
     out = op(*cpu_args, **cpu_kwargs)
@@ -508,14 +565,14 @@ def _on_cpu(info: OpInfo, op, args, kwargs, reason: str):
         if isinstance(orig, torch.Tensor) and _is_tpu(orig):
             if tuple(orig.shape) != tuple(cpu.shape):
                 resize(orig, cpu.shape)
-            _storage.write(orig, _storage.upload(cpu))
+            _storage.write(orig, _storage.upload(cpu, dev))
             written[id(cpu)] = orig
 
     def back(r):
         if isinstance(r, torch.Tensor):
             if id(r) in written:
                 return written[id(r)]
-            return _storage.from_host(r)
+            return _storage.from_host(r, dev)
         if isinstance(r, (list, tuple)):
             return type(r)(back(v) for v in r)
         return r

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from torchtpu.device import _dispatch, _dynamic, _norms, _random, _storage
+from torchtpu.device._guard import guard as _guard
 from torchtpu.exporter import is_contiguous
 
 aten = torch.ops.aten
@@ -18,36 +19,40 @@ def _dtype(dtype):
     return dtype if dtype is not None else torch.get_default_dtype()
 
 
-def _check_device(device) -> None:
-    # `device="tpu:1"` reaches the kernels as it is: refused where it does not exist.
-    if device is not None and device.index:
-        from torchtpu.device.module import check_index
+def _check_device(device) -> int:
+    """The index of tpu `device` (`tpu` alone: the current device); `tpu:9` is refused where it
+    does not exist."""
+    from torchtpu.device.module import check_index
 
-        check_index(device)
+    if device is None or device.index is None:
+        return _guard.current_device()
+    check_index(device)
+    return device.index
 
 
-def _check_factory(size, device) -> None:
+def _check_factory(size, device) -> int:
     """What eager's allocator refuses before a tpu tensor is made: a device that does not
-    exist, a negative size."""
-    _check_device(device)
+    exist, a negative size. Returns the device's index."""
+    index = _check_device(device)
     if any(d < 0 for d in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    return index
 
 
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    _check_factory(size, device)
-    return _storage.new_tensor(tuple(size), _dtype(dtype))
+    index = _check_factory(size, device)
+    return _storage.new_tensor(tuple(size), _dtype(dtype), device=index)
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    _check_factory(size, device)
+    index = _check_factory(size, device)
     size, stride = tuple(size), tuple(stride)
     if is_contiguous(size, stride):
-        return _storage.new_tensor(size, _dtype(dtype))
+        return _storage.new_tensor(size, _dtype(dtype), device=index)
     # A layout other than row-major (empty_like of a transposed tensor): storage for the span
     # of the strides, viewed with them.
     span = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
-    base = _storage.new_tensor((span,), _dtype(dtype))
+    base = _storage.new_tensor((span,), _dtype(dtype), device=index)
     return aten.as_strided.default._op_dk(_DK.Meta, base, list(size), list(stride), 0)
 
 
@@ -57,8 +62,11 @@ def copy_(self, src, non_blocking=False):
         return self.copy_(_storage.to_host(src))
     if src.device.type != _dispatch.DEVICE:
         cpu = src.detach().to(self.dtype).expand(self.shape)
-        _storage.write(self, _storage.upload(cpu.contiguous()))
+        _storage.write(self, _storage.upload(cpu.contiguous(), _storage.slot_of(self).device))
         return self
+    if src.device.index != self.device.index:
+        # Between tpu devices: the plugin copies device to device, then the copy is local.
+        src = _storage.to_device(src, self.device.index)
     if src.dtype == self.dtype and tuple(src.shape) == tuple(self.shape) and not (src.is_conj() or src.is_neg()):
         _storage.write(self, _storage.read(src))
         return self
@@ -99,6 +107,12 @@ def set_storage_offset(self, source, storage_offset, size, stride=()):
     return self
 
 
+def record_stream(self, stream):
+    # A buffer stays alive while PJRT's enqueued work reads it, whatever Python drops, and
+    # there is no caching allocator to keep a freed block from: nothing to record.
+    return None
+
+
 def set_storage(self, source):
     slot = _storage.slot_of_storage(source)
     return set_storage_offset(self, source, 0, [slot.numel])
@@ -123,13 +137,15 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     # tpu -> CPU without PyTorch's pinned staging buffer (`non_blocking=True` would ask the
     # device hooks for a pinned-memory allocator, which a Python backend cannot provide).
     target = torch.device(device) if device is not None else self.device
-    if target.type == _dispatch.DEVICE:
-        _check_device(target)
+    index = _check_device(target) if target.type == _dispatch.DEVICE else None
     dtype = self.dtype if dtype is None else dtype
     if self.device.type != _dispatch.DEVICE:  # CPU -> tpu
-        return _storage.from_host(self.detach().to(dtype).resolve_conj().resolve_neg())
+        return _storage.from_host(self.detach().to(dtype).resolve_conj().resolve_neg(), index)
     if target.type == "cpu":
         return _storage.to_host(self).to(dtype)
+    if target.index is not None and index != self.device.index:  # tpu:i -> tpu:j, device to device
+        moved = _storage.to_device(self, index)
+        return moved if dtype == self.dtype else _dispatch.run(aten._to_copy.default, moved, dtype=dtype)
     return _dispatch.run(aten._to_copy.default, self, dtype=dtype)
 
 
@@ -175,6 +191,7 @@ KERNELS = {
     "set_.source_Storage_storage_offset": set_storage_offset,
     "set_.source_Storage": set_storage,
     "_to_copy": _to_copy,
+    "record_stream": record_stream,
     **_random.KERNELS,
     **_dynamic.KERNELS,
     **_norms.KERNELS,

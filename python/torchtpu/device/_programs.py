@@ -129,18 +129,19 @@ class Program:
             self._compiled = _compile(self.text)
         return self._compiled
 
-    def run(self, leaves: list, wait: bool = True) -> list:
-        """Executes on `leaves` (device buffers, in flattening order); returns the device
-        buffers of the IR outputs. In DeferAndFuse mode a traced program is recorded instead
-        and its outputs are pending values (`_defer.Pending`). The index checks' flag, if any,
-        is not among them: it goes to the pending checks (`_checks.py`)."""
+    def run(self, leaves: list, wait: bool = True, device: int = 0) -> list:
+        """Executes on `leaves` (device buffers on tpu:`device`, in flattening order); returns
+        the device buffers of the IR outputs, on that device. In DeferAndFuse mode a traced
+        program is recorded instead and its outputs are pending values (`_defer.Pending`). The
+        index checks' flag, if any, is not among them: it goes to the pending checks
+        (`_checks.py`)."""
         if _defer.active and self.gm is not None:
-            outs = _defer.record(self, leaves)
+            outs = _defer.record(self, leaves, device)
         else:
             if _defer.region is not None:
                 leaves = _defer.resolved(leaves, self.name)
-            inputs = [leaves[v] if k == "leaf" else v for k, v in self.sources]
-            outs = self.program.run_device(inputs, wait)
+            inputs = [leaves[v] if k == "leaf" else on_device(v, device) for k, v in self.sources]
+            outs = self.program.run_device(inputs, wait, device=device)
             if not wait:
                 mark_last(outs)
         if self.checks is not None:
@@ -157,6 +158,24 @@ def mark_last(outs: list) -> None:
 
 
 _serials = itertools.count()
+
+# Copies of device-0 constants on the other devices, per constant (a module attribute uploaded
+# at build time, a cached scalar): made once per device, by the plugin, device to device.
+_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def on_device(buffer, device: int):
+    """`buffer` if it lives on tpu:`device`, else its copy there (made once and kept while
+    `buffer` lives: constants, never values that change)."""
+    if buffer.device == device:
+        return buffer
+    per = _copies.get(buffer)
+    if per is None:
+        per = _copies[buffer] = {}
+    copy = per.get(device)
+    if copy is None:
+        copy = per[device] = buffer.copy_to(device)
+    return copy
 
 
 def _compile(text: str):
@@ -381,17 +400,17 @@ def _meta(shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def zeros(shape, dtype):
+def zeros(shape, dtype, device: int = 0):
     shape = tuple(shape)
     key = ("zeros", shape, dtype)
     p = _programs.get(key) or build(key, aten.zeros.default, (list(shape),), {"dtype": dtype, "device": "meta"})
-    return p.run([])[0]
+    return p.run([], device=device)[0]
 
 
 def reshape(buffer, shape, new_shape, dtype):
     key = ("reshape", shape, new_shape, dtype)
     p = _programs.get(key) or build(key, aten.view.default, (_meta(shape, dtype), list(new_shape)), {})
-    return p.run([buffer])[0]
+    return p.run([buffer], device=buffer.device)[0]
 
 
 def strided_read(buffer, shape, dtype, size, stride, offset):
@@ -400,7 +419,7 @@ def strided_read(buffer, shape, dtype, size, stride, offset):
     p = _programs.get(key) or build(
         key, aten.as_strided.default, (_meta(shape, dtype), list(size), list(stride), offset), {}
     )
-    return p.run([buffer])[0]
+    return p.run([buffer], device=buffer.device)[0]
 
 
 def strided_write(base, shape, dtype, src, size, stride, offset):
@@ -412,7 +431,7 @@ def strided_write(base, shape, dtype, src, size, stride, offset):
         (_meta(shape, dtype), _meta(size, dtype), list(size), list(stride), offset),
         {},
     )
-    return p.run([base, src])[0]
+    return p.run([base, src], device=base.device)[0]
 
 
 # CPU scalars (0-d tensors, Python numbers lifted to inputs) uploaded once per (dtype, value);
@@ -421,8 +440,8 @@ _scalars: dict = {}
 _SCALAR_CACHE_LIMIT = 4096
 
 
-def _scalar(dtype, value, make):
-    key = (dtype, value, math.copysign(1.0, value) if isinstance(value, float) else 0)
+def _scalar(dtype, value, make, device: int):
+    key = (dtype, value, math.copysign(1.0, value) if isinstance(value, float) else 0, device)
     b = _scalars.get(key)
     if b is None:
         if len(_scalars) >= _SCALAR_CACHE_LIMIT:
@@ -431,16 +450,16 @@ def _scalar(dtype, value, make):
     return b
 
 
-def float_buffer(value: float):
-    """A 0-d f64 device buffer holding `value` (a float argument lifted to an input)."""
-    return _scalar(torch.float64, value, lambda: _C.device_put(torch.tensor(value, dtype=torch.float64)))
+def float_buffer(value: float, device: int = 0):
+    """A 0-d f64 buffer on tpu:`device` holding `value` (a float argument lifted to an input)."""
+    return _scalar(torch.float64, value, lambda: _C.device_put(torch.tensor(value, dtype=torch.float64), device), device)
 
 
-def scalar_buffer(t: torch.Tensor):
-    """A device buffer holding the CPU 0-d tensor `t`."""
+def scalar_buffer(t: torch.Tensor, device: int = 0):
+    """A buffer on tpu:`device` holding the CPU 0-d tensor `t`."""
     from torchtpu.device._storage import upload
 
-    return _scalar(t.dtype, t.item(), lambda: upload(t))
+    return _scalar(t.dtype, t.item(), lambda: upload(t, device), device)
 
 
 def wait_all() -> None:

@@ -26,7 +26,7 @@ class Generator:
     def manual_seed(self, seed: int) -> None:
         self.seed = int(seed) & ((1 << 64) - 1)
         signed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
-        self.state = _storage.upload(torch.tensor([signed, 0], dtype=torch.int64))
+        self.state = _storage.upload(torch.tensor([signed, 0], dtype=torch.int64), 0)
 
     def current(self):
         if self.state is None:
@@ -50,7 +50,7 @@ class Generator:
             )
         words = new_state.detach().cpu().contiguous().view(torch.int64)
         self.seed = int(words[0]) & ((1 << 64) - 1)
-        self.state = _storage.upload(words[1:].clone())
+        self.state = _storage.upload(words[1:].clone(), 0)
 
 
 default_generator = Generator()
@@ -86,9 +86,12 @@ def _draw(kind: str, t: torch.Tensor, generator, **attrs):
         )
     shape = tuple(t.shape)
     p = _program(kind, t.dtype, shape, attrs)
-    new_state, values = p.run([default_generator.current()])
+    state = default_generator.current()
+    new_state, values = p.run([state], device=state.device)
     default_generator.state = new_state
-    _storage.write(t, values)
+    # One generator per process, its state on tpu:0: a draw for another device is copied there.
+    device = _storage.slot_of(t).device
+    _storage.write(t, values if values.device == device else values.copy_to(device))
     return t
 
 
@@ -135,7 +138,9 @@ def random_from(self, from_, to=None, *, generator=None):
 
 
 def _uniform_like(t: torch.Tensor, dtype=None) -> torch.Tensor:
-    u = _storage.new_tensor(tuple(t.shape), dtype or (t.dtype if t.dtype.is_floating_point else torch.float32))
+    u = _storage.new_tensor(
+        tuple(t.shape), dtype or (t.dtype if t.dtype.is_floating_point else torch.float32), device=t.device.index
+    )
     return _draw("uniform", u, None, low=0.0, high=1.0)
 
 

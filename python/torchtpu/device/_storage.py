@@ -21,6 +21,7 @@ import torch
 
 from torchtpu import _C
 from torchtpu.device import _checks, _defer, _programs
+from torchtpu.device._guard import guard as _guard
 from torchtpu.device._defer import Pending
 from torchtpu.exporter import IR_DTYPES
 
@@ -30,15 +31,17 @@ _SLOT = SLOT_ATTR = "_torchtpu_slot"
 
 
 class Slot:
-    """The device data of one storage: `buffer` (None until first written) of `shape`."""
+    """The device data of one storage: `buffer` (None until first written) of `shape`, on
+    tpu:`device` (the storage's device: every buffer it ever holds lives there)."""
 
-    __slots__ = ("buffer", "shape", "dtype", "numel", "address")
+    __slots__ = ("buffer", "shape", "dtype", "numel", "address", "device")
 
-    def __init__(self, shape, dtype: torch.dtype, buffer=None):
+    def __init__(self, shape, dtype: torch.dtype, buffer=None, device: int = 0):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.numel = math.prod(self.shape)
         self.buffer = buffer
+        self.device = device
         self.address = None  # the storage's data_ptr(), given at the first call (`module.patch_data_ptr`)
 
 
@@ -74,18 +77,24 @@ def checked_slot(t: torch.Tensor) -> Slot:
     return slot
 
 
-def new_tensor(shape, dtype: torch.dtype, buffer=None) -> torch.Tensor:
+def new_tensor(shape, dtype: torch.dtype, buffer=None, device: int | None = None) -> torch.Tensor:
     """A fresh `tpu` base tensor of `shape`, holding `buffer` (a DeviceBuffer of that shape and
-    dtype) or nothing yet (an uninitialised `empty`)."""
+    dtype, or a DeferAndFuse Pending: the tensor is on its device) or nothing yet (an
+    uninitialised `empty` on tpu:`device`, else on the current device)."""
     if dtype not in IR_DTYPES:
         raise TypeError(f"torchtpu: dtype {dtype} is not supported on the tpu device")
+    if buffer is None:
+        return new_result(shape, dtype, None, _guard.current_device() if device is None else device)
     return new_result(shape, dtype, buffer)
 
 
-def new_result(shape, dtype: torch.dtype, buffer) -> torch.Tensor:
-    """`new_tensor` for a program's output (its dtype is an IR dtype: not checked again)."""
-    t = torch._C._acc.create_empty_tensor(list(shape), dtype)
-    setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer))
+def new_result(shape, dtype: torch.dtype, buffer, device: int | None = None) -> torch.Tensor:
+    """`new_tensor` for a program's output (its dtype is an IR dtype: not checked again), on
+    its buffer's device."""
+    if device is None:
+        device = buffer.device
+    t = _guard.create_empty_tensor(list(shape), dtype, device)
+    setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer, device))
     return t
 
 
@@ -99,7 +108,7 @@ def buffer_of(slot: Slot):
     """The slot's buffer; an uninitialised storage (`torch.empty`) gets zeros first."""
     b = slot.buffer
     if b is None:
-        b = slot.buffer = _programs.zeros(slot.shape, slot.dtype)
+        b = slot.buffer = _programs.zeros(slot.shape, slot.dtype, slot.device)
     elif type(b) is Pending and b.buffer is not None:
         # DeferAndFuse: the region that computed it has run; the storage keeps the buffer.
         b = slot.buffer = b.buffer
@@ -122,6 +131,12 @@ def write(t: torch.Tensor, buffer) -> None:
     """Makes `t`'s values those of `buffer` (a dense buffer of `t`'s shape and dtype); every
     tensor sharing `t`'s storage sees them."""
     slot = checked_slot(t)
+    if buffer.device != slot.device:
+        # An out= tensor on another device than the op's inputs, as CUDA refuses it.
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, tpu:{slot.device} "
+            f"and tpu:{buffer.device}! (writing a result into a tpu:{slot.device} tensor)"
+        )
     if is_whole(t, slot):
         slot.buffer, slot.shape = buffer, tuple(t.shape)
         return
@@ -164,14 +179,31 @@ def _raw_to_host(t: torch.Tensor) -> torch.Tensor:
     return torch.from_dlpack(read(t).to_host())
 
 
-def from_host(cpu: torch.Tensor) -> torch.Tensor:
-    """A new `tpu` tensor holding a copy of the CPU tensor `cpu`."""
+def from_host(cpu: torch.Tensor, device: int | None = None) -> torch.Tensor:
+    """A new `tpu` tensor on tpu:`device` (else the current device) holding a copy of the CPU
+    tensor `cpu`."""
     cpu = cpu.detach().contiguous()
-    return new_tensor(tuple(cpu.shape), cpu.dtype, upload(cpu))
+    return new_tensor(tuple(cpu.shape), cpu.dtype, upload(cpu, device))
 
 
-def upload(cpu: torch.Tensor):
-    """A device buffer holding a copy of the CPU tensor `cpu`."""
+def to_device(t: torch.Tensor, device: int) -> torch.Tensor:
+    """A copy of the tpu tensor `t` on tpu:`device` (another device), copied device to device
+    by the plugin (`DeviceBuffer.copy_to`), never through the host."""
+    with _defer.cause("device_change", f"a copy to tpu:{device}"), _defer.immediate():
+        buffer = read(t)
+    if type(buffer) is Pending:  # DeferAndFuse: the copy needs the value now
+        buffer = buffer._value("device_change")
+    out = new_tensor(tuple(t.shape), t.dtype, buffer.copy_to(device))
+    if t.is_conj():
+        out = torch.conj_physical(out)
+    if t.is_neg():
+        out = torch.neg(out)
+    return out
+
+
+def upload(cpu: torch.Tensor, device: int | None = None):
+    """A device buffer on tpu:`device` (else the current device) holding a copy of the CPU
+    tensor `cpu`."""
     cpu = cpu.detach()
     if cpu.dtype not in IR_DTYPES:
         raise TypeError(f"torchtpu: dtype {cpu.dtype} is not supported on the tpu device")
@@ -179,4 +211,4 @@ def upload(cpu: torch.Tensor):
         cpu = cpu.resolve_conj()
     if cpu.is_neg():
         cpu = cpu.resolve_neg()
-    return _C.device_put(cpu.contiguous())
+    return _C.device_put(cpu.contiguous(), _guard.current_device() if device is None else device)

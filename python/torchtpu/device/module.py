@@ -40,7 +40,7 @@ def check_index(device) -> None:
     """Refuses a tpu device index that does not exist (`tpu:1` on a one-device process), as
     CUDA refuses an invalid device ordinal, instead of silently using tpu:0."""
     index = device.index if isinstance(device, torch.device) else device
-    n = TpuModule.device_count()
+    n = _exact_count()
     if index is not None and not 0 <= index < n:
         raise RuntimeError(
             f"torchtpu: invalid device tpu:{index}: this process has {n} tpu device{'s' if n != 1 else ''} "
@@ -86,24 +86,22 @@ class TpuModule:
 
     @staticmethod
     def device_count() -> int:
-        # The eager device is the plugin's first device; SPMD programs use the others.
-        return 1
+        """The PJRT plugin's addressable devices (`tpu:0..n-1`; the CPU plugin has 4, or
+        TORCHTPU_CPU_DEVICES). Starts the plugin."""
+        return _exact_count()
 
     @staticmethod
     def current_device() -> int:
-        return 0
+        """This thread's tpu device, as CUDA's: set by `set_device`, else the process default
+        (tpu:0, or under torchrun LOCAL_RANK modulo the device count)."""
+        return _guard().current_device()
 
     @staticmethod
     def set_device(device) -> None:
-        check_index(torch.device(device) if not isinstance(device, int) else device)
-
-    @staticmethod
-    @contextlib.contextmanager
-    def device(device):
-        """`with torch.tpu.device(i):` (what `torch.utils.checkpoint` and `fork_rng` enter)."""
-        if device is not None and not (isinstance(device, int) and device < 0):  # -1: the current one
-            check_index(device if isinstance(device, int) else torch.device(device))
-        yield
+        index = _index_of(device)
+        if index >= 0:  # a negative index means "the current one", as on CUDA
+            check_index(index)
+            _guard().set_device(index)
 
     @staticmethod
     def get_rng_state(device="tpu") -> torch.Tensor:
@@ -160,15 +158,16 @@ class TpuModule:
 
     @staticmethod
     def memory_allocated(device=None) -> int:
-        return _C.device_memory()[0]
+        """Bytes of live device buffers on `device` (default: the current device)."""
+        return _C.device_memory(_stat_index(device))[0]
 
     @staticmethod
     def max_memory_allocated(device=None) -> int:
-        return _C.device_memory()[1]
+        return _C.device_memory(_stat_index(device))[1]
 
     @staticmethod
     def reset_peak_memory_stats(device=None) -> None:
-        _C.reset_device_peak()
+        _C.reset_device_peak(_stat_index(device))
 
     @staticmethod
     def get_amp_supported_dtype():
@@ -177,6 +176,92 @@ class TpuModule:
     @staticmethod
     def _lazy_init() -> None:
         pass
+
+
+def _guard():
+    from torchtpu.device._guard import guard
+
+    return guard
+
+
+_count: int | None = None
+
+
+def _exact_count() -> int:
+    """The plugin's addressable devices (starts the plugin once), told to the native guard."""
+    global _count
+    if _count is None:
+        n = int(_C.device_count())
+        _guard().set_device_count(max(n, 1))
+        _count = n
+    return _count
+
+
+# The CPU plugin's own default (`cpu_device_count`), what TORCHTPU_CPU_DEVICES overrides.
+CPU_PLUGIN_DEVICES = 4
+
+
+def predicted_count() -> int | None:
+    """The device count without starting the plugin, where it is known in advance: the CPU
+    plugin's (TORCHTPU_CPU_DEVICES, else its default of 4, parsed as the engine parses it).
+    None for another plugin (an accelerator's count is asked of it)."""
+    try:
+        path = _C.plugin_path()
+    except Exception:
+        return None
+    if "cpu" not in os.path.basename(path).lower():
+        return None
+    try:
+        n = int(os.environ.get("TORCHTPU_CPU_DEVICES", "").strip())
+    except ValueError:
+        n = 0
+    return n if n > 0 else CPU_PLUGIN_DEVICES
+
+
+def _index_of(device) -> int:
+    """A device index from an int, a string or a torch.device (`tpu` alone: -1, the current)."""
+    if isinstance(device, int):
+        return device
+    if device is None:
+        return -1
+    d = torch.device(device)
+    if d.type != "tpu":
+        raise ValueError(f"torchtpu: expected a tpu device, got {d}")
+    return -1 if d.index is None else d.index
+
+
+def _stat_index(device) -> int:
+    index = _index_of(device)
+    if index < 0:
+        return _guard().current_device()
+    check_index(index)
+    return index
+
+
+class device:
+    """`with torch.tpu.device(i):` makes tpu:i this thread's current device and restores the
+    previous one on exit, as `torch.cuda.device` (what checkpointing and `fork_rng` enter).
+    None or a negative index changes nothing."""
+
+    def __init__(self, device):
+        self.idx = _index_of(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            check_index(self.idx)
+            g = _guard()
+            self.prev_idx = g.current_device()
+            g.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0:
+            _guard().set_device(self.prev_idx)
+        return False
+
+
+TpuModule.device = device
 
 
 class Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -460,3 +545,100 @@ def patch_data_ptr() -> None:
     torch.UntypedStorage.data_ptr = storage_data_ptr
     torch.UntypedStorage.nbytes = nbytes
     torch.Tensor.data_ptr = tensor_data_ptr
+
+
+# ---------------------------------------------------------------- streams and events
+#
+# The native guard keeps them (csrc/device_guard.cpp). The engine runs a device's programs in
+# the order they are issued and PJRT orders each execution after the producers of its inputs,
+# so a stream orders nothing that is not ordered already: `wait_stream` / `wait_event` are
+# no-ops, and `synchronize` / `query` wait for the device's enqueued work (free on the CPU
+# plugin, which the engine runs synchronously). A timing event waits at `record`, so that
+# `elapsed_time` measures the work between two records.
+
+
+class Stream(torch.Stream):
+    """`torch.tpu.Stream(device=None, priority=0)`: a stream of a tpu device (the current one
+    by default)."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        if kwargs:  # PyTorch's own (stream_id, device_index, device_type)
+            return super().__new__(cls, priority=priority, **kwargs)
+        index = _index_of(device)
+        index = _guard().current_device() if index < 0 else index
+        check_index(index)
+        return super().__new__(cls, device=torch.device("tpu", index), priority=priority)
+
+
+def Event(enable_timing=False, blocking=False, interprocess=False, device=None) -> torch.Event:
+    """`torch.tpu.Event(enable_timing=False, ...)`: a `torch.Event` of a tpu device (the current
+    one by default). A function, not a subclass: `torch.Event.elapsed_time` takes only
+    `torch.Event` itself."""
+    index = _index_of(device)
+    index = _guard().current_device() if index < 0 else index
+    check_index(index)
+    return torch.Event(
+        device=torch.device("tpu", index), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
+    )
+
+
+def _as_tpu_stream(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device=None) -> Stream:
+    """This thread's current stream on `device` (default: the current device)."""
+    index = _index_of(device)
+    index = _guard().current_device() if index < 0 else index
+    check_index(index)
+    return _as_tpu_stream(torch._C._accelerator_getStream(index))
+
+
+def default_stream(device=None) -> Stream:
+    index = _index_of(device)
+    index = _guard().current_device() if index < 0 else index
+    check_index(index)
+    return Stream(stream_id=0, device_index=index, device_type=torch._C._autograd.DeviceType.PrivateUse1.value)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    if stream is not None:
+        torch._C._accelerator_setStream(stream)
+
+
+class StreamContext:
+    """`with torch.tpu.stream(s):` makes `s` the current stream (and its device the current
+    device) inside the block, as `torch.cuda.stream`; None changes nothing."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.saved = None
+
+    def __enter__(self):
+        s = self.stream
+        if s is None:
+            return s
+        g = _guard()
+        self.saved = (g.current_device(), current_stream(s.device_index))
+        g.set_device(s.device_index)
+        torch._C._accelerator_setStream(s)
+        return s
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            device, stream = self.saved
+            torch._C._accelerator_setStream(stream)
+            _guard().set_device(device)
+        return False
+
+
+def stream(stream) -> StreamContext:
+    return StreamContext(stream)
+
+
+for _name, _value in {
+    "Stream": Stream, "Event": staticmethod(Event), "current_stream": staticmethod(current_stream),
+    "default_stream": staticmethod(default_stream), "set_stream": staticmethod(set_stream),
+    "stream": staticmethod(stream), "StreamContext": StreamContext,
+}.items():
+    setattr(TpuModule, _name, _value)

@@ -1,0 +1,288 @@
+// The native device guard of the `tpu` device (PyTorch's PrivateUse1 backend), built ahead of
+// time by scripts/setup.sh into torchtpu/_device_guard*.so (python/setup_guard.py).
+//
+// PyTorch's Python-backend guard (torch._C._acc.DeviceGuard) pins every device to index 0 and
+// reports one device, and autograd sizes its per-device ready queues from that count, so tensors
+// on tpu:1 need a guard of their own. This one only keeps state: the current device per thread,
+// the device count (set from Python, the PJRT plugin's addressable devices), the current stream
+// per thread and device, and events. Whatever needs the device itself (waiting for its work) is
+// a Python callback, the same `torch.tpu.synchronize` everything else uses.
+
+#include <torch/extension.h>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
+
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+namespace {
+
+constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
+
+// Devices of the process; unknown (-1) until Python sets it, and then asked of `count_hook`.
+std::atomic<c10::DeviceIndex> device_count{-1};
+// The device of threads that never chose one (torchrun's LOCAL_RANK, `torch.tpu.set_device` is
+// per thread as on CUDA).
+std::atomic<c10::DeviceIndex> default_device{0};
+thread_local c10::DeviceIndex current = -1;
+// Stream ids handed out by getNewStream; 0 is every device's default stream.
+std::atomic<c10::StreamId> next_stream{1};
+thread_local std::vector<c10::StreamId> current_streams;
+
+// Python callables: `count_hook()` -> int and `sync_hook(device)`, set by torchtpu.device.
+PyObject* count_hook = nullptr;
+PyObject* sync_hook = nullptr;
+
+c10::DeviceIndex count() noexcept {
+  c10::DeviceIndex n = device_count.load();
+  if (n >= 0 || count_hook == nullptr || !Py_IsInitialized()) {
+    return n < 0 ? 1 : n;
+  }
+  // Asked before Python said (autograd's first backward): ask it now. deviceCount must not
+  // raise, so a failure reports no devices beyond the first.
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* r = PyObject_CallNoArgs(count_hook);
+  if (r != nullptr) {
+    long v = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (v > 0 && v < 32768) {
+      device_count.store(static_cast<c10::DeviceIndex>(v));
+    }
+  }
+  PyErr_Clear();
+  PyGILState_Release(gil);
+  n = device_count.load();
+  return n < 0 ? 1 : n;
+}
+
+c10::DeviceIndex current_index() {
+  return current >= 0 ? current : default_device.load();
+}
+
+void check_index(c10::DeviceIndex index) {
+  c10::DeviceIndex n = count();
+  TORCH_CHECK(
+      index >= 0 && index < n,
+      "torchtpu: invalid device tpu:", static_cast<int>(index), ": this process has ", static_cast<int>(n),
+      " tpu device", n == 1 ? "" : "s");
+}
+
+// Waits for the device's enqueued work, through Python (torch.tpu.synchronize); a Python error
+// propagates as itself.
+void wait_for(c10::DeviceIndex index) {
+  if (sync_hook == nullptr) {
+    return;
+  }
+  pybind11::gil_scoped_acquire gil;
+  PyObject* r = PyObject_CallFunction(sync_hook, "i", static_cast<int>(index));
+  if (r == nullptr) {
+    throw python_error();
+  }
+  Py_DECREF(r);
+}
+
+struct EventState {
+  bool recorded = false;
+  bool timing = false;
+  c10::DeviceIndex device = -1;
+  std::chrono::steady_clock::time_point at;
+};
+
+struct TpuGuard final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override {
+    return kTpu;
+  }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    if (d.index() >= 0 && d.index() != old.index()) {
+      setDevice(d);
+    }
+    return old;
+  }
+
+  c10::Device getDevice() const override {
+    return c10::Device(kTpu, current_index());
+  }
+
+  void setDevice(c10::Device d) const override {
+    if (d.index() < 0) {
+      return;  // "the current device": nothing to change
+    }
+    check_index(d.index());
+    current = d.index();
+  }
+
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) {
+      current = d.index();
+    }
+  }
+
+  static c10::StreamId& slot(c10::DeviceIndex index) {
+    if (current_streams.size() <= static_cast<size_t>(index)) {
+      current_streams.resize(static_cast<size_t>(index) + 1, 0);
+    }
+    return current_streams[static_cast<size_t>(index)];
+  }
+
+  static c10::DeviceIndex resolve(c10::Device d) {
+    return d.index() >= 0 ? d.index() : current_index();
+  }
+
+  c10::Stream getStream(c10::Device d) const override {
+    c10::DeviceIndex index = resolve(d);
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kTpu, index), slot(index));
+  }
+
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kTpu, resolve(d)), 0);
+  }
+
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kTpu, resolve(d)), next_stream.fetch_add(1));
+  }
+
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
+    return getNewStream(d, 0);
+  }
+
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    c10::DeviceIndex index = s.device_index() >= 0 ? s.device_index() : current_index();
+    c10::StreamId& id = slot(index);
+    c10::Stream old(c10::Stream::UNSAFE, c10::Device(kTpu, index), id);
+    id = s.id();
+    return old;
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return count();
+  }
+
+  // Events. The engine runs a device's programs in the order they are issued and PJRT orders
+  // each execution after the producers of its inputs, so a stream is an ordering-only name:
+  // waiting on an event or a stream adds no order that is not there already.
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index, const c10::EventFlag flag)
+      const override {
+    TORCH_CHECK(
+        device_index < 0 || device_index == stream.device_index(), "torchtpu: an event of tpu:",
+        static_cast<int>(device_index), " recorded on a stream of tpu:", static_cast<int>(stream.device_index()));
+    auto* state = static_cast<EventState*>(*event);
+    if (state == nullptr) {
+      state = new EventState();
+      state->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
+      *event = state;
+    }
+    state->device = stream.device_index();
+    if (state->timing) {
+      // A timing event's time is when the work before it is done: waited for here (free on a
+      // synchronous plugin, where it is done already).
+      wait_for(state->device);
+    }
+    state->at = std::chrono::steady_clock::now();
+    state->recorded = true;
+  }
+
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+
+  bool queryEvent(void* event) const override {
+    auto* state = static_cast<EventState*>(event);
+    if (state != nullptr && state->recorded) {
+      wait_for(state->device);
+    }
+    return true;
+  }
+
+  void synchronizeEvent(void* event) const override {
+    queryEvent(event);
+  }
+
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    delete static_cast<EventState*>(event);
+  }
+
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
+    auto* a = static_cast<EventState*>(start);
+    auto* b = static_cast<EventState*>(end);
+    TORCH_CHECK(a != nullptr && b != nullptr && a->recorded && b->recorded,
+                "torchtpu: both events must be recorded before elapsed_time");
+    TORCH_CHECK(a->timing && b->timing, "torchtpu: both events must be created with enable_timing=True");
+    return std::chrono::duration<double, std::milli>(b->at - a->at).count();
+  }
+
+  bool queryStream(const c10::Stream& s) const override {
+    wait_for(s.device_index());
+    return true;
+  }
+
+  void synchronizeStream(const c10::Stream& s) const override {
+    wait_for(s.device_index());
+  }
+
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    wait_for(index);
+  }
+};
+
+TpuGuard* the_guard = nullptr;
+
+// Registers the guard for PrivateUse1; false if one is registered already (then ours is not).
+bool register_guard() {
+  if (c10::impl::hasDeviceGuardImpl(kTpu)) {
+    return c10::impl::getDeviceGuardImpl(kTpu) == the_guard;
+  }
+  the_guard = new TpuGuard();  // leaked on purpose: PyTorch keeps the pointer for the process
+  c10::impl::registerDeviceGuard(kTpu, the_guard);
+  return true;
+}
+
+void set_hook(PyObject*& hook, const pybind11::object& f) {
+  PyObject* old = hook;
+  hook = f.is_none() ? nullptr : f.inc_ref().ptr();
+  Py_XDECREF(old);
+}
+
+// A tensor of `shape` and `dtype` on tpu:`device` whose storage holds no bytes: torchtpu keeps
+// the data in a device buffer beside the storage (torchtpu/device/_storage.py).
+at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarType dtype, c10::DeviceIndex device) {
+  check_index(device);
+  c10::Device where(kTpu, device);
+  c10::Storage storage(c10::Storage::use_byte_size_t{}, 0, c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+  storage.set_data_ptr_noswap(c10::DataPtr(nullptr, where));
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(dtype));
+  std::vector<int64_t> strides(shape.size());
+  int64_t step = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = step;
+    step *= std::max<int64_t>(shape[i], 1);
+  }
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(shape, strides);
+  return t;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_device_guard, m) {
+  m.doc() = "The tpu device's native PrivateUse1 device guard (torchtpu.device).";
+  m.def("register", &register_guard);
+  m.def("set_device_count", [](int n) {
+    TORCH_CHECK(n > 0 && n < 32768, "torchtpu: a device count must be positive, got ", n);
+    device_count.store(static_cast<c10::DeviceIndex>(n));
+  });
+  m.def("device_count_known", []() { return device_count.load() >= 0; });
+  m.def("set_count_hook", [](const pybind11::object& f) { set_hook(count_hook, f); });
+  m.def("set_sync_hook", [](const pybind11::object& f) { set_hook(sync_hook, f); });
+  m.def("set_default_device", [](int index) {
+    check_index(static_cast<c10::DeviceIndex>(index));
+    default_device.store(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("current_device", []() { return static_cast<int>(current_index()); });
+  m.def("set_device", [](int index) {
+    check_index(static_cast<c10::DeviceIndex>(index));
+    current = static_cast<c10::DeviceIndex>(index);
+  });
+  m.def("create_empty_tensor", &create_empty_tensor);
+}
