@@ -401,6 +401,40 @@ def fsdp2(out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+def host_cost(out_dir: str) -> None:
+    """What the host transport costs (docs/distributed.md): all_reduce latency, tpu tensors
+    through tpu_dist vs CPU tensors through gloo, the desync check on and off. Medians."""
+    import statistics
+
+    dist.init_process_group()
+    impl = dist.get_backend_impl(device=torch.device("tpu"))
+    rows = []
+    for nbytes in (4, 64 << 10, 1 << 20, 16 << 20):
+        iters = 100 if nbytes <= 64 << 10 else 20 if nbytes <= 1 << 20 else 5
+        row = {"bytes": nbytes}
+        for name, dev, check in (("gloo_cpu", "cpu", None), ("tpu_dist", "tpu", True), ("tpu_dist_nocheck", "tpu", False)):
+            x = torch.ones(max(1, nbytes // 4), device=dev)
+            if check is not None:
+                impl._check = check
+            times = []
+            for i in range(iters + 3):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_reduce(x)
+                if dev == "tpu":
+                    torch.tpu.synchronize()
+                if i >= 3:
+                    times.append(time.perf_counter() - t0)
+            row[name] = statistics.median(times) * 1e6
+        rows.append(row)
+    if dist.get_rank() == 0:
+        import json
+
+        print(json.dumps(rows))
+    _save(out_dir, {"rows": rows})
+    dist.destroy_process_group()
+
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], sys.argv[2]
     globals()[scenario](out_dir)

