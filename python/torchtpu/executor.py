@@ -54,6 +54,13 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None, c
         xla_options=opts.xla_options,
         checks=checks,
     )
+    if exported.group is not None:
+        # Collectives of an in-process group: one replicated program over the ranks' devices,
+        # compiled when the ranks first meet (`collectives.ReplicatedGraph`).
+        from torchtpu.collectives import ReplicatedGraph
+
+        graph.bind(ReplicatedGraph(exported.text, exported.group, name))
+        return graph
     if _sharding.ACTIVE:
         # A mesh exists: the first call says whether this graph runs SPMD (its inputs'
         # layouts); the one-device program is compiled only if it does not.

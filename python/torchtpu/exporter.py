@@ -79,6 +79,16 @@ class Exported:
     nodes_by_line: dict = dataclasses.field(default_factory=dict)
     # The device mesh of the graph's sharding constraints (torchtpu.sharding.Mesh), or None.
     mesh: Any = None
+    # The in-process group of the graph's collectives (`collectives.Group`), or None: the
+    # graph is then one replicated program over the group's devices.
+    group: Any = None
+
+
+# PyTorch's functional collectives and their wait (`collectives.py`).
+_COLLECTIVES = frozenset((
+    "_c10d_functional.all_reduce", "_c10d_functional.all_gather_into_tensor", "_c10d_functional.reduce_scatter_tensor",
+    "_c10d_functional.all_to_all_single", "_c10d_functional.broadcast", "_c10d_functional.wait_tensor",
+))
 
 
 def op_name(target) -> str | None:
@@ -224,6 +234,7 @@ class _Writer:
         self.ops: list[str] = []
         self.line_nodes: list[torch.fx.Node] = []  # the FX node of each entry of `lines`
         self.mesh = None  # the one mesh of the graph's sharding constraints
+        self.group = None  # the one in-process group of the graph's collectives (`collectives.py`)
         self.counter = 0
 
     def fresh(self) -> str:
@@ -303,6 +314,8 @@ class _Writer:
         full = op_name(target)
         if full == "torchtpu.sharding_constraint.default":
             return self.sharding_constraint(node)
+        if full is not None and full.rsplit(".", 1)[0] in _COLLECTIVES:
+            return self.collective(node, full.rsplit(".", 1)[0])
         if full is None:
             raise Unsupported(f"call to {getattr(target, '__name__', target)} is not an ATen op", [str(getattr(target, "__name__", target))])
         base = ".".join(full.split(".")[:2])
@@ -394,6 +407,43 @@ class _Writer:
         self.ops.append("tpu.sharding_constraint")
         name = self.fresh()
         self.lines.append(f"  {name} = tpu.sharding_constraint({self.ref(x)}) : {ty} {s.ir_text()}  // {node.name}")
+        self.line_nodes.append(node)
+        self.values[node] = name
+
+    def collective(self, node, base: str):
+        """A functional collective of an in-process group as the compiler's `c10d.*` op, its
+        replica groups the group's ranks (`collectives.py`); `wait_tensor` is its input."""
+        from torchtpu import collectives
+
+        if base == collectives.WAIT:
+            self.values[node] = self.ref(node.args[0])
+            return
+        reason = collectives.split_reason(node)
+        if reason is not None:
+            raise Unsupported(reason, [base])
+        group = collectives.in_process_group(collectives._group_name(node))
+        if self.group is not None and self.group.name != group.name:
+            raise Unsupported(f"{base}: one graph with collectives of two groups ({self.group.name!r}, {group.name!r})", [base])
+        self.group = group
+        n = group.size
+        attrs = f"groups = [{', '.join(str(r) for r in range(n))}], group_size = {n}"
+        a = node.args
+        x = self.ref(a[0])
+        ty = tensor_type(node.meta.get("val"), self.binding)
+        op = base.split(".", 1)[1]
+        if op == "all_reduce":
+            line = f'c10d.all_reduce({x}) {{{attrs}, reduce_op = "{a[1]}"}}'
+        elif op == "all_gather_into_tensor":
+            line = f"c10d.all_gather({x}) {{dim = 0, {attrs}}}"
+        elif op == "reduce_scatter_tensor":
+            line = f'c10d.reduce_scatter({x}) {{dim = 0, {attrs}, reduce_op = "{a[1]}"}}'
+        elif op == "all_to_all_single":
+            line = f"c10d.all_to_all({x}) {{concat_dim = 0, {attrs}, split_dim = 0}}"
+        else:  # broadcast
+            line = f"c10d.broadcast({x}) {{{attrs}, src = {int(a[1])}}}"
+        self.ops.append(base)
+        name = self.fresh()
+        self.lines.append(f"  {name} = {line} : {ty}  // {node.name}")
         self.line_nodes.append(node)
         self.values[node] = name
 
@@ -524,7 +574,7 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
         + f"  return {', '.join(refs)}\n}}\n"
     ).replace("return \n", "return\n")
     nodes_by_line = {i + 2 + len(header): n for i, n in enumerate(w.line_nodes)}
-    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh)
+    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh, w.group)
 
 
 def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False) -> dict[torch.fx.Node, str]:
@@ -541,6 +591,13 @@ def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known
         base = base_name(node.target)
         if base == "torchtpu.sharding_constraint":
             continue  # written as tpu.sharding_constraint, a layout the compiler keeps
+        if base in _COLLECTIVES:
+            from torchtpu.collectives import split_reason
+
+            reason = split_reason(node)  # in the program (in-process group) or split at it
+            if reason is not None:
+                bad[node] = reason
+            continue
         if base is None:
             bad[node] = f"{getattr(node.target, '__name__', node.target)} is not an ATen op"
             continue

@@ -15,6 +15,7 @@ never a wrong one.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -504,3 +505,23 @@ class InProcessTransport:
 
         threading.Thread(target=worker, name="tpu_dist-recv", daemon=True).start()
         return fut
+
+
+def run_graph(transport: InProcessTransport, text: str, name: str, buffers: list, device: int) -> list:
+    """One call of a compiled graph with in-process collectives (`collectives.ReplicatedGraph`)
+    by this rank: its input buffers (on `device`) meet the other ranks' calls, the graph's
+    replicated program runs once for all, and this rank's output buffers come back."""
+    # Each rank compiled the graph itself: the same IR but for the graph's name and comments.
+    body = re.sub(r"  // [^\n]*", "", re.sub(r"^graph @[^(]*", "graph @g", text))
+    key = ("graph", body)
+
+    def action(payloads):
+        devices = [d for _, d in payloads]
+        if len(set(devices)) != len(devices):
+            raise CollectiveError(
+                f"tpu_dist: compiled graph {name}: the ranks' inputs are on devices {devices}; each rank needs its own "
+                "tpu device (torch.tpu.set_device(rank))", name, transport.rank, transport.seq,
+            )
+        return transport._program(key, text, devices).run([bufs for bufs, _ in payloads])
+
+    return transport._meet(f"graph {name}", key, (list(buffers), device), action, True).value()

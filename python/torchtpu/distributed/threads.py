@@ -23,15 +23,42 @@ _installed = False
 _install_lock = threading.Lock()
 
 
+class _WorldData:
+    """One thread's torch.distributed state: what `c10d._World` keeps in module globals."""
+
+    def __init__(self) -> None:
+        self.default_pg = None
+        self.pg_map: dict = {}
+        self.pg_names: dict = {}
+        self.pg_group_ranks: dict = {}
+        self.pg_backend_config: dict = {}
+        self.group_count = 0
+        self.tags_to_pg: dict = {}
+        self.pg_to_tag: dict = {}
+        self.pg_coalesce_state: dict = {}
+        self.pg_flight_recorder_hooks: dict = {}
+        self.comms: list = []
+
+    # Derived from the fields above: `_World`'s own property reads them from `self`.
+    pg_config_info = c10d._World.pg_config_info
+
+
 class _ThreadWorlds:
-    """Stands in for `c10d._world`: each thread sees its own `_World`."""
+    """Stands in for `c10d._world`: the spawning thread keeps the process's world, each
+    other thread has its own `_WorldData`."""
 
     _local = threading.local()
 
+    def __init__(self, main) -> None:
+        object.__setattr__(self, "_main", main)
+        object.__setattr__(self, "_owner", threading.get_ident())
+
     def _own(self):
+        if threading.get_ident() == self._owner:
+            return self._main
         world = getattr(self._local, "world", None)
         if world is None:
-            world = self._local.world = c10d._World()
+            world = self._local.world = _WorldData()
         return world
 
     def __getattr__(self, name):
@@ -46,11 +73,8 @@ def _install() -> None:
     with _install_lock:
         if _installed:
             return
-        main = c10d._world
-        worlds = _ThreadWorlds()
-        # The spawning thread keeps the world it had (a default group made before spawn).
-        worlds._local.world = main
-        c10d._world = worlds
+        # The installing thread keeps the world it had (a default group made before spawn).
+        c10d._world = _ThreadWorlds(c10d._world)
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         _installed = True
 
