@@ -232,18 +232,88 @@ pub struct PJRT_NamedValue {
     pub value_size: usize,
 }
 
+// ---------------------------------------------------------------- key-value store callbacks
+//
+// A multi-process client (GPU plugins' `node_id` / `num_nodes`) shares its topology and
+// communicator ids through a key-value store the caller provides as callbacks. Each callback
+// gets its args struct (filled by the plugin, `struct_size` the plugin's) and returns null or
+// a `PJRT_Error` made with the plugin's `callback_error`. A value handed back is owned by the
+// plugin until it calls `value_deleter_callback` on it (after copying it).
+
+/// `PJRT_CallbackError`: the plugin's function that makes a `PJRT_Error` for a callback to
+/// return. It copies `message`.
+pub type PJRT_CallbackError =
+    Option<unsafe extern "C" fn(code: PJRT_Error_Code, message: *const c_char, message_size: usize) -> *mut PJRT_Error>;
+
+/// Frees a value a get/try-get callback returned (`PJRT_KeyValueGetCallback_ValueDeleter`,
+/// same shape for try-get): the pointer only, no size.
+pub type PJRT_KeyValue_ValueDeleter = Option<unsafe extern "C" fn(value: *mut c_char)>;
+
+/// `PJRT_KeyValueGetCallback_Args`: blocks until `key` is set or `timeout_in_ms` passes.
+#[repr(C)]
+pub struct PJRT_KeyValueGetCallback_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub timeout_in_ms: c_int,
+    /// A pointer to the plugin's error maker (a pointer to a function pointer).
+    pub callback_error: *mut PJRT_CallbackError,
+    pub user_arg: *mut c_void,
+    /// Out: allocated by the callback, freed by the plugin through `value_deleter_callback`.
+    pub value: *mut c_char,
+    pub value_size: usize,
+    pub value_deleter_callback: PJRT_KeyValue_ValueDeleter,
+}
+
+/// `PJRT_KeyValueTryGetCallback_Args`: as get, but NOT_FOUND at once when `key` is unset.
+#[repr(C)]
+pub struct PJRT_KeyValueTryGetCallback_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub callback_error: *mut PJRT_CallbackError,
+    pub user_arg: *mut c_void,
+    pub value: *mut c_char,
+    pub value_size: usize,
+    pub value_deleter_callback: PJRT_KeyValue_ValueDeleter,
+}
+
+/// `PJRT_KeyValuePutCallback_Args`: `value` lives only for the call.
+#[repr(C)]
+pub struct PJRT_KeyValuePutCallback_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub value: *const c_char,
+    pub value_size: usize,
+    pub callback_error: *mut PJRT_CallbackError,
+    pub user_arg: *mut c_void,
+}
+
+pub type PJRT_KeyValueGetCallback =
+    Option<unsafe extern "C" fn(args: *mut PJRT_KeyValueGetCallback_Args) -> *mut PJRT_Error>;
+pub type PJRT_KeyValueTryGetCallback =
+    Option<unsafe extern "C" fn(args: *mut PJRT_KeyValueTryGetCallback_Args) -> *mut PJRT_Error>;
+pub type PJRT_KeyValuePutCallback =
+    Option<unsafe extern "C" fn(args: *mut PJRT_KeyValuePutCallback_Args) -> *mut PJRT_Error>;
+
+/// The 0.115 plugin's size (88 bytes): through `kv_try_get_user_arg` (the try-get pair came
+/// after `client`, so a plugin that predates it reads only the first 72 bytes).
 #[repr(C)]
 pub struct PJRT_Client_Create_Args {
     pub struct_size: usize,
     pub extension_start: *mut PJRT_Extension_Base,
     pub create_options: *const PJRT_NamedValue,
     pub num_options: usize,
-    pub kv_get_callback: *const c_void,
+    pub kv_get_callback: PJRT_KeyValueGetCallback,
     pub kv_get_user_arg: *mut c_void,
-    pub kv_put_callback: *const c_void,
+    pub kv_put_callback: PJRT_KeyValuePutCallback,
     pub kv_put_user_arg: *mut c_void,
     pub client: *mut PJRT_Client,
-    pub kv_try_get_callback: *const c_void,
+    pub kv_try_get_callback: PJRT_KeyValueTryGetCallback,
     pub kv_try_get_user_arg: *mut c_void,
 }
 
@@ -558,6 +628,9 @@ impl_args!(
     PJRT_Buffer_ReadyEvent_Args,
     PJRT_NamedValue,
     PJRT_Client_Create_Args,
+    PJRT_KeyValueGetCallback_Args,
+    PJRT_KeyValueTryGetCallback_Args,
+    PJRT_KeyValuePutCallback_Args,
     PJRT_Client_Destroy_Args,
     PJRT_Client_PlatformName_Args,
     PJRT_Client_PlatformVersion_Args,
@@ -614,6 +687,13 @@ pub fn keep_freed_host_memory() -> bool {
     }
 }
 
+// The C allocator: values the key-value callbacks return are freed by a deleter that gets
+// only the pointer, so they are `malloc`ed and the deleter `free`s them (`kv.rs`).
+extern "C" {
+    pub fn malloc(size: usize) -> *mut c_void;
+    pub fn free(ptr: *mut c_void);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,6 +719,17 @@ mod tests {
         assert_eq!(size_of::<PJRT_Executable_DeserializeAndLoad_Args>(), 64);
         assert_eq!(offset_of!(PJRT_Executable_DeserializeAndLoad_Args, loaded_executable), 40);
         assert_eq!(size_of::<PJRT_Client_Create_Args>(), 88);
+        assert_eq!(offset_of!(PJRT_Client_Create_Args, kv_get_callback), 32);
+        assert_eq!(offset_of!(PJRT_Client_Create_Args, client), 64);
+        assert_eq!(offset_of!(PJRT_Client_Create_Args, kv_try_get_user_arg), 80);
+        assert_eq!(size_of::<PJRT_KeyValueGetCallback_Args>(), 80);
+        assert_eq!(offset_of!(PJRT_KeyValueGetCallback_Args, timeout_in_ms), 32);
+        assert_eq!(offset_of!(PJRT_KeyValueGetCallback_Args, callback_error), 40);
+        assert_eq!(offset_of!(PJRT_KeyValueGetCallback_Args, value_deleter_callback), 72);
+        assert_eq!(size_of::<PJRT_KeyValueTryGetCallback_Args>(), 72);
+        assert_eq!(offset_of!(PJRT_KeyValueTryGetCallback_Args, callback_error), 32);
+        assert_eq!(size_of::<PJRT_KeyValuePutCallback_Args>(), 64);
+        assert_eq!(offset_of!(PJRT_KeyValuePutCallback_Args, callback_error), 48);
         assert_eq!(size_of::<PJRT_NamedValue>(), 56);
         assert_eq!(offset_of!(PJRT_NamedValue, value), 40);
         assert_eq!(offset_of!(PJRT_Client_BufferFromHostBuffer_Args, type_), 32);
