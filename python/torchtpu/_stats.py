@@ -69,7 +69,8 @@ def bump(key: str, amount=1) -> None:
         _stats[key] += amount
 
 
-FALLBACK_KINDS = ("unsupported", "compile", "plugin", "execution", "internal")
+# "collective": a graph split at a collective of a group across processes (collectives.py).
+FALLBACK_KINDS = ("unsupported", "compile", "plugin", "execution", "internal", "collective")
 
 
 def record_fallback(kind: str, where: str, message: str, ops=(), repro: str | None = None) -> None:

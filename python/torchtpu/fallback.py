@@ -125,11 +125,20 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
 def partition_around(gm: torch.fx.GraphModule, bad: dict, opts, name: str, where: str, depth: int = 0):
     """Records why the nodes `bad` (node -> reason) run eagerly (strict raises
     UnsupportedError) and returns `gm` partitioned around them."""
-    reason = f"{where}: ops without a lowering run eagerly: " + ", ".join(sorted(set(bad.values())))
-    message = f"torchtpu (strict): {reason}" if opts.strict else reason
-    policy.on_failure(UnsupportedError(message, [op_label(n.target) for n in bad]), where, opts.strict)
-    if depth == 0:
-        _stats.bump("graphs_fallback")  # the graph runs partly eagerly
+    # A collective of a group across processes is where the program must end: a split by
+    # design (collectives.py), recorded as such, never a fallback (strict does not raise).
+    splits = {n: r for n, r in bad.items() if r.startswith("collective:")}
+    if splits:
+        why = f"{where}: split at collectives that run through their process group: " + ", ".join(sorted(set(splits.values())))
+        _stats.record_fallback("collective", where, why, sorted({op_label(n.target) for n in splits}))
+        log.info("%s", why)
+    others = {n: r for n, r in bad.items() if n not in splits}
+    if others:
+        reason = f"{where}: ops without a lowering run eagerly: " + ", ".join(sorted(set(others.values())))
+        message = f"torchtpu (strict): {reason}" if opts.strict else reason
+        policy.on_failure(UnsupportedError(message, [op_label(n.target) for n in others]), where, opts.strict)
+        if depth == 0:
+            _stats.bump("graphs_fallback")  # the graph runs partly eagerly
     return partition_and_compile(gm, set(bad), opts, name, depth)
 
 

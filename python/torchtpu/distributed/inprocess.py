@@ -243,11 +243,12 @@ class InProcessTransport:
     def _group(self) -> str:
         return f"groups = [{self.groups}], group_size = {self.size}"
 
-    def _same_everywhere(self, op: str, sig) -> bool:
-        """Whether every rank's `sig` (shapes, dtypes) is the same: the programs need it; the
-        host transport takes ranks whose tensors differ."""
-        rows = self._meet(op + "/shapes", (op + "/shapes",), sig, lambda p: [p] * self.size, True).value()
-        return all(r == sig for r in rows)
+    def _agree(self, op: str, sig, ok: bool = True) -> bool:
+        """Whether the programs can run this collective: every rank's `sig` (shapes, dtypes)
+        equal and every rank's `ok`. One meeting, so every rank decides alike (one rank on the
+        host transport and another in a program would wait for each other forever)."""
+        rows = self._meet(op + "/agree", (op + "/agree",), (sig, ok), lambda p: [p] * self.size, True).value()
+        return all(r == (sig, True) for r in rows)
 
     # ------------------------------------------------------------------ the collectives
 
@@ -320,7 +321,7 @@ class InProcessTransport:
         return self._run("broadcast", key, text, tensors, finish, sync)
 
     def all_gather(self, outputs, inputs, sync):
-        if not self._same_everywhere("all_gather", self._shapes(inputs)):
+        if not self._agree("all_gather", self._shapes(inputs)):
             return self._fallback("all_gather").all_gather(outputs, inputs, sync)
         lines, outs, types = [], [], []
         for i, t in enumerate(inputs):
@@ -345,7 +346,7 @@ class InProcessTransport:
         return self._run("all_gather", key, text, inputs, finish, sync)
 
     def all_gather_into(self, outputs, inputs, sync):
-        if not self._same_everywhere("all_gather_into", self._shapes(inputs)):
+        if not self._agree("all_gather_into", self._shapes(inputs)):
             return self._fallback("all_gather_into").all_gather_into(outputs, inputs, sync)
         lines, outs = [], []
         for i, (o, t) in enumerate(zip(outputs, inputs)):
@@ -392,14 +393,15 @@ class InProcessTransport:
 
     def reduce_scatter(self, outputs, inputs, red, sync):
         # inputs[i]: this rank's `size` pieces for output i: stacked, then one tensor op.
-        if any(len({(p.dtype, tuple(p.shape)) for p in pieces}) != 1 for pieces in inputs):
+        same = all(len({(p.dtype, tuple(p.shape)) for p in pieces}) == 1 for pieces in inputs)
+        if not self._agree("reduce_scatter", tuple(self._shapes(p) for p in inputs), same):
             return self._fallback("reduce_scatter").reduce_scatter(outputs, inputs, red, sync)
         stacked = [torch.stack(list(pieces)) for pieces in inputs]
         return self.reduce_scatter_tensor(outputs, stacked, red, sync)
 
     def all_to_all_single(self, output, input, out_splits, in_splits, sync):
         even = (not out_splits or len(set(out_splits)) == 1) and (not in_splits or len(set(in_splits)) == 1)
-        if not even or input.shape[0] % self.size or not self._same_everywhere("all_to_all", self._shapes([input])):
+        if not self._agree("all_to_all", self._shapes([input]), even and input.shape[0] % self.size == 0):
             return self._fallback("all_to_all_single").all_to_all_single(output, input, out_splits, in_splits, sync)
         dt = _ty(input).split("[")[0]
         lines = [
@@ -417,7 +419,7 @@ class InProcessTransport:
 
     def all_to_all(self, outputs, inputs, sync):
         shapes = {(t.dtype, tuple(t.shape)) for t in list(inputs) + list(outputs)}
-        if len(shapes) != 1 or not self._same_everywhere("all_to_all_list", self._shapes(inputs)):
+        if not self._agree("all_to_all_list", self._shapes(inputs), len(shapes) == 1):
             return self._fallback("all_to_all").all_to_all(outputs, inputs, sync)
         stacked = torch.stack(list(inputs))
         received = torch.empty_like(stacked)
@@ -432,7 +434,7 @@ class InProcessTransport:
 
     def gather(self, outputs, inputs, root, sync):
         # outputs: [[size tensors]] on the root, [] elsewhere: an all-gather kept by the root.
-        if not self._same_everywhere("gather", self._shapes(inputs)):
+        if not self._agree("gather", self._shapes(inputs)):
             return self._fallback("gather").gather(outputs, inputs, root, sync)
         scratch = [[torch.empty_like(t) for _ in range(self.size)] for t in inputs]
         fut = self.all_gather(scratch, inputs, sync)

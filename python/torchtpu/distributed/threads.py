@@ -119,6 +119,11 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
         t.start()
     for t in threads:
         t.join()
+    # DDP keeps the module in forward in a class attribute, saved and restored around each
+    # forward: threads interleaving leave a stale one, which Dynamo would then optimise for.
+    from torch.nn.parallel import DistributedDataParallel
+
+    DistributedDataParallel._active_ddp_module = None
     for rank, e in enumerate(errors):
         if e is not None:
             raise SpawnError(rank, e) from e

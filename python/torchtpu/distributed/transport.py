@@ -20,6 +20,7 @@ It plugs in at `pick_transport`, implementing the same methods; nothing else cha
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 from typing import Callable, Protocol
@@ -80,16 +81,23 @@ class Transport(Protocol):
     def barrier(self, sync: bool) -> Future: ...
 
 
+TRANSPORT_ENV = "TORCHTPU_DIST_TRANSPORT"
+
+
 def pick_transport(store, rank: int, size: int, timeout: timedelta, global_ranks: list[int] | None) -> Transport:
     """The transport of one group (the seam): a group whose ranks are all threads of this
     process on distinct tpu devices (`torchtpu.distributed.spawn`) gets the in-process
     transport (inprocess.py: one replicated program per collective, with this host transport
     for the forms it does not cover); every other group, one process per rank, the host
-    transport."""
+    transport. TORCHTPU_DIST_TRANSPORT=host makes every group take the host transport (to
+    compare the two, or to step around the in-process one)."""
     from torchtpu.distributed import inprocess
 
     host = HostTransport(store, rank, size, timeout)
-    token = inprocess.members_in_process(store, rank, size)
+    choice = os.environ.get(TRANSPORT_ENV, "").strip().lower()
+    if choice not in ("", "host", "auto"):
+        raise ValueError(f"{TRANSPORT_ENV}={choice!r}: expected 'host' or 'auto'")
+    token = None if choice == "host" else inprocess.members_in_process(store, rank, size)
     if token is None:
         return host
     return inprocess.InProcessTransport(token, rank, size, timeout, host)
