@@ -10,6 +10,7 @@
 //! `list_passes` and `supported_ops` are re-exported for it.
 
 mod device;
+pub mod distributed;
 mod graph_cache;
 mod host;
 pub mod legality;
@@ -17,6 +18,7 @@ mod replicated;
 mod resident;
 pub mod spmd;
 
+pub use distributed::{configure_distributed, distributed_configuration, engine_started, Distributed};
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
 pub use host::HostTensor;
 pub use replicated::ReplicatedProgram;
@@ -271,10 +273,21 @@ pub struct Engine {
     graphs: GraphCache,
     /// The plugin refused `HLO_SHARDING_V3` (an XLA without it).
     no_sharding_v3_option: AtomicBool,
+    /// `(node_id, num_nodes)` of a client across processes (`distributed.rs`).
+    distributed: Option<(i64, i64)>,
 }
 
 impl Engine {
+    /// An engine on `plugin`; its client spans processes when the process is configured so
+    /// (`distributed::configure_distributed`, `TORCHTPU_DIST_NODE_ID`/`_NUM_NODES`).
     pub fn new(plugin: Arc<Plugin>) -> Result<Engine, EngineError> {
+        let distributed = distributed::for_new_engine().map_err(EngineError::Plugin)?;
+        Engine::with_distributed(plugin, distributed)
+    }
+
+    /// An engine whose client spans `distributed.num_nodes` processes (XLA's collectives cross
+    /// them), or a one-process engine for `None`.
+    pub fn with_distributed(plugin: Arc<Plugin>, distributed: Option<Distributed>) -> Result<Engine, EngineError> {
         // Synchronous dispatch: an execution runs on the calling thread (its parallel loops
         // still use XLA's pool) instead of being handed to a worker and waited for. Measured on
         // the test MLP: ~120 instead of ~170 us per call. Plugins without the option (it is the
@@ -287,9 +300,30 @@ impl Engine {
         {
             options.push(("cpu_device_count", ClientOption::Int(n)));
         }
-        let client = Client::with_options(Arc::clone(&plugin), &options)
-            .or_else(|_| Client::new(plugin))
-            .map_err(|e| EngineError::Plugin(e.to_string()))?;
+        let client = match &distributed {
+            None => Client::with_options(Arc::clone(&plugin), &options)
+                .or_else(|_| Client::new(plugin))
+                .map_err(|e| EngineError::Plugin(e.to_string()))?,
+            // The options are the CPU plugin's; a GPU plugin refuses their names, so again
+            // without them. The second error is the one that names the plugin's objection.
+            Some(d) => {
+                let make = |options: &[(&str, ClientOption)]| {
+                    Client::with_distributed(Arc::clone(&plugin), options, d.node_id, d.num_nodes, Arc::clone(&d.store))
+                };
+                make(&options).or_else(|_| make(&[])).map_err(|e| {
+                    EngineError::Plugin(format!(
+                        "the PJRT plugin {} cannot create a client across processes (node {} of {}): {e}. \
+                         The XLA CPU plugin runs in one process only: leave {} and {} unset there \
+                         (tpu_dist's host transport crosses processes)",
+                        plugin.path().display(),
+                        d.node_id,
+                        d.num_nodes,
+                        distributed::NODE_ID_ENV,
+                        distributed::NUM_NODES_ENV,
+                    ))
+                })?
+            }
+        };
         let device = client.first_device().map_err(|e| EngineError::Plugin(e.to_string()))?;
         if client.platform_name() == "cpu" && std::env::var(MALLOC_TUNING_ENV).map_or(true, |v| v.trim() != "0") {
             // The CPU plugin mallocs each execution's buffers: kept for reuse instead of
@@ -301,7 +335,20 @@ impl Engine {
         let cache = ExecutableCache::from_env();
         let graphs = GraphCache::for_disk(cache.disk());
         let devices = client.addressable_devices();
-        Ok(Engine { client, device, devices, cache, graphs, no_sharding_v3_option: AtomicBool::new(false) })
+        Ok(Engine {
+            client,
+            device,
+            devices,
+            cache,
+            graphs,
+            no_sharding_v3_option: AtomicBool::new(false),
+            distributed: distributed.map(|d| (d.node_id, d.num_nodes)),
+        })
+    }
+
+    /// `(node_id, num_nodes)` when the client spans processes.
+    pub fn distributed(&self) -> Option<(i64, i64)> {
+        self.distributed
     }
 
     /// The plugin from `TORCHTPU_PJRT_PLUGIN`, else where setup installed it.
@@ -807,6 +854,8 @@ static DEFAULT_ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 pub fn default_engine() -> Result<&'static Engine, EngineError> {
     DEFAULT_ENGINE
         .get_or_init(|| {
+            // From here on the client's configuration is fixed.
+            distributed::mark_started();
             Engine::with_default_plugin().map_err(|e| match e {
                 EngineError::Plugin(message) => message,
                 e => e.to_string(),

@@ -11,6 +11,7 @@
 #![allow(non_snake_case)]
 
 mod device;
+mod distributed;
 mod dlpack;
 mod registry;
 mod replicated;
@@ -612,5 +613,6 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::DeviceBuffer>()?;
     m.add_class::<replicated::ReplicatedProgram>()?;
     m.add_function(wrap_pyfunction!(replicated::compile_replicated, m)?)?;
+    distributed::register(m)?;
     Ok(())
 }
