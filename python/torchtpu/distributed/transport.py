@@ -99,7 +99,11 @@ def pick_transport(store, rank: int, size: int, timeout: timedelta, global_ranks
         raise ValueError(f"{TRANSPORT_ENV}={choice!r}: expected 'host' or 'auto'")
     token = None if choice == "host" else inprocess.members_in_process(store, rank, size)
     if token is None:
-        return host
+        # GPU/TPU plugins whose client spans this group's processes: XLA programs across them
+        # (multinode.py); the CPU plugin cannot, so there the host transport.
+        from torchtpu.distributed import multinode
+
+        return multinode.transport_for(store, rank, size, timeout, global_ranks, host) or host
     return inprocess.InProcessTransport(token, rank, size, timeout, host)
 
 
