@@ -7,11 +7,18 @@
 // the device count (set from Python, the PJRT plugin's addressable devices), the current stream
 // per thread and device, and events. Whatever needs the device itself (waiting for its work) is
 // a Python callback, the same `torch.tpu.synchronize` everything else uses.
+//
+// It also holds the device's PrivateUse1 hooks (`TpuHooks`): PyTorch's Python hooks object
+// cannot implement `resizePrivateUse1Bytes`, which `UntypedStorage.resize_` calls (FSDP2 frees
+// and restores its unsharded parameters with it). The resize itself is Python's
+// (`torchtpu.device._storage.resize_storage`): the C++ side only hands it the storage.
 
 #include <torch/extension.h>
 
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Storage.h>
 
 #include <atomic>
 #include <chrono>
@@ -31,9 +38,11 @@ thread_local c10::DeviceIndex current = -1;
 std::atomic<c10::StreamId> next_stream{1};
 thread_local std::vector<c10::StreamId> current_streams;
 
-// Python callables: `count_hook()` -> int and `sync_hook(device)`, set by torchtpu.device.
+// Python callables: `count_hook()` -> int, `sync_hook(device)` and
+// `resize_hook(storage, nbytes)`, set by torchtpu.device.
 PyObject* count_hook = nullptr;
 PyObject* sync_hook = nullptr;
+PyObject* resize_hook = nullptr;
 
 c10::DeviceIndex count() noexcept {
   c10::DeviceIndex n = device_count.load();
@@ -228,6 +237,104 @@ struct TpuGuard final : public c10::impl::DeviceGuardImplInterface {
 
 TpuGuard* the_guard = nullptr;
 
+void set_hook(PyObject*& hook, const pybind11::object& f) {
+  PyObject* old = hook;
+  hook = f.is_none() ? nullptr : f.inc_ref().ptr();
+  Py_XDECREF(old);
+}
+
+// A tpu storage's address: unique while it lives, high in the 64-bit space, far from anything the
+// host allocates, and never reused, so that ranges never overlap (a dead storage's range stays
+// dead), as a CUDA pointer is. Never dereferenced: the data is a device buffer beside the
+// storage (torchtpu/device/_storage.py). It must not be null where the storage has bytes:
+// PyTorch takes such a storage for an invalid one (`resize_` and `data_ptr` refuse it).
+std::atomic<uintptr_t> next_address{0x7A00000000000000ULL};
+
+c10::DataPtr new_address(size_t nbytes, c10::Device where) {
+  uintptr_t span = (std::max<size_t>(nbytes, 1) + 4095) / 4096 * 4096;
+  return c10::DataPtr(reinterpret_cast<void*>(next_address.fetch_add(span)), where);
+}
+
+// A tensor of `shape` and `dtype` on tpu:`device` whose storage has the tensor's byte count and
+// an address of its own but no host bytes: torchtpu keeps the data in a device buffer beside the
+// storage (torchtpu/device/_storage.py).
+at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarType dtype, c10::DeviceIndex device) {
+  check_index(device);
+  c10::Device where(kTpu, device);
+  std::vector<int64_t> strides(shape.size());
+  int64_t step = 1;
+  int64_t numel = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = step;
+    step *= std::max<int64_t>(shape[i], 1);
+    numel *= shape[i];
+  }
+  size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  c10::Storage storage(c10::Storage::use_byte_size_t{}, 0, c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+  storage.set_data_ptr_noswap(new_address(nbytes, where));
+  storage.set_nbytes(nbytes);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(shape, strides);
+  return t;
+}
+
+// The hooks PyTorch asks of a PrivateUse1 backend. Every answer but the resize is what PyTorch's
+// Python hooks (torch._C._acc.PrivateUse1Hooks with torchtpu's is_built/is_available/
+// has_primary_context returning True) gave: generators, pinned memory and getDeviceFromPtr keep
+// the base class's "not implemented" (torchtpu's generator is its own, `_random.py`).
+struct TpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override {
+    return true;
+  }
+
+  bool isAvailable() const override {
+    return true;
+  }
+
+  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
+    return true;
+  }
+
+  // `UntypedStorage.resize_(new_bytes)`: Python replaces the storage's device data (its slot),
+  // then the storage's byte count follows; a grown storage moves to a new address range, as a
+  // reallocation does. A Python error (a size that is not whole elements) propagates as itself.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
+    TORCH_CHECK(resize_hook != nullptr, "torchtpu: tpu storages cannot be resized before the tpu device registers");
+    {
+      pybind11::gil_scoped_acquire gil;
+      PyObject* py_storage = THPStorage_Wrap(storage);  // the storage's own Python object
+      if (py_storage == nullptr) {
+        throw python_error();
+      }
+      PyObject* r = PyObject_CallFunction(resize_hook, "On", py_storage, static_cast<Py_ssize_t>(new_bytes));
+      Py_DECREF(py_storage);
+      if (r == nullptr) {
+        throw python_error();
+      }
+      Py_DECREF(r);
+    }
+    c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    if (new_bytes > impl->nbytes()) {
+      impl->set_data_ptr_noswap(new_address(new_bytes, storage.device()));
+    }
+    impl->set_nbytes(new_bytes);
+  }
+};
+
+TpuHooks* the_hooks = nullptr;
+
+// Registers the hooks for PrivateUse1; false if others are registered already (then ours are
+// not). Before PyTorch's Python hooks, whose registration then returns False.
+bool register_hooks() {
+  if (at::isPrivateUse1HooksRegistered()) {
+    return &at::detail::getPrivateUse1Hooks() == the_hooks;
+  }
+  the_hooks = new TpuHooks();  // leaked on purpose: PyTorch keeps the pointer for the process
+  at::RegisterPrivateUse1HooksInterface(the_hooks);
+  return true;
+}
+
 // Registers the guard for PrivateUse1; false if one is registered already (then ours is not).
 bool register_guard() {
   if (c10::impl::hasDeviceGuardImpl(kTpu)) {
@@ -238,36 +345,12 @@ bool register_guard() {
   return true;
 }
 
-void set_hook(PyObject*& hook, const pybind11::object& f) {
-  PyObject* old = hook;
-  hook = f.is_none() ? nullptr : f.inc_ref().ptr();
-  Py_XDECREF(old);
-}
-
-// A tensor of `shape` and `dtype` on tpu:`device` whose storage holds no bytes: torchtpu keeps
-// the data in a device buffer beside the storage (torchtpu/device/_storage.py).
-at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarType dtype, c10::DeviceIndex device) {
-  check_index(device);
-  c10::Device where(kTpu, device);
-  c10::Storage storage(c10::Storage::use_byte_size_t{}, 0, c10::GetAllocator(c10::kMeta), /*resizable=*/true);
-  storage.set_data_ptr_noswap(c10::DataPtr(nullptr, where));
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(dtype));
-  std::vector<int64_t> strides(shape.size());
-  int64_t step = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = step;
-    step *= std::max<int64_t>(shape[i], 1);
-  }
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(shape, strides);
-  return t;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_device_guard, m) {
-  m.doc() = "The tpu device's native PrivateUse1 device guard (torchtpu.device).";
+  m.doc() = "The tpu device's native PrivateUse1 device guard and hooks (torchtpu.device).";
   m.def("register", &register_guard);
+  m.def("register_hooks", &register_hooks);
   m.def("set_device_count", [](int n) {
     TORCH_CHECK(n > 0 && n < 32768, "torchtpu: a device count must be positive, got ", n);
     device_count.store(static_cast<c10::DeviceIndex>(n));
@@ -275,6 +358,7 @@ PYBIND11_MODULE(_device_guard, m) {
   m.def("device_count_known", []() { return device_count.load() >= 0; });
   m.def("set_count_hook", [](const pybind11::object& f) { set_hook(count_hook, f); });
   m.def("set_sync_hook", [](const pybind11::object& f) { set_hook(sync_hook, f); });
+  m.def("set_resize_hook", [](const pybind11::object& f) { set_hook(resize_hook, f); });
   m.def("set_default_device", [](int index) {
     check_index(static_cast<c10::DeviceIndex>(index));
     default_device.store(static_cast<c10::DeviceIndex>(index));

@@ -41,8 +41,9 @@ def register() -> None:
 
     if current != NAME:
         _register_guard(module)
-        # Its Python guard is refused now (`register_python_privateuseone_device_guard` returns
-        # False where a guard exists): PyTorch's guards use the native one.
+        # Its Python guard and hooks are refused now (`register_python_privateuseone_device_guard`
+        # and `register_python_privateuseone_hook` return False where native ones exist):
+        # PyTorch uses the native ones.
         _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
     _register_kernels()
     module.patch_accelerator()
@@ -69,6 +70,11 @@ def _register_guard(module) -> None:
 
     if not guard.register():
         raise RuntimeError("torchtpu: another PrivateUse1 device guard is registered; the tpu device cannot use its own")
+    # The native hooks: PyTorch's Python hooks cannot resize a storage (`UntypedStorage.resize_`
+    # calls `resizePrivateUse1Bytes`), which FSDP2 needs; the resize is `_storage.resize_storage`.
+    if not guard.register_hooks():
+        raise RuntimeError("torchtpu: other PrivateUse1 hooks are registered; the tpu device cannot use its own")
+    guard.set_resize_hook(_resize_storage)
     # The CPU plugin's count is known without starting it (`import torch` stays cheap); another
     # plugin is asked when PyTorch first needs the count.
     n = module.predicted_count()
@@ -81,6 +87,13 @@ def _register_guard(module) -> None:
         # Under torchrun each rank starts on its own device, as `torch.cuda.set_device(local_rank)`
         # would put it: LOCAL_RANK modulo this host's devices.
         guard.set_default_device(int(local_rank) % (n if n is not None else module._exact_count()))
+
+
+def _resize_storage(storage, nbytes: int) -> None:
+    # Called by the native hooks; the storage code is imported here, not when torch starts.
+    from torchtpu.device import _storage
+
+    _storage.resize_storage(storage, nbytes)
 
 
 # The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.

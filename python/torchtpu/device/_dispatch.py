@@ -179,6 +179,7 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
                     key.append((x.dtype, shape, slot.shape))
                     geoms.append((slot.shape, None, 0))
             else:
+                _storage.check_bounds(x, slot)
                 geom = (slot.shape, tuple(x.stride()), x.storage_offset())
                 key.append((x.dtype, shape) + geom)
                 geoms.append(geom)
@@ -515,15 +516,17 @@ def _results(info: OpInfo, args, kwargs, program, outs, inputs):
 
 
 def resize(t: torch.Tensor, shape) -> None:
-    """`t.resize_(shape)` (an out= tensor of another shape, often PyTorch's own `empty({0})`):
-    `t` is pointed (PyTorch's Meta `set_`) at its own storage when that holds enough elements,
-    as eager's resize keeps it, else at fresh storage."""
+    """`t.resize_(shape)` (an out= tensor of another shape, often PyTorch's own `empty({0})`), as
+    eager resizes: `t`'s storage grows in place when it holds too few elements (keeping its
+    data, every tensor sharing it sees the growth, `_storage.resize_storage`), then `t` is
+    pointed (PyTorch's Meta `set_`) at it with contiguous strides."""
     shape = tuple(shape)
     slot = _storage.slot_of(t)
     storage = t.untyped_storage()
     offset = t.storage_offset()
-    if offset + math.prod(shape) > slot.numel:
-        storage, offset = _storage.new_tensor(shape, t.dtype, device=slot.device).untyped_storage(), 0
+    needed = offset + math.prod(shape)
+    if needed > slot.numel:
+        storage.resize_(needed * slot.dtype.itemsize)
     aten.set_.source_Storage_storage_offset._op_dk(
         _DK.Meta, t, storage, offset, list(shape), list(_storage.contiguous_strides(shape))
     )

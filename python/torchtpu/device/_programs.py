@@ -422,6 +422,17 @@ def strided_read(buffer, shape, dtype, size, stride, offset):
     return p.run([buffer], device=buffer.device)[0]
 
 
+def pad_flat(buffer, shape, dtype, numel: int):
+    """The row-major buffer of `shape` flattened and padded with zeros to `numel` elements (a
+    grown storage, `_storage.resize_storage`)."""
+    old = math.prod(shape)
+    key = ("pad_flat", shape, dtype, numel)
+    p = _programs.get(key) or build(
+        key, aten.constant_pad_nd.default, (_meta((old,), dtype), [0, numel - old], 0), {}, geoms=[(shape, None, 0)]
+    )
+    return p.run([buffer], device=buffer.device)[0]
+
+
 def strided_write(base, shape, dtype, src, size, stride, offset):
     """`base` (row-major, of `shape`) with the view (size, stride, offset) replaced by `src`."""
     key = ("as_strided_scatter", shape, dtype, size, stride, offset)

@@ -34,7 +34,7 @@ class Slot:
     """The device data of one storage: `buffer` (None until first written) of `shape`, on
     tpu:`device` (the storage's device: every buffer it ever holds lives there)."""
 
-    __slots__ = ("buffer", "shape", "dtype", "numel", "address", "device")
+    __slots__ = ("buffer", "shape", "dtype", "numel", "device")
 
     def __init__(self, shape, dtype: torch.dtype, buffer=None, device: int = 0):
         self.shape = tuple(shape)
@@ -42,7 +42,6 @@ class Slot:
         self.numel = math.prod(self.shape)
         self.buffer = buffer
         self.device = device
-        self.address = None  # the storage's data_ptr(), given at the first call (`module.patch_data_ptr`)
 
 
 def contiguous_strides(shape) -> tuple:
@@ -104,6 +103,22 @@ def is_whole(t: torch.Tensor, slot: Slot) -> bool:
     return t.numel() == slot.numel and t.storage_offset() == 0 and t.is_contiguous()
 
 
+def check_bounds(t: torch.Tensor, slot: Slot) -> None:
+    """Refuses a view reaching past its storage's elements (a storage shrunk or freed with
+    `untyped_storage().resize_`), as PyTorch refuses such a view, instead of reading a program's
+    out-of-range garbage."""
+    if t.numel() == 0:
+        return
+    end = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    if end > slot.numel:
+        size = t.element_size()
+        raise RuntimeError(
+            f"torchtpu: a tpu tensor of sizes {list(t.shape)}, strides {list(t.stride())} and storage offset "
+            f"{t.storage_offset()} needs a storage of {end * size} bytes, but its storage has {slot.numel * size} "
+            "(it was resized with untyped_storage().resize_)"
+        )
+
+
 def buffer_of(slot: Slot):
     """The slot's buffer; an uninitialised storage (`torch.empty`) gets zeros first."""
     b = slot.buffer
@@ -124,6 +139,7 @@ def read(t: torch.Tensor):
         if shape == slot.shape:
             return buffer
         return _programs.reshape(buffer, slot.shape, shape, slot.dtype)
+    check_bounds(t, slot)
     return _programs.strided_read(buffer, slot.shape, slot.dtype, shape, tuple(t.stride()), t.storage_offset())
 
 
@@ -140,10 +156,37 @@ def write(t: torch.Tensor, buffer) -> None:
     if is_whole(t, slot):
         slot.buffer, slot.shape = buffer, tuple(t.shape)
         return
+    check_bounds(t, slot)
     base = buffer_of(slot)
     slot.buffer = _programs.strided_write(
         base, slot.shape, slot.dtype, buffer, tuple(t.shape), tuple(t.stride()), t.storage_offset()
     )
+
+
+def resize_storage(storage, nbytes: int) -> None:
+    """`UntypedStorage.resize_(nbytes)` of a tpu storage, as PyTorch resizes one (the native
+    hooks' `resizePrivateUse1Bytes` calls this; they set the storage's byte count after it): the
+    slot gets a new buffer of `nbytes` in the storage's dtype, 1-D, holding the first min(old,
+    new) elements; elements past the old end are uninitialised (zeros here), and a storage
+    resized to 0 holds no device memory until it grows (FSDP2 frees its unsharded parameters
+    this way). Every tensor and view sharing the storage sees the new data."""
+    slot = slot_of_storage(storage)
+    itemsize = slot.dtype.itemsize
+    if nbytes % itemsize:
+        raise RuntimeError(
+            f"torchtpu: a tpu storage resizes in whole elements of its dtype ({slot.dtype}, {itemsize} bytes "
+            f"each): {nbytes} bytes is not a multiple of {itemsize}"
+        )
+    new, old = nbytes // itemsize, slot.numel
+    if new == old:
+        return
+    if new == 0 or old == 0 or slot.buffer is None:
+        buffer = None  # nothing to keep: no device memory, zeros when first read (`buffer_of`)
+    elif new < old:
+        buffer = _programs.strided_read(buffer_of(slot), slot.shape, slot.dtype, (new,), (1,), 0)
+    else:
+        buffer = _programs.pad_flat(buffer_of(slot), slot.shape, slot.dtype, new)
+    slot.buffer, slot.shape, slot.numel = buffer, (new,), new
 
 
 _TO_CPU = ("host_read", "a copy to the CPU (.cpu(), .to('cpu'), .tolist(), .numpy())")
@@ -173,6 +216,7 @@ def _raw_to_host(t: torch.Tensor) -> torch.Tensor:
     every call)."""
     slot = getattr(t.untyped_storage(), _SLOT, None)
     if slot is not None and slot.buffer is not None and t.dtype is slot.dtype and not is_whole(t, slot):
+        check_bounds(t, slot)
         if 4 * t.numel() >= slot.numel:
             whole = torch.from_dlpack(slot.buffer.to_host()).reshape(-1)
             return whole.as_strided(tuple(t.shape), t.stride(), t.storage_offset()).contiguous()

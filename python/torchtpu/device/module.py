@@ -265,6 +265,8 @@ TpuModule.device = device
 
 
 class Hooks(torch._C._acc.PrivateUse1Hooks):
+    # What `_setup_privateuseone_for_python_backend` registers where no hooks are: PyTorch uses
+    # the native ones (csrc/device_guard.cpp `TpuHooks`, the same answers and storage resize).
     def is_available(self) -> bool:
         return True
 
@@ -482,43 +484,27 @@ def patch_module_conversion() -> None:
 
 
 _original_data_ptr = None
-# Where the next tpu storage's address starts: high in the 64-bit space, far from anything
-# the host allocates, and never reused (a dead storage's range stays dead).
-_next_address = 0x7A00_0000_0000_0000
-
-
-_address_lock = threading.Lock()
-
-
-def _address_of(slot, nbytes: int) -> int:
-    global _next_address
-    address = slot.address
-    if address is None:
-        with _address_lock:  # two threads must not take the same range
-            if slot.address is None:
-                slot.address = _next_address
-                _next_address += (max(nbytes, 1) + 4095) // 4096 * 4096
-            address = slot.address
-    return address
 
 
 def patch_data_ptr() -> None:
     """`data_ptr()` of tpu tensors and storages: a storage has no host pointer, so PyTorch
     gives 0 for all of them, and transformers, accelerate and safetensors, which tell tied
     or shared weights by `(device, storage data_ptr, nbytes)`, take every tpu weight for one
-    shared tensor (`save_pretrained` refuses). Each tpu storage gets an address of its own
-    instead, as a CUDA storage has: unique while it lives, ranges that never overlap, a view
-    at its offset. It is not dereferenceable (neither is a CUDA pointer on the host)."""
+    shared tensor (`save_pretrained` refuses). Each tpu storage has an address of its own
+    instead, as a CUDA storage has (given in C++, `create_empty_tensor`): unique while it
+    lives, ranges that never overlap, a view at its offset (an empty view too). It is not
+    dereferenceable (neither is a CUDA pointer on the host)."""
     global _original_data_ptr
     if _original_data_ptr is not None:
         return
 
     _original_data_ptr = original_tensor = torch.Tensor.data_ptr
-    original_storage = torch.UntypedStorage.data_ptr
+    original_storage = torch.UntypedStorage.data_ptr  # a tpu storage's address, from C++
     original_nbytes = torch.UntypedStorage.nbytes
 
     def nbytes(self):
-        # PyTorch's own count is 0: the storage was made without host bytes.
+        # The slot's: C++ has the same count (set at creation and by `resize_`), except where a
+        # Meta `set_` grew it past the device data.
         if self.device.type != "tpu":
             return original_nbytes(self)
         from torchtpu.device import _storage  # not at registration: `import torch` stays light
@@ -526,23 +512,14 @@ def patch_data_ptr() -> None:
         slot = getattr(self, _storage.SLOT_ATTR, None)
         return slot.numel * slot.dtype.itemsize if slot is not None else original_nbytes(self)
 
-    def storage_data_ptr(self):
-        if self.device.type != "tpu":
-            return original_storage(self)
-        from torchtpu.device import _storage
-
-        return _address_of(_storage.slot_of_storage(self), nbytes(self))
-
     def tensor_data_ptr(self):
         if self.is_cpu or self.device.type != "tpu":
             return original_tensor(self)
-        storage = self.untyped_storage()
-        return storage_data_ptr(storage) + self.storage_offset() * self.element_size()
+        # PyTorch's own gives 0 for an empty tensor; a view keeps its place in the storage.
+        return original_storage(self.untyped_storage()) + self.storage_offset() * self.element_size()
 
-    storage_data_ptr.__doc__ = original_storage.__doc__
     tensor_data_ptr.__doc__ = original_tensor.__doc__
     nbytes.__doc__ = original_nbytes.__doc__
-    torch.UntypedStorage.data_ptr = storage_data_ptr
     torch.UntypedStorage.nbytes = nbytes
     torch.Tensor.data_ptr = tensor_data_ptr
 
