@@ -396,8 +396,13 @@ def fsdp2(out_dir: str) -> None:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     losses = train_llama(model, llama_data(), "tpu", shard=(r, WORLD))
+    # After backward FSDP2 has resharded: every unsharded parameter's storage is freed
+    # (`untyped_storage().resize_(0)`), so only the shards hold device memory.
+    unsharded = [p._unsharded_param for m in model.modules() if hasattr(m, "_get_fsdp_state")
+                 for p in m._get_fsdp_state()._fsdp_param_group.fsdp_params if hasattr(p, "_unsharded_param")]
+    freed = [p.untyped_storage().nbytes() for p in unsharded]
     params = {k: _cpu(v.full_tensor()) for k, v in model.state_dict().items()}
-    _save(out_dir, {"losses": losses, "params": params})
+    _save(out_dir, {"losses": losses, "params": params, "unsharded_nbytes": freed})
     dist.destroy_process_group()
 
 
