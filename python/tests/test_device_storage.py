@@ -202,3 +202,15 @@ def test_native_hooks_keep_the_python_hooks_answers():
     x = torch.ones(3, device="tpu", requires_grad=True)
     (x * 2).sum().backward()
     torch.testing.assert_close(x.grad.cpu(), torch.full((3,), 2.0))
+
+
+def test_resize_on_another_device_stays_there():
+    a = torch.arange(6, dtype=torch.float32)
+    x = a.to("tpu:2")
+    s = x.untyped_storage()
+    s.resize_(10 * 4)
+    grown = torch.empty(0, device="tpu:2").set_(s)
+    assert grown.device == torch.device("tpu", 2) and s.device == torch.device("tpu", 2)
+    torch.testing.assert_close(grown[:6].cpu(), a, rtol=0, atol=0)
+    s.resize_(3 * 4)
+    torch.testing.assert_close((torch.empty(0, device="tpu:2").set_(s) + 1).cpu(), a[:3] + 1, rtol=0, atol=0)
