@@ -8,6 +8,7 @@ AVG and training within the tolerances stated at each test.
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 
 import pytest
@@ -213,8 +214,10 @@ def test_ddp_on_four_thread_ranks_matches_one_cpu_process():
         torch.nn.functional.mse_loss(ref(xs[step]), ys[step]).backward()
         opt.step()
 
+    init = model()  # made here: torch.manual_seed in rank threads would race on one generator
+
     def run(rank):
-        m = DDP(model().to("tpu"), bucket_cap_mb=0.0005)  # ~500 bytes: several buckets
+        m = DDP(copy.deepcopy(init).to("tpu"), bucket_cap_mb=0.0005)  # ~500 bytes: several buckets
         o = torch.optim.SGD(m.parameters(), lr=0.1)
         part = slice(4 * rank, 4 * rank + 4)
         for step in range(3):
@@ -243,9 +246,11 @@ def test_dtensor_tensor_parallel_on_an_in_process_mesh_matches_cpu():
     ref_out = ref(x)
     ref_out.sum().backward()
 
+    init = mlp()  # made here: torch.manual_seed in rank threads would race on one generator
+
     def run(rank):
         mesh = init_device_mesh("tpu", (N,))
-        m = parallelize_module(mlp().to("tpu"), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        m = parallelize_module(copy.deepcopy(init).to("tpu"), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
         out = m(x.to("tpu"))
         out.sum().backward()
         grad = m[0].weight.grad.full_tensor()
@@ -308,3 +313,44 @@ def test_a_collective_over_the_host_transport_splits_the_compiled_graph(monkeypa
     reasons = torchtpu.stats()["fallback_reasons"]
     assert reasons and all(r["kind"] == "collective" for r in reasons), reasons
     assert any("collective: _c10d_functional.all_reduce" in r["message"] for r in reasons), reasons
+
+
+@pytest.mark.timeout(240)
+def test_two_processes_of_two_device_ranks_dp_across_tp_inside(tmp_path):
+    """torchrun with 2 processes, each 2 ranks on its own tpu:0/tpu:1 (spawn): the TP groups
+    take the in-process transport, the DP groups the host one; the trained weights equal one
+    CPU process on the whole batch (rtol 1e-4, atol 1e-5: summation orders differ)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TORCHTPU_DEVICE="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", "--max-restarts=0",
+           os.path.join(here, "distributed_hybrid_worker.py"), str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the 2x2 run did not finish within 180 s:\n{out[-6000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, out[-8000:]
+    sys.path.insert(0, here)
+    import distributed_hybrid_worker as hybrid
+
+    ranks = [r for p in range(2) for r in torch.load(tmp_path / f"proc{p}.pt")]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
+    assert len({r["pid"] for r in ranks}) == 2
+    ref = hybrid.reference()
+    for r in ranks:
+        assert r["transports"] == {"dp": "host", "tp": "in-process"}, r["transports"]
+        for w, q in zip(r["weights"], ref):
+            torch.testing.assert_close(w, q, rtol=1e-4, atol=1e-5)

@@ -8,10 +8,15 @@ torch.distributed keeps one world per process; PyTorch's own multi-threaded test
 make it per thread the same way (its world object per thread, the C++ group registry in
 thread-isolation mode). Autograd runs each backward on its calling thread here (PyTorch's
 device threads would not see the rank's world in DDP's hooks).
+
+The ranks share what a process has one of: the CPU generator and the tpu device's generator
+(`torch.manual_seed` in a rank thread races with the others' draws: make models and data
+before `spawn`, or pass them in), and module-level state in general.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 
@@ -87,32 +92,60 @@ class SpawnError(RuntimeError):
         self.rank = rank
 
 
+def _process_store(timeout: timedelta):
+    """Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set, more than one process):
+    this process's place among the processes and a function giving each thread its own
+    client of a TCPStore all processes share (one client's blocking wait would hold its
+    socket from the other threads); else (0, 1, a HashStore for all threads)."""
+    procs = int(os.environ.get("WORLD_SIZE", "1"))
+    if "RANK" not in os.environ or procs == 1:
+        shared = dist.HashStore()
+        return 0, 1, lambda: shared, None
+    proc = int(os.environ["RANK"])
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    # torchrun's agent hosts the store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE); without
+    # an agent, process 0 hosts it. A prefix of its own: the threads' keys never meet others'.
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    server = None
+    if proc == 0 and not agent:
+        server = dist.TCPStore(host, port, None, True, timeout=timeout, wait_for_workers=False)
+
+    def client():
+        return dist.PrefixStore("torchtpu_spawn/", dist.TCPStore(host, port, None, False, timeout=timeout))
+
+    return proc, procs, client, server
+
+
 def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:gloo,tpu:tpu_dist",
           timeout: timedelta = timedelta(seconds=60)) -> list:
-    """Runs `fn(rank, *args)` on `nprocs` threads (default: every tpu device), rank r with
-    `torch.tpu.set_device(r)` and a process group of `nprocs` ranks already initialised
-    (`backend`; CPU tensors go to gloo, tpu tensors to tpu_dist), destroyed afterwards.
-    Returns each rank's result in rank order; if a rank raises, raises `SpawnError` for the
-    first such rank once every thread has ended (the group's timeout ends those waiting on it)."""
+    """Runs `fn(rank, *args)` on `nprocs` threads (default: every tpu device), thread t with
+    `torch.tpu.set_device(t)` and a process group already initialised (`backend`; CPU tensors
+    go to gloo, tpu tensors to tpu_dist), destroyed afterwards. Alone, the ranks are the
+    threads (0..nprocs-1). Under torchrun with P processes, the world is P x nprocs ranks:
+    process p's threads are ranks p*nprocs.., so groups within a process take the in-process
+    transport and groups across processes the host one (DP across processes, TP inside each).
+    Returns this process's ranks' results in order; if a rank raises, raises `SpawnError` for
+    the first such rank once every thread has ended (the group's timeout ends those waiting)."""
     n = torch.tpu.device_count() if nprocs is None else int(nprocs)
     if not 1 <= n <= torch.tpu.device_count():
         raise ValueError(f"torchtpu.distributed.spawn: nprocs={n}, but this process has {torch.tpu.device_count()} tpu devices")
     _install()
-    store = dist.HashStore()
+    proc, procs, store_for_thread, _server = _process_store(timeout)
     results: list = [None] * n
     errors: list = [None] * n
 
-    def run(rank: int) -> None:
-        torch.tpu.set_device(rank)
+    def run(local: int) -> None:
+        torch.tpu.set_device(local)
+        rank = proc * n + local
         with torch.autograd.set_multithreading_enabled(False):
             try:
-                dist.init_process_group(backend, rank=rank, world_size=n, store=store, timeout=timeout)
+                dist.init_process_group(backend, rank=rank, world_size=procs * n, store=store_for_thread(), timeout=timeout)
                 try:
-                    results[rank] = fn(rank, *args)
+                    results[local] = fn(rank, *args)
                 finally:
                     dist.destroy_process_group()
             except BaseException as e:  # reported after every thread ends
-                errors[rank] = e
+                errors[local] = e
 
     threads = [threading.Thread(target=run, args=(r,), name=f"tpu_dist-rank{r}", daemon=True) for r in range(n)]
     for t in threads:
@@ -124,7 +157,7 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
     from torch.nn.parallel import DistributedDataParallel
 
     DistributedDataParallel._active_ddp_module = None
-    for rank, e in enumerate(errors):
+    for local, e in enumerate(errors):
         if e is not None:
-            raise SpawnError(rank, e) from e
+            raise SpawnError(proc * n + local, e) from e
     return results
