@@ -5,7 +5,8 @@
   - tpu_dist's in-process transport, ranks as threads on the 4 CPU-plugin devices
     (`torchtpu.distributed.spawn`: one replicated program per collective);
   - a DDP training step on 2 ranks against 1 rank (the same per-rank batch);
-  - a compiled step whose graph holds a functional all_reduce against the same step eager.
+  - a compiled step whose graph holds a functional all_reduce (4 thread ranks: the collective
+    inside the replicated program) against the same step eager.
 
     python benches/distributed.py [--quick]
 
@@ -63,7 +64,9 @@ def worker(kind: str, quick: bool) -> None:
             if rank == 0:
                 print(json.dumps({"kind": kind, "bytes": nbytes, "us": s * 1e6, "busbw": nbytes * 2 * (n - 1) / n / s / 1e9}), flush=True)
     elif kind == "ddp":
-        print(json.dumps({"kind": "ddp", "ranks": n, "ms": _ddp_step_ms(device, quick) if rank == 0 else None}) if rank == 0 else "", flush=True)
+        ms = _ddp_step_ms(device, quick)  # every rank steps; rank 0 reports
+        if rank == 0:
+            print(json.dumps({"kind": "ddp", "ranks": n, "ms": ms}), flush=True)
     dist.destroy_process_group()
 
 
@@ -132,23 +135,33 @@ def in_process(quick: bool) -> list[dict]:
             x = torch.ones(max(1, nbytes // 4), device="tpu")
             s = _time_all_reduce(x, _iters(nbytes, quick), dist)
             rows.append({"kind": f"in-process x{n}", "bytes": nbytes, "us": s * 1e6, "busbw": nbytes * 2 * (n - 1) / n / s / 1e9})
-        return rows
+        return rows, compiled_vs_eager(quick, INPUTS[rank])
 
-    return td.spawn(run, n)[0]
+    rows, steps = td.spawn(run, n)[0]
+    return rows, steps
 
 
-def compiled_vs_eager(quick: bool) -> dict:
+def _step(x, w):
     import torch
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
-    def step(x, w):
-        y = torch.relu(x @ w)
-        y = funcol.all_reduce(y, "sum", dist.group.WORLD)
-        return torch.tanh(y @ w).sum(dim=1)
+    y = torch.relu(x @ w)
+    y = funcol.all_reduce(y, "sum", dist.group.WORLD)
+    return torch.tanh(y @ w).sum(dim=1)
 
-    x, w = torch.randn(64, 256, device="tpu"), torch.randn(256, 256, device="tpu")
-    compiled = torch.compile(step, backend="torchtpu")
+
+_compiled_step = None
+INPUTS: list = []
+
+
+def compiled_vs_eager(quick: bool, inputs) -> dict:
+    """One rank's step time, eager (its collective through tpu_dist) against compiled (on the
+    in-process transport, the collective inside the replicated program)."""
+    import torch
+
+    x, w = (t.to("tpu") for t in inputs)
+    step, compiled = _step, _compiled_step
     out = {}
     for name, fn in (("eager", step), ("compiled", compiled)):
         for _ in range(3):
@@ -170,7 +183,14 @@ def main() -> None:
     if a.worker:
         return worker(a.worker, a.quick)
     os.environ.setdefault("TORCHTPU_DEVICE", "1")
-    rows = torchrun("gloo", 2, a.quick) + torchrun("host", 2, a.quick) + in_process(a.quick)
+    import torch
+
+    torch.manual_seed(0)  # the ranks' inputs, made before the threads (one generator per process)
+    INPUTS.extend((torch.randn(64, 256), torch.randn(256, 256) / 16) for _ in range(torch.tpu.device_count()))
+    global _compiled_step  # made here: Dynamo's first backend lookup is not thread-safe
+    _compiled_step = torch.compile(_step, backend="torchtpu")
+    inproc, steps = in_process(a.quick)
+    rows = torchrun("gloo", 2, a.quick) + torchrun("host", 2, a.quick) + inproc
     by = {}
     for r in rows:
         by.setdefault(r["bytes"], {})[r["kind"]] = r
@@ -182,15 +202,8 @@ def main() -> None:
         print(f"{nbytes:>10}{cells}")
     ddp = {r["ranks"]: r["ms"] for r in torchrun("ddp", 2, a.quick) + torchrun("ddp", 1, a.quick) if r}
     print(f"DDP step (MLP, batch 32 per rank, tpu): 1 rank {ddp[1]:.2f} ms, 2 ranks {ddp[2]:.2f} ms ({ddp[2] / ddp[1]:.2f}x)")
-    import torch.distributed as dist
-
-    import torchtpu.distributed  # noqa: F401  (registers tpu_dist)
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
-    dist.init_process_group()
-    c = compiled_vs_eager(a.quick)
-    dist.destroy_process_group()
-    print(f"step with a functional all_reduce (1 rank): eager {c['eager']:.0f} us, compiled {c['compiled']:.0f} us ({c['eager'] / c['compiled']:.2f}x)")
+    print(f"step with a functional all_reduce, {len(INPUTS)} thread ranks (rank 0's time): eager {steps['eager']:.0f} us, "
+          f"compiled with the collective in the program {steps['compiled']:.0f} us ({steps['eager'] / steps['compiled']:.2f}x)")
 
 
 if __name__ == "__main__":

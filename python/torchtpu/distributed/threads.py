@@ -17,7 +17,9 @@ before `spawn`, or pass them in), and module-level state in general.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -87,8 +89,9 @@ def _install() -> None:
 class SpawnError(RuntimeError):
     """A rank of `spawn` raised: `rank` and the original exception (`__cause__`)."""
 
-    def __init__(self, rank: int, error: BaseException):
-        super().__init__(f"torchtpu.distributed.spawn: rank {rank} raised {type(error).__name__}: {error}")
+    def __init__(self, rank: int, error: BaseException, later: list[str] = ()):
+        also = f" (then {', '.join(later)})" if later else ""
+        super().__init__(f"torchtpu.distributed.spawn: rank {rank} raised {type(error).__name__}: {error}{also}")
         self.rank = rank
 
 
@@ -130,6 +133,12 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
     if not 1 <= n <= torch.tpu.device_count():
         raise ValueError(f"torchtpu.distributed.spawn: nprocs={n}, but this process has {torch.tpu.device_count()} tpu devices")
     _install()
+    if "torch._dynamo" in sys.modules:
+        # Dynamo loads its backends' entry points at the first lookup, and two threads doing
+        # that at once collide ("duplicate name"): load them here, once.
+        from torch._dynamo.backends.registry import list_backends
+
+        list_backends()
     proc, procs, store_for_thread, _server = _process_store(timeout)
     results: list = [None] * n
     errors: list = [None] * n
@@ -145,19 +154,26 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
                 finally:
                     dist.destroy_process_group()
             except BaseException as e:  # reported after every thread ends
-                errors[local] = e
+                errors[local] = (time.monotonic(), e)
 
     threads = [threading.Thread(target=run, args=(r,), name=f"tpu_dist-rank{r}", daemon=True) for r in range(n)]
+    # Each rank's init_process_group wraps sys.excepthook to prefix "[rankN]:"; the process's
+    # own hook comes back once the ranks end.
+    hook = sys.excepthook
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    sys.excepthook = hook
     # DDP keeps the module in forward in a class attribute, saved and restored around each
     # forward: threads interleaving leave a stale one, which Dynamo would then optimise for.
     from torch.nn.parallel import DistributedDataParallel
 
     DistributedDataParallel._active_ddp_module = None
-    for local, e in enumerate(errors):
-        if e is not None:
-            raise SpawnError(proc * n + local, e) from e
+    failed = sorted((t, local, e) for local, (t, e) in ((l, x) for l, x in enumerate(errors) if x is not None))
+    if failed:
+        # The first to fail is the cause; the others mostly waited on it (their timeouts).
+        _, local, e = failed[0]
+        later = [f"rank {proc * n + lo}: {type(x).__name__}" for _, lo, x in failed[1:]]
+        raise SpawnError(proc * n + local, e, later) from e
     return results
