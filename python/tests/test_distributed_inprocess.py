@@ -354,3 +354,26 @@ def test_two_processes_of_two_device_ranks_dp_across_tp_inside(tmp_path):
         assert r["transports"] == {"dp": "host", "tp": "in-process"}, r["transports"]
         for w, q in zip(r["weights"], ref):
             torch.testing.assert_close(w, q, rtol=1e-4, atol=1e-5)
+
+
+def test_defer_and_fuse_is_refused_for_thread_ranks_and_works_for_one_rank():
+    """DeferAndFuse records one region per process: ranks that are threads would mix their ops
+    in it, so spawn refuses the mode, clearly, before any rank starts. A group of one rank in
+    this process keeps it, the collective a cut."""
+    import torchtpu.eager as te
+
+    with te.mode("defer_and_fuse"):
+        with pytest.raises(NotImplementedError, match="DeferAndFuse"):
+            td.spawn(lambda rank: None, 2)
+
+    def one_rank(rank):
+        te.reset_explain()
+        with te.mode("defer_and_fuse"):
+            x = torch.arange(4.0, device="tpu") * 2 + 1
+            dist.all_reduce(x)
+            y = (x * 3).cpu()
+        return y, [r["reason"] for r in te.explain().regions]
+
+    y, reasons = td.spawn(one_rank, 1)[0]
+    assert torch.equal(y, (torch.arange(4.0) * 2 + 1) * 3)
+    assert "collective" in reasons, reasons

@@ -161,6 +161,10 @@ class InProcessTransport:
         """Hands `payload` in for this rank's next collective. The last rank to arrive runs
         `action(payloads)` (a list of per-rank results) and completes every rank's future;
         ranks still missing when the group's timeout passes fail every waiting future."""
+        from torchtpu.distributed.threads import _refuse_defer
+
+        if self.size > 1:
+            _refuse_defer()  # the mode turned on inside a rank: its region would mix the ranks' ops
         self.seq += 1
         seq, fut = self.seq, Future()
         hub = self.hub

@@ -86,6 +86,20 @@ def _install() -> None:
         _installed = True
 
 
+DEFER_REFUSED = (
+    "torchtpu.distributed.spawn: the eager DeferAndFuse mode records one region per process, which ranks that are "
+    "threads of one process would write into at once; spawn's ranks run in strict mode (leave defer_and_fuse "
+    "before spawn), and ranks that are processes (torchrun) may use DeferAndFuse"
+)
+
+
+def _refuse_defer() -> None:
+    from torchtpu.device import _defer
+
+    if _defer.in_mode:
+        raise NotImplementedError(DEFER_REFUSED)
+
+
 class SpawnError(RuntimeError):
     """A rank of `spawn` raised: `rank` and the original exception (`__cause__`)."""
 
@@ -132,6 +146,7 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
     n = torch.tpu.device_count() if nprocs is None else int(nprocs)
     if not 1 <= n <= torch.tpu.device_count():
         raise ValueError(f"torchtpu.distributed.spawn: nprocs={n}, but this process has {torch.tpu.device_count()} tpu devices")
+    _refuse_defer()
     _install()
     if "torch._dynamo" in sys.modules:
         # Dynamo loads its backends' entry points at the first lookup, and two threads doing
