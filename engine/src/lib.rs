@@ -401,33 +401,7 @@ impl Engine {
         if fault_injected("lower") {
             return Err(DriverError::Injected { stage: "lower" }.into());
         }
-        // Graph level first: a graph seen before (same canonical IR and options) skips the
-        // passes and the lowering, and its entry keeps the memory estimate. PJRT gets
-        // bytecode: about 10x cheaper to write than text.
-        let t = Instant::now();
-        let key = graph_key(&print_graph(graph), &options.cache_component());
-        let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, MemorySummary::from_meta(&e.meta)?)));
-        timings.record("graph_cache", t.elapsed());
-        let graph_cache_hit = cached.is_some();
-        let mut plan = None;
-        let (code, memory) = match cached {
-            Some(hit) => hit,
-            // A miss, or an entry without a readable estimate (written before entries had
-            // one): lower again and store both.
-            None => {
-                let c = with_driver(|cx| {
-                    cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
-                })?;
-                let seconds = c.timings.total().as_secs_f64();
-                timings.stages.extend(c.timings.stages);
-                timings.passes = c.timings.passes;
-                let memory = c.analyses.memory.unwrap_or_default();
-                plan = c.analyses.sharding;
-                let code = c.hlo.expect("the driver lowers when asked to emit").code;
-                let entry = self.graphs.put_entry_named(&key, code, &memory.to_meta(), Some(&graph.name), seconds);
-                (entry.code, memory)
-            }
-        };
+        let Lowered { code, memory, mut plan, graph_cache_hit } = self.lowered(graph, options, &mut timings)?;
         let spmd = match &graph.mesh {
             None => None,
             Some(mesh) => {
@@ -507,6 +481,42 @@ impl Engine {
             timings,
             spmd,
         })
+    }
+}
+
+/// A graph as StableHLO bytecode, from the graph cache or the driver (`Engine::lowered`).
+struct Lowered {
+    code: Arc<Vec<u8>>,
+    memory: MemorySummary,
+    /// The sharding plan, when the driver ran (a cache hit skipped the analyses).
+    plan: Option<torchtpu_compiler::driver::ShardingPlan>,
+    graph_cache_hit: bool,
+}
+
+impl Engine {
+    /// The graph cache first: a graph seen before (same canonical IR and options) skips the
+    /// passes and the lowering, and its entry keeps the memory estimate. Else the driver, once,
+    /// its result stored. PJRT gets bytecode: about 10x cheaper to write than text.
+    fn lowered(&self, graph: &Graph, options: &Options, timings: &mut Timings) -> Result<Lowered, EngineError> {
+        let t = Instant::now();
+        let key = graph_key(&print_graph(graph), &options.cache_component());
+        let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, MemorySummary::from_meta(&e.meta)?)));
+        timings.record("graph_cache", t.elapsed());
+        if let Some((code, memory)) = cached {
+            return Ok(Lowered { code, memory, plan: None, graph_cache_hit: true });
+        }
+        // A miss, or an entry without a readable estimate (written before entries had one):
+        // lower again and store both.
+        let c = with_driver(|cx| {
+            cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
+        })?;
+        let seconds = c.timings.total().as_secs_f64();
+        timings.stages.extend(c.timings.stages);
+        timings.passes = c.timings.passes;
+        let memory = c.analyses.memory.unwrap_or_default();
+        let code = c.hlo.expect("the driver lowers when asked to emit").code;
+        let entry = self.graphs.put_entry_named(&key, code, &memory.to_meta(), Some(&graph.name), seconds);
+        Ok(Lowered { code: entry.code, memory, plan: c.analyses.sharding, graph_cache_hit: false })
     }
 }
 

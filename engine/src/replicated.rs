@@ -6,11 +6,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use torchtpu_compiler::ir::{print_graph, Attr, Graph, TensorType};
-use torchtpu_compiler::lower::Format;
+use torchtpu_compiler::ir::{Attr, Graph, TensorType};
 use torchtpu_runtime::{Buffer, CompileOptions, Device, Executable};
 
-use crate::{element_type, fault_injected, graph_key, with_driver, Engine, EngineError, Options, Timings};
+use crate::{element_type, fault_injected, Engine, EngineError, Options, Timings};
 
 /// A compiled replicated program and the devices of its replicas, in replica order.
 pub struct ReplicatedProgram {
@@ -58,23 +57,7 @@ impl Engine {
             return Err(torchtpu_compiler::driver::DriverError::Injected { stage: "lower" }.into());
         }
         let mut timings = Timings::default();
-        let t = Instant::now();
-        let key = graph_key(&print_graph(graph), &options.cache_component());
-        let cached = self.graphs.get_entry(&key).map(|e| e.code);
-        timings.record("graph_cache", t.elapsed());
-        let code = match cached {
-            Some(code) => code,
-            None => {
-                let c = with_driver(|cx| {
-                    cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
-                })?;
-                let seconds = c.timings.total().as_secs_f64();
-                timings.stages.extend(c.timings.stages);
-                let memory = c.analyses.memory.unwrap_or_default();
-                let code = c.hlo.expect("the driver lowers when asked to emit").code;
-                self.graphs.put_entry_named(&key, code, &memory.to_meta(), Some(&graph.name), seconds).code
-            }
-        };
+        let code = self.lowered(graph, options, &mut timings)?.code;
         if fault_injected("compile") {
             return Err(EngineError::Injected { stage: "compile" });
         }

@@ -2,7 +2,7 @@
 with 2 processes, `torchtpu.distributed.spawn(fn, 2)` makes 4 ranks, 2 threads per process on
 tpu:0 and tpu:1. A (dp=2, tp=2) mesh: tensor parallelism inside each process (its TP group
 takes the in-process transport), data parallelism across the processes (the DP group takes
-the host transport, gloo). Each process saves its ranks' results to argv[1]."""
+the host transport, gloo). Each process saves its ranks' results to argv[2]."""
 
 from __future__ import annotations
 
@@ -69,5 +69,5 @@ if __name__ == "__main__":
     # Made before the threads start: torch.manual_seed in rank threads would race on the one
     # CPU generator they share.
     INIT, DATA = mlp(), data()
-    results = td.spawn(run, 2)
-    torch.save(results, os.path.join(sys.argv[1], f"proc{os.environ['RANK']}.pt"))
+    results = td.spawn(run, 2)  # argv: the scenario ("dp_tp", the only one) and the output folder
+    torch.save(results, os.path.join(sys.argv[2], f"rank{os.environ['RANK']}.pt"))

@@ -37,10 +37,12 @@ def _env(**extra) -> dict:
     return env
 
 
-def launch(scenario: str, tmp_path, nproc: int = WORLD, timeout: float = 150, expect_ok: bool = True, **env) -> tuple[list, str]:
-    """Runs `scenario` under torchrun; returns each rank's saved results and the output."""
+def launch(scenario: str, tmp_path, nproc: int = WORLD, timeout: float = 150, expect_ok: bool = True,
+           script: str = "distributed_worker.py", **env) -> tuple[list, str]:
+    """Runs `scenario` of `script` (in this folder) under torchrun; returns each process's
+    saved results (`rank{RANK}.pt`) and the output."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone",
-           "--max-restarts=0", os.path.join(HERE, "distributed_worker.py"), scenario, str(tmp_path)]
+           "--max-restarts=0", os.path.join(HERE, script), scenario, str(tmp_path)]
     proc = subprocess.Popen(cmd, cwd=HERE, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:

@@ -321,32 +321,15 @@ def test_two_processes_of_two_device_ranks_dp_across_tp_inside(tmp_path):
     take the in-process transport, the DP groups the host one; the trained weights equal one
     CPU process on the whole batch (rtol 1e-4, atol 1e-5: summation orders differ)."""
     import os
-    import signal
-    import subprocess
     import sys
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, TORCHTPU_DEVICE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", "--max-restarts=0",
-           os.path.join(here, "distributed_hybrid_worker.py"), str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the 2x2 run did not finish within 180 s:\n{out[-6000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, out[-8000:]
-    sys.path.insert(0, here)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_distributed import launch
+
+    results, _ = launch("dp_tp", tmp_path, nproc=2, timeout=180, script="distributed_hybrid_worker.py")
     import distributed_hybrid_worker as hybrid
 
-    ranks = [r for p in range(2) for r in torch.load(tmp_path / f"proc{p}.pt")]
+    ranks = [r for proc in results for r in proc]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
     assert len({r["pid"] for r in ranks}) == 2
     ref = hybrid.reference()

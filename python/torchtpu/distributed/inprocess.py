@@ -132,6 +132,18 @@ def _write(t: torch.Tensor, buffer) -> None:
     _storage.write(t, buffer)
 
 
+def _writer(outputs: list, keep: bool = True):
+    """The `finish` of a collective whose program's outputs are `outputs`, in order: writes
+    them (where `keep`: a root-only result elsewhere is dropped) and returns `outputs`."""
+    def finish(bufs):
+        if keep:
+            for t, b in zip(outputs, bufs):
+                _write(t, b)
+        return outputs
+
+    return finish
+
+
 def _ty(t) -> str:
     from torchtpu.exporter import IR_DTYPES
 
@@ -288,12 +300,7 @@ class InProcessTransport:
         text = self._graph("all_reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
         key = ("all_reduce", kind, red.pre, self._shapes(tensors))
 
-        def finish(bufs):
-            for t, b in zip(tensors, bufs):
-                _write(t, b)
-            return tensors
-
-        return self._run("all_reduce", key, text, tensors, finish, sync)
+        return self._run("all_reduce", key, text, tensors, _writer(tensors), sync)
 
     def reduce(self, tensors, root, red, sync):
         kind = self._reduce_kind(tensors, red)
@@ -303,26 +310,14 @@ class InProcessTransport:
         text = self._graph("reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
         key = ("all_reduce", kind, red.pre, self._shapes(tensors))  # the same program
 
-        def finish(bufs):
-            if self.rank == root:
-                for t, b in zip(tensors, bufs):
-                    _write(t, b)
-            return tensors
-
-        return self._run("reduce", key, text, tensors, finish, sync)
+        return self._run("reduce", key, text, tensors, _writer(tensors, self.rank == root), sync)
 
     def broadcast(self, tensors, root, sync):
         lines = [f"%r{i} = c10d.broadcast(%a{i}) {{{self._group()}, src = {root}}} : {_ty(t)}" for i, t in enumerate(tensors)]
         text = self._graph("broadcast", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
         key = ("broadcast", root, self._shapes(tensors))
 
-        def finish(bufs):
-            if self.rank != root:
-                for t, b in zip(tensors, bufs):
-                    _write(t, b)
-            return tensors
-
-        return self._run("broadcast", key, text, tensors, finish, sync)
+        return self._run("broadcast", key, text, tensors, _writer(tensors, self.rank != root), sync)
 
     def all_gather(self, outputs, inputs, sync):
         if not self._agree("all_gather", self._shapes(inputs)):
@@ -341,13 +336,7 @@ class InProcessTransport:
         text = self._graph("all_gather", inputs, lines, outs, types)
         key = ("all_gather", self._shapes(inputs))
 
-        def finish(bufs):
-            flat = [o for outs_i in outputs for o in outs_i]
-            for o, b in zip(flat, bufs):
-                _write(o, b)
-            return flat
-
-        return self._run("all_gather", key, text, inputs, finish, sync)
+        return self._run("all_gather", key, text, inputs, _writer([o for outs in outputs for o in outs]), sync)
 
     def all_gather_into(self, outputs, inputs, sync):
         if not self._agree("all_gather_into", self._shapes(inputs)):
@@ -365,12 +354,7 @@ class InProcessTransport:
         text = self._graph("all_gather_into", inputs, lines, outs, [_ty(o) for o in outputs])
         key = ("all_gather_into", self._shapes(inputs), self._shapes(outputs))
 
-        def finish(bufs):
-            for o, b in zip(outputs, bufs):
-                _write(o, b)
-            return outputs
-
-        return self._run("all_gather_into", key, text, inputs, finish, sync)
+        return self._run("all_gather_into", key, text, inputs, _writer(outputs), sync)
 
     def reduce_scatter_tensor(self, outputs, inputs, red, sync):
         kind = self._reduce_kind(inputs, red)
@@ -388,12 +372,7 @@ class InProcessTransport:
         text = self._graph("reduce_scatter", inputs, lines, outs, [_ty(o) for o in outputs])
         key = ("reduce_scatter_tensor", kind, red.pre, self._shapes(inputs), self._shapes(outputs))
 
-        def finish(bufs):
-            for o, b in zip(outputs, bufs):
-                _write(o, b)
-            return outputs
-
-        return self._run("reduce_scatter_tensor", key, text, inputs, finish, sync)
+        return self._run("reduce_scatter_tensor", key, text, inputs, _writer(outputs), sync)
 
     def reduce_scatter(self, outputs, inputs, red, sync):
         # inputs[i]: this rank's `size` pieces for output i: stacked, then one tensor op.
@@ -415,11 +394,7 @@ class InProcessTransport:
         text = self._graph("all_to_all", [input], lines, ["%o0"], [_ty(output)])
         key = ("all_to_all_single", self._shapes([input]), self._shapes([output]))
 
-        def finish(bufs):
-            _write(output, bufs[0])
-            return [output]
-
-        return self._run("all_to_all_single", key, text, [input], finish, sync)
+        return self._run("all_to_all_single", key, text, [input], _writer([output]), sync)
 
     def all_to_all(self, outputs, inputs, sync):
         shapes = {(t.dtype, tuple(t.shape)) for t in list(inputs) + list(outputs)}
