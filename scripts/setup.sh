@@ -120,7 +120,8 @@ GUARD_SO="$(ls python/torchtpu/_device_guard*.so 2>/dev/null | head -n1 || true)
 if [ -z "$GUARD_SO" ] || [ "$GUARD_SRC" -nt "$GUARD_SO" ] || [ python/setup_guard.py -nt "$GUARD_SO" ] \
     || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$GUARD_SO" 2>/dev/null)" ]; then
   log "building torchtpu._device_guard against the installed torch"
-  (cd python && MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_guard.py -q build_ext --inplace \
+  # Without autoload: torch's start would register the tpu device, which needs this very guard.
+  (cd python && TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_guard.py -q build_ext --inplace \
       --build-temp "$ROOT/target/device-guard")
 else
   log "torchtpu._device_guard up to date"
