@@ -136,7 +136,8 @@ class TpuDistBackend(C10DBackend):
         self._seq += 1
         seq = self._seq
         with _defer.cause("collective", op):
-            if checked and self._check:
+            # A transport that compares the ranks' calls itself where they meet needs no exchange.
+            if checked and self._check and not getattr(self._transport, "matches_calls", False):
                 self._check_fingerprint(op, signature, seq)
             try:
                 fut = launch(self._sync(opts))

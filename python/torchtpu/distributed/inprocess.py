@@ -159,6 +159,10 @@ class InProcessTransport:
     devices. `host` is the group's host transport, for the forms the programs do not cover."""
 
     name = "in-process"
+    # The ranks' calls meet at the hub under a key of op, reduction, dtypes and shapes: a
+    # mismatch raises there (`_meet`), so the backend's fingerprint exchange would be a second
+    # meeting per collective for nothing.
+    matches_calls = True
 
     def __init__(self, token: str, rank: int, size: int, timeout: timedelta, host):
         self.rank, self.size, self.timeout = rank, size, timeout
