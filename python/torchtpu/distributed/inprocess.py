@@ -8,17 +8,16 @@ Nothing crosses the host.
 
 What the programs do not cover (a bitwise reduce op, an integer average, uneven all-to-all
 splits, differing shapes across ranks) goes through the group's host transport instead,
-counted in `torchtpu.stats()["distributed"]["host_fallbacks"]` by op: a slower route,
-never a wrong one.
+counted in `inprocess.STATS["host_fallbacks"]` by op: a slower route, never a wrong one.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
 import uuid
+import weakref
 from datetime import timedelta
 
 import torch
@@ -30,9 +29,13 @@ from torchtpu.distributed._errors import CollectiveError, CollectiveMismatchErro
 RedOpType = ReduceOp.RedOpType
 _REDUCE_NAMES = {RedOpType.SUM: "sum", RedOpType.PRODUCT: "product", RedOpType.MIN: "min", RedOpType.MAX: "max"}
 
-# Hubs by token (one per group), shared by the group's threads.
-_hubs: dict[str, "_Hub"] = {}
+# Hubs by token (one per group), shared by the group's threads; a hub lives as long as a
+# transport of its group does.
+_hubs: "weakref.WeakValueDictionary[str, _Hub]" = weakref.WeakValueDictionary()
 _hubs_lock = threading.Lock()
+_watchdog: threading.Thread | None = None
+# This process, as the group's ranks publish it: a pid alone repeats across hosts.
+_PROCESS = uuid.uuid4().hex
 # Compiled replicated programs by key (op, dtypes, shapes, devices, attributes).
 _programs: dict[tuple, object] = {}
 _programs_lock = threading.Lock()
@@ -44,13 +47,13 @@ def members_in_process(store, rank: int, size: int) -> str | None:
     device (each rank publishes its pid and current device), else None. Every rank reads the
     same entries, so every rank decides alike."""
     device = torch.tpu.current_device()
-    store.set(f"inproc/member/{rank}", f"{os.getpid()}:{device}")
+    store.set(f"inproc/member/{rank}", f"{_PROCESS}:{device}")
     if rank == 0:
         store.set("inproc/token", uuid.uuid4().hex)
     rows = [store.get(f"inproc/member/{r}").decode().split(":") for r in range(size)]
-    pids = {p for p, _ in rows}
+    processes = {p for p, _ in rows}
     devices = [int(d) for _, d in rows]
-    if pids != {str(os.getpid())} or len(set(devices)) != size:
+    if processes != {_PROCESS} or len(set(devices)) != size:
         return None
     return store.get("inproc/token").decode()
 
@@ -77,22 +80,31 @@ class _Hub:
         self.rounds: dict[int, _Round] = {}
         self.mailboxes: dict[tuple, list] = {}  # (src, dst, tag) -> buffers sent, in order
         self.mail = threading.Condition(self.lock)
-        threading.Thread(target=self._watch, name="tpu_dist-watchdog", daemon=True).start()
 
-    def _watch(self) -> None:
-        while True:
-            time.sleep(0.25)
-            now = time.monotonic()
-            with self.lock:
-                late = [(seq, r) for seq, r in self.rounds.items() if now - r.started > r.timeout]
-                for seq, _ in late:
-                    del self.rounds[seq]
-            for seq, rnd in late:
-                missing = [r for r, f in enumerate(rnd.futures) if f is None]
-                fail(rnd, CollectiveError(
-                    f"tpu_dist: {rnd.op} (collective #{seq}): ranks {missing} did not arrive within the group's "
-                    f"timeout ({rnd.timeout:g} s)", rnd.op, -1, seq,
-                ))
+    def expire(self, now: float) -> None:
+        """Fails the rounds that waited longer than the group's timeout."""
+        with self.lock:
+            late = [(seq, r) for seq, r in self.rounds.items() if now - r.started > r.timeout]
+            for seq, _ in late:
+                del self.rounds[seq]
+        for seq, rnd in late:
+            missing = [r for r, f in enumerate(rnd.futures) if f is None]
+            fail(rnd, CollectiveError(
+                f"tpu_dist: {rnd.op} (collective #{seq}): ranks {missing} did not arrive within the group's "
+                f"timeout ({rnd.timeout:g} s)", rnd.op, -1, seq,
+            ))
+
+
+def _watch() -> None:
+    """The one watchdog thread of the process: every quarter second, each live hub's late rounds."""
+    while True:
+        time.sleep(0.25)
+        with _hubs_lock:
+            hubs = list(_hubs.values())
+        now = time.monotonic()
+        for hub in hubs:
+            hub.expire(now)
+        del hubs
 
 
 def fail(rnd: _Round, e: BaseException) -> None:
@@ -102,10 +114,14 @@ def fail(rnd: _Round, e: BaseException) -> None:
 
 
 def _hub(token: str, size: int) -> _Hub:
+    global _watchdog
     with _hubs_lock:
         hub = _hubs.get(token)
         if hub is None:
             hub = _hubs[token] = _Hub(size)
+        if _watchdog is None:
+            _watchdog = threading.Thread(target=_watch, name="tpu_dist-watchdog", daemon=True)
+            _watchdog.start()
         return hub
 
 
