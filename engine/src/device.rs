@@ -5,7 +5,7 @@
 
 use torchtpu_runtime::{Buffer, Device};
 
-use crate::ir::DType;
+use crate::ir::{DType, TensorType};
 use crate::{element_type, fault_injected, CompiledGraph, Engine, EngineError};
 
 impl Engine {
@@ -91,16 +91,7 @@ impl CompiledGraph {
         if inputs.len() != self.inputs.len() {
             return Err(EngineError::Arity { expected: self.inputs.len(), got: inputs.len() });
         }
-        for (index, (b, ty)) in inputs.iter().zip(&self.inputs).enumerate() {
-            let dims = ty.static_dims().unwrap_or_default();
-            if b.element_type() != element_type(ty.dtype) || b.dims() != dims.as_slice() {
-                return Err(EngineError::Input {
-                    index,
-                    expected: ty.to_string(),
-                    got: format!("a device buffer {:?}{:?}", b.element_type(), b.dims()),
-                });
-            }
-        }
+        check_buffer_types(inputs, &self.inputs, "")?;
         let mut donated = vec![false; inputs.len()];
         for &i in donate {
             if i >= inputs.len() || std::mem::replace(&mut donated[i], true) {
@@ -114,4 +105,20 @@ impl CompiledGraph {
         let keep: Vec<i64> = (0..inputs.len()).filter(|&i| !donated[i]).map(|i| i as i64).collect();
         self.exe.execute_on(inputs, &keep, device, wait).map_err(EngineError::Execute)
     }
+}
+
+/// Refuses device buffers whose element type or shape is not the compiled input type's;
+/// `whose` says whose inputs they are in the message (" (replica 1)").
+pub(crate) fn check_buffer_types(inputs: &[&Buffer], types: &[TensorType], whose: &str) -> Result<(), EngineError> {
+    for (index, (b, ty)) in inputs.iter().zip(types).enumerate() {
+        let dims = ty.static_dims().unwrap_or_default();
+        if b.element_type() != element_type(ty.dtype) || b.dims() != dims.as_slice() {
+            return Err(EngineError::Input {
+                index,
+                expected: format!("{ty}{whose}"),
+                got: format!("a device buffer {:?}{:?}", b.element_type(), b.dims()),
+            });
+        }
+    }
+    Ok(())
 }

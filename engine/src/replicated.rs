@@ -9,7 +9,7 @@ use std::time::Instant;
 use torchtpu_compiler::ir::{Attr, Graph, TensorType};
 use torchtpu_runtime::{Buffer, CompileOptions, Device, Executable};
 
-use crate::{element_type, fault_injected, Engine, EngineError, Options, Timings};
+use crate::{fault_injected, Engine, EngineError, Options, Timings};
 
 /// A compiled replicated program and the devices of its replicas, in replica order.
 pub struct ReplicatedProgram {
@@ -122,15 +122,8 @@ impl ReplicatedProgram {
             if row.len() != self.inputs.len() {
                 return Err(EngineError::Arity { expected: self.inputs.len(), got: row.len() });
             }
-            for (index, (b, ty)) in row.iter().zip(&self.inputs).enumerate() {
-                let dims = ty.static_dims().unwrap_or_default();
-                if b.element_type() != element_type(ty.dtype) || b.dims() != dims.as_slice() {
-                    return Err(EngineError::Input {
-                        index,
-                        expected: format!("{ty} (replica {r})"),
-                        got: format!("a device buffer {:?}{:?}", b.element_type(), b.dims()),
-                    });
-                }
+            crate::device::check_buffer_types(row, &self.inputs, &format!(" (replica {r})"))?;
+            for (index, b) in row.iter().enumerate() {
                 if !b.is_on(device).map_err(EngineError::Execute)? {
                     return Err(EngineError::Input {
                         index,
