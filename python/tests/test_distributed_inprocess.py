@@ -360,3 +360,21 @@ def test_defer_and_fuse_is_refused_for_thread_ranks_and_works_for_one_rank():
     y, reasons = td.spawn(one_rank, 1)[0]
     assert torch.equal(y, (torch.arange(4.0) * 2 + 1) * 3)
     assert "collective" in reasons, reasons
+
+
+def test_a_wait_on_a_collective_started_outside_the_graph_really_waits():
+    """`wait_tensor` of a tensor whose collective started before the compiled graph runs
+    eagerly (a split of kind "collective"): inside the program it would read the old values."""
+    torch._dynamo.reset()
+    torchtpu.reset_stats()
+    compiled = torch.compile(lambda y: torch.ops._c10d_functional.wait_tensor(y) + 1, backend="torchtpu")
+
+    def run(rank):
+        x = torch.full((3,), float(rank + 1), device="tpu")
+        y = torch.ops._c10d_functional.all_reduce(x, "sum", dist.group.WORLD.group_name)  # in flight
+        return compiled(y).cpu()
+
+    for out in td.spawn(run, N):
+        assert torch.equal(out, torch.full((3,), 1.0 + 2 + 3 + 4 + 1))
+    reasons = torchtpu.stats()["fallback_reasons"]
+    assert reasons and all(r["kind"] == "collective" for r in reasons), reasons

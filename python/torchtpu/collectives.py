@@ -76,7 +76,9 @@ def split_reason(node) -> str | None:
         src = node.args[0] if node.args else None
         if isinstance(src, torch.fx.Node) and base_name(src.target) in FUNCTIONAL:
             return split_reason(src)
-        return None
+        # A collective started outside this graph (an input still in flight): the wait must
+        # really wait, so it runs eagerly; inside the program it would read the old values.
+        return f"collective: {WAIT} of a collective started outside the graph waits through its process group"
     group = in_process_group(_group_name(node))
     if group is None:
         return (
