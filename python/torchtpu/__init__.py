@@ -89,23 +89,26 @@ def explain(model, *args, **kwargs) -> dict:
 
 
 def _register_backend() -> None:
-    """Registers `torchtpu` with Dynamo unless its entry point is installed or already known:
-    when Dynamo loads the entry point it registers the function itself, and registering twice
-    is an error. (Checking the entry point first keeps `import torchtpu` from importing
-    Dynamo, which the `tpu` device's autoload at `import torch` must not do.)"""
+    """Registers `torchtpu` with Dynamo, and `tpu` (the name transformers compiles tpu models
+    with), unless their entry points are installed or they are already known: when Dynamo
+    loads an entry point it registers the function itself, and registering twice is an error.
+    (Checking the entry points first keeps `import torchtpu` from importing Dynamo, which the
+    `tpu` device's autoload at `import torch` must not do.)"""
     from importlib.metadata import entry_points
 
-    if any(ep.name == "torchtpu" for ep in entry_points(group="torch_dynamo_backends")):
+    installed = {ep.name for ep in entry_points(group="torch_dynamo_backends")}
+    names = [n for n in ("torchtpu", "tpu") if n not in installed]
+    if not names:
         return
     try:
         from torch._dynamo.backends import registry
     except Exception:  # torch missing or too old: the compiler core still works
         return
-    if "torchtpu" in registry._COMPILER_FNS or registry._BACKENDS.get("torchtpu") is not None:
-        return
     from torchtpu.backend import torchtpu_backend
 
-    registry.register_backend(compiler_fn=torchtpu_backend, name="torchtpu")
+    for name in names:
+        if name not in registry._COMPILER_FNS and registry._BACKENDS.get(name) is None:
+            registry.register_backend(compiler_fn=torchtpu_backend, name=name)
 
 
 _register_backend()

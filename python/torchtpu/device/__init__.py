@@ -17,7 +17,22 @@ fallback), `_kernels` (the registered kernels), `_random` (the device generator)
 
 from __future__ import annotations
 
-import torch
+# Defined before `import torch`: when `import torchtpu.device` is a process's first import, torch
+# starts inside the next line and calls this entry point on the half-built module. It then only
+# notes the request, and the module registers the device once it is complete (end of file).
+_autoload_pending = False
+
+
+def _autoload() -> None:
+    """The `torch.backends` entry point (run by `import torch`)."""
+    global _autoload_pending
+    if "register" not in globals():
+        _autoload_pending = True
+        return
+    register()
+
+
+import torch  # noqa: E402
 
 NAME = "tpu"
 _registered = False
@@ -52,6 +67,7 @@ def register() -> None:
     module.patch_storage()
     module.patch_module_conversion()
     module.patch_data_ptr()
+    module.patch_default_compile()
     _registered = True
     # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
     # finds it when tpu is the accelerator.
@@ -150,6 +166,5 @@ def is_registered() -> bool:
     return _registered
 
 
-def _autoload() -> None:
-    """The `torch.backends` entry point (run by `import torch`)."""
+if _autoload_pending:
     register()

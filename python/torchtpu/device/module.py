@@ -486,6 +486,36 @@ def patch_module_conversion() -> None:
 _original_data_ptr = None
 
 
+def patch_default_compile() -> None:
+    """`torch.compile(model)` with its default backend on tpu tensors compiles with torchtpu.
+
+    Inductor has no code generator for this device (its device named tpu is a Pallas
+    generator that needs JAX), so a CUDA user's unchanged `torch.compile(model)` would fail
+    inside it. A graph with any tpu input (the model's parameters are inputs) goes to the
+    torchtpu backend instead, with one warning; graphs on other devices still go to Inductor.
+    Inductor's `mode=` has no torchtpu meaning and is dropped (docs/eager.md)."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    call = getattr(wrapper, "__call__", None)
+    if call is None or getattr(call, "_torchtpu", False):
+        return
+
+    def __call__(self, model_, inputs_, **kwargs):
+        if any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs_):
+            from torchtpu._log import warn_once
+            from torchtpu.backend import torchtpu_backend
+
+            warn_once(
+                "inductor-on-tpu",
+                "torch.compile: Inductor cannot generate code for tpu tensors; this graph is compiled "
+                'with torchtpu (write backend="torchtpu" to say so and to pass options=)',
+            )
+            return torchtpu_backend(model_, inputs_)
+        return call(self, model_, inputs_, **kwargs)
+
+    __call__._torchtpu = True
+    wrapper.__call__ = __call__
+
+
 def patch_data_ptr() -> None:
     """`data_ptr()` of tpu tensors and storages: a storage has no host pointer, so PyTorch
     gives 0 for all of them, and transformers, accelerate and safetensors, which tell tied

@@ -1,0 +1,101 @@
+"""What a CUDA user writes in the first hour on tpu (issue 28): `import torchtpu.device` as the
+first import, `torch.compile(model)` with its default backend on tpu tensors, and the `tpu`
+Dynamo backend name that transformers compiles tpu models with (with a `mode=`). Values are
+compared with CPU eager."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchtpu  # noqa: F401  (registers the backends when the entry points are absent)
+
+TPU = "tpu"
+
+
+def _run(code: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("TORCHTPU_DEVICE", None)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_import_torchtpu_device_as_the_first_import():
+    r = _run(
+        """
+        import torchtpu.device
+        import torch
+        assert torchtpu.device.is_registered()
+        x = torch.arange(6.0, device="tpu").reshape(2, 3)
+        print((x * 2).sum().item())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "30.0"
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+
+
+def test_default_backend_on_tpu_tensors_compiles_with_torchtpu():
+    torch._dynamo.reset()
+    ref = _mlp()
+    model = _mlp().to(TPU)
+    x = torch.randn(5, 8)
+    seen = torchtpu.stats()["graphs_seen"]
+    compiled = torch.compile(model)  # Inductor, the default
+    out = compiled(x.to(TPU))
+    assert out.device.type == TPU
+    assert torchtpu.stats()["graphs_seen"] > seen  # torchtpu compiled it, not Inductor
+    torch.testing.assert_close(out.cpu(), ref(x), rtol=1e-5, atol=1e-5)
+    # A compiled training step: gradients match CPU eager.
+    loss = compiled(x.to(TPU)).square().mean()
+    loss.backward()
+    ref(x).square().mean().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_default_backend_still_uses_inductor_for_cpu_tensors():
+    torch._dynamo.reset()
+    seen = torchtpu.stats()["graphs_seen"]
+    f = torch.compile(lambda a: a.sin() + 1)
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), x.sin() + 1)
+    assert torchtpu.stats()["graphs_seen"] == seen
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune"])
+def test_tpu_backend_name_with_a_mode(mode):
+    torch._dynamo.reset()
+    ref = _mlp()
+    model = _mlp().to(TPU)
+    x = torch.randn(3, 8)
+    out = torch.compile(model, backend="tpu", mode=mode, dynamic=False)(x.to(TPU))
+    torch.testing.assert_close(out.cpu(), ref(x), rtol=1e-5, atol=1e-5)
+
+
+def test_hf_static_cache_generate_on_tpu_matches_cpu_with_at_most_two_compiles():
+    """transformers compiles a tpu model's decoding step with `backend="tpu", mode="default"`
+    (`PreTrainedModel._default_compile_config`)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 128, (1, 5))
+    ref = model.generate(ids, max_new_tokens=6, do_sample=False)
+    torch._dynamo.reset()
+    before = torchtpu.stats()["graphs_compiled"]
+    out = model.to(TPU).generate(ids.to(TPU), max_new_tokens=6, do_sample=False, cache_implementation="static")
+    assert torch.equal(out.cpu(), ref)
+    compiled = torchtpu.stats()["graphs_compiled"] - before
+    assert 1 <= compiled <= 2, compiled
