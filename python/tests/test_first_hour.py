@@ -99,3 +99,51 @@ def test_hf_static_cache_generate_on_tpu_matches_cpu_with_at_most_two_compiles()
     assert torch.equal(out.cpu(), ref)
     compiled = torchtpu.stats()["graphs_compiled"] - before
     assert 1 <= compiled <= 2, compiled
+
+
+def _histc_int_reference(x: torch.Tensor, bins: int, lo: int, hi: int) -> torch.Tensor:
+    """CUDA's integer histc: bin = (x - min) * bins / (max - min) in integers, the top edge in
+    the last bin, outside values dropped (CPU has no integer kernel)."""
+    if lo == hi:
+        lo, hi = int(x.min()), int(x.max())
+        if lo == hi:
+            lo, hi = lo - 1, hi + 1
+    counts = [0] * bins
+    for v in x.flatten().tolist():
+        if lo <= v <= hi:
+            counts[min((v - lo) * bins // (hi - lo), bins - 1)] += 1
+    return torch.tensor(counts, dtype=x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.int16])
+@pytest.mark.parametrize("bins,lo,hi", [(4, 0, 3), (8, 0, 0), (3, 1, 2), (5, 2, 9)])
+def test_histc_of_integers_on_tpu(dtype, bins, lo, hi):
+    torch.manual_seed(0)
+    x = torch.randint(0, 10, (3, 7)).to(dtype)
+    out = torch.histc(x.to(TPU), bins=bins, min=lo, max=hi)
+    assert out.dtype == dtype
+    assert torch.equal(out.cpu(), _histc_int_reference(x, bins, lo, hi))
+
+
+def test_histc_of_floats_unchanged_and_a_constant_int_tensor():
+    x = torch.randn(50)
+    torch.testing.assert_close(torch.histc(x.to(TPU), bins=7).cpu(), torch.histc(x, bins=7))
+    c = torch.full((4,), 5, dtype=torch.int64)
+    assert torch.equal(torch.histc(c.to(TPU), bins=3).cpu(), torch.tensor([0, 4, 0]))
+
+
+def test_mixtral_moe_forward_on_tpu_matches_cpu_without_fallback(recwarn):
+    """transformers' MoE routing counts tokens per expert with `histc` on an int tensor."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MixtralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(cfg).eval()
+    ids = torch.randint(0, 128, (2, 7))
+    with torch.no_grad():
+        ref = model(ids).logits
+        out = model.to(TPU)(ids.to(TPU)).logits.cpu()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert not [w for w in recwarn if "runs on the CPU" in str(w.message)]

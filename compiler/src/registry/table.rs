@@ -256,7 +256,7 @@ pub(super) static OPS: &[OpDef] = &[
     op("aten.masked_scatter").rule(rule!(indexing::masked_scatter)),
     op("aten.nonzero_static").rule(rule!(indexing::nonzero_static)),
     op("aten.logcumsumexp").rule(rule!(indexing::logcumsumexp)).legal(reduce::float_result),
-    op("aten.histc").rule(rule!(indexing::histc)).legal(reduce::float_result),
+    op("aten.histc").rule(rule!(indexing::histc)).legal(prims::not_bool_legal),
     op("prims.as_strided_scatter").rule(rule!(indexing::as_strided_scatter)),
     // prims left by PyTorch's reference decompositions, special functions
     op("prims.sum").traits(T::REDUCTION).rule_with(rule!(prims::reduction), "sum").shard(S::REDUCE),

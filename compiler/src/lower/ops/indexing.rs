@@ -814,25 +814,29 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
 
 /// histc(self, bins=100, min=0, max=0): counts per equal-width bin over [min, max] (the
 /// data's own range when min == max), values outside and NaNs ignored, the top edge in the
-/// last bin - bin = trunc((x - min) / (max - min) * bins) as ATen computes it.
+/// last bin - bin = trunc((x - min) / (max - min) * bins) as ATen computes it. Integer tensors
+/// (MoE routing counts experts this way) count in their own dtype with CUDA's exact integer
+/// bin, (x - min) * bins / (max - min) in int64; CPU has no integer kernel.
 pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = n.arg(0)?;
-    if !out.is_float() {
-        return bad!("histc of a non-float tensor (refused by `reduce::float_result`)");
+    if out == DType::Bool {
+        return bad!("histc of a bool tensor (refused by `prims::not_bool_legal`)");
     }
+    let int = !out.is_float();
+    let comp = if int { DType::I64 } else { out };
     let bins = n.int_or("bins", 100)?;
     let numel: i64 = product(x.dims.iter().copied())?;
-    let flat = e.reshape(&e.convert(x, out)?, &[numel])?;
+    let flat = e.reshape(&e.convert(x, comp)?, &[numel])?;
     let (lo, hi) = (n.float_or("min", 0.0)?, n.float_or("max", 0.0)?);
-    let scalar = |v: f64| e.constant(out, &[], Scalar::F(v));
+    let scalar = |v: f64| e.constant(comp, &[], if int { Scalar::I(v as i64) } else { Scalar::F(v) });
     let (mut lo_t, mut hi_t) = (scalar(lo)?, scalar(hi)?);
     if lo == hi && numel > 0 {
         lo_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "min")?;
         hi_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "max")?;
         let same = e.compare(&lo_t, &hi_t, Cmp::Eq)?;
-        lo_t = e.select(&same, &e.ew("stablehlo.subtract", &[&lo_t, &scalar(1.0)?], out)?, &lo_t)?;
-        hi_t = e.select(&same, &e.ew("stablehlo.add", &[&hi_t, &scalar(1.0)?], out)?, &hi_t)?;
+        lo_t = e.select(&same, &e.ew("stablehlo.subtract", &[&lo_t, &scalar(1.0)?], comp)?, &lo_t)?;
+        hi_t = e.select(&same, &e.ew("stablehlo.add", &[&hi_t, &scalar(1.0)?], comp)?, &hi_t)?;
     }
     let counts = e.constant(out, &[bins], Scalar::I(0))?;
     if numel == 0 {
@@ -840,12 +844,16 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     }
     let lo_b = e.broadcast_in_dim(&lo_t, &[numel], &[])?;
     let hi_b = e.broadcast_in_dim(&hi_t, &[numel], &[])?;
-    let width = e.ew("stablehlo.subtract", &[&hi_b, &lo_b], out)?;
-    let frac = e.ew("stablehlo.divide", &[&e.ew("stablehlo.subtract", &[&flat, &lo_b], out)?, &width], out)?;
-    let pos = e.convert(
-        &e.ew("stablehlo.multiply", &[&frac, &e.constant(out, &[numel], Scalar::I(bins))?], out)?,
-        DType::I64,
-    )?;
+    let width = e.ew("stablehlo.subtract", &[&hi_b, &lo_b], comp)?;
+    let offset = e.ew("stablehlo.subtract", &[&flat, &lo_b], comp)?;
+    let bins_t = e.constant(comp, &[numel], Scalar::I(bins))?;
+    let pos = if int {
+        // Inside the range the numerator is non-negative, so truncation is CUDA's floor.
+        e.ew("stablehlo.divide", &[&e.ew("stablehlo.multiply", &[&offset, &bins_t], comp)?, &width], comp)?
+    } else {
+        let frac = e.ew("stablehlo.divide", &[&offset, &width], comp)?;
+        e.convert(&e.ew("stablehlo.multiply", &[&frac, &bins_t], comp)?, DType::I64)?
+    };
     let last = e.constant(DType::I64, &[numel], Scalar::I(bins - 1))?;
     let at_top = e.compare(&pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?, Cmp::Eq)?;
     let pos = e.select(&at_top, &last, &pos)?;
