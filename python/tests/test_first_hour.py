@@ -147,3 +147,24 @@ def test_mixtral_moe_forward_on_tpu_matches_cpu_without_fallback(recwarn):
         out = model.to(TPU)(ids.to(TPU)).logits.cpu()
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     assert not [w for w in recwarn if "runs on the CPU" in str(w.message)]
+
+
+def test_pin_memory_where_tpu_is_the_accelerator():
+    """A DataLoader's `pin_memory=True` (HF Trainer's default) asks the accelerator's pinned
+    allocator: an honest no-op copy into ordinary host memory, which PJRT transfers from."""
+    r = _run(
+        """
+        import os
+        os.environ["TORCHTPU_DEVICE"] = "1"
+        import torch, torchtpu
+        assert torch.accelerator.current_accelerator().type == "tpu"
+        x = torch.randn(3, 4)
+        y = x.pin_memory()
+        assert torch.equal(x, y) and y.data_ptr() != x.data_ptr() and not y.is_pinned()
+        data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
+        got = [b[0].to("tpu").sum().item() for b in torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)]
+        print(got)
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "[6.0, 22.0]"

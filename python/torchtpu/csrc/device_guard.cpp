@@ -16,6 +16,7 @@
 #include <torch/extension.h>
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Storage.h>
@@ -281,8 +282,9 @@ at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarTyp
 
 // The hooks PyTorch asks of a PrivateUse1 backend. Every answer but the resize is what PyTorch's
 // Python hooks (torch._C._acc.PrivateUse1Hooks with torchtpu's is_built/is_available/
-// has_primary_context returning True) gave: generators, pinned memory and getDeviceFromPtr keep
-// the base class's "not implemented" (torchtpu's generator is its own, `_random.py`).
+// has_primary_context returning True) gave: generators and getDeviceFromPtr keep the base
+// class's "not implemented" (torchtpu's generator is its own, `_random.py`). Pinned memory is
+// an honest no-op (below).
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override {
     return true;
@@ -294,6 +296,14 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 
   bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
     return true;
+  }
+
+  // `pin_memory()` where tpu is the accelerator (a DataLoader's default, HF Trainer's
+  // `dataloader_pin_memory=True`): PJRT's host-to-device transfer reads ordinary host memory,
+  // so "pinned" memory is ordinary CPU memory - pin_memory() copies and `is_pinned()` stays
+  // False (the base class's isPinnedPtr), rather than PyTorch's internal "not implemented".
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    return c10::GetCPUAllocator();
   }
 
   // `UntypedStorage.resize_(new_bytes)`: Python replaces the storage's device data (its slot),
