@@ -1,7 +1,8 @@
 """What a CUDA user writes in the first hour on tpu (issue 28): `import torchtpu.device` as the
 first import, `torch.compile(model)` with its default backend on tpu tensors, and the `tpu`
-Dynamo backend name that transformers compiles tpu models with (with a `mode=`). Values are
-compared with CPU eager."""
+Dynamo backend name that transformers compiles tpu models with (with a `mode=`), `histc` of
+integers (MoE routing) and `pin_memory` where tpu is the accelerator. Values are compared with
+CPU eager."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-import torchtpu  # noqa: F401  (registers the backends when the entry points are absent)
+import torchtpu
 
 TPU = "tpu"
 
