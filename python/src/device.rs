@@ -1,7 +1,7 @@
 //! Device buffers for the eager `tpu` device (`torchtpu.device`): a `DeviceBuffer` owns one
 //! PJRT buffer on one of the engine's devices (`tpu:N` is the N-th) and is freed with its
-//! Python object. Live and peak bytes are counted here, per device, where buffers are made and
-//! dropped.
+//! Python object. Live and peak bytes, and the allocations and frees behind them, are counted
+//! here, per device, where buffers are made and dropped (`torch.tpu.memory_stats`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -14,11 +14,31 @@ use torchtpu_runtime::{Buffer, ElementType};
 
 use crate::{default_engine, dlpack, engine_error, guarded, py_error, some, Program};
 
-/// Live and peak bytes of one device's `DeviceBuffer`s.
+/// Live and peak bytes of one device's `DeviceBuffer`s, and the allocations and frees (count
+/// and bytes) since the process began or `reset_device_accumulated`.
 #[derive(Default)]
 struct Counter {
     live: AtomicUsize,
     peak: AtomicUsize,
+    allocations: AtomicUsize,
+    frees: AtomicUsize,
+    bytes_allocated: AtomicUsize,
+    bytes_freed: AtomicUsize,
+}
+
+impl Counter {
+    fn add(&self, nbytes: usize) {
+        let live = self.live.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
+        self.peak.fetch_max(live, Ordering::Relaxed);
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        self.bytes_allocated.fetch_add(nbytes, Ordering::Relaxed);
+    }
+
+    fn remove(&self, nbytes: usize) {
+        self.live.fetch_sub(nbytes, Ordering::Relaxed);
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        self.bytes_freed.fetch_add(nbytes, Ordering::Relaxed);
+    }
 }
 
 /// One counter per device of the default engine (every `DeviceBuffer` is on one of them).
@@ -48,15 +68,13 @@ impl DeviceBuffer {
     /// there, or ran the program there), and counts its bytes on that device.
     pub(crate) fn new(buffer: Buffer, dtype: DType, device: usize) -> DeviceBuffer {
         let nbytes = torchtpu_runtime::dense_byte_size(buffer.element_type(), buffer.dims()).unwrap_or(0);
-        let c = &counters()[device];
-        let live = c.live.fetch_add(nbytes, Ordering::Relaxed) + nbytes;
-        c.peak.fetch_max(live, Ordering::Relaxed);
+        counters()[device].add(nbytes);
         DeviceBuffer { buffer, device, dtype, nbytes, donated: AtomicBool::new(false) }
     }
 
     fn mark_donated(&self) {
         if !self.donated.swap(true, Ordering::Relaxed) {
-            counters()[self.device].live.fetch_sub(self.nbytes, Ordering::Relaxed);
+            counters()[self.device].remove(self.nbytes);
         }
     }
 
@@ -71,7 +89,7 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if !self.donated.load(Ordering::Relaxed) {
-            counters()[self.device].live.fetch_sub(self.nbytes, Ordering::Relaxed);
+            counters()[self.device].remove(self.nbytes);
         }
     }
 }
@@ -202,6 +220,28 @@ pub fn device_memory(py: Python<'_>, device: usize) -> PyResult<(usize, usize)> 
     check_device(py, default_engine(py)?, device)?;
     let c = &counters()[device];
     Ok((c.live.load(Ordering::Relaxed), c.peak.load(Ordering::Relaxed)))
+}
+
+/// Device `device`'s counters: `(live, peak, allocations, frees, bytes_allocated, bytes_freed)`.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+pub fn device_memory_counters(py: Python<'_>, device: usize) -> PyResult<(usize, usize, usize, usize, usize, usize)> {
+    check_device(py, default_engine(py)?, device)?;
+    let c = &counters()[device];
+    let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+    Ok((get(&c.live), get(&c.peak), get(&c.allocations), get(&c.frees), get(&c.bytes_allocated), get(&c.bytes_freed)))
+}
+
+/// Zeroes device `device`'s allocation and free counts (live and peak bytes stay).
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+pub fn reset_device_accumulated(py: Python<'_>, device: usize) -> PyResult<()> {
+    check_device(py, default_engine(py)?, device)?;
+    let c = &counters()[device];
+    for a in [&c.allocations, &c.frees, &c.bytes_allocated, &c.bytes_freed] {
+        a.store(0, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// Resets device `device`'s peak to the bytes live there now.

@@ -609,6 +609,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::device_put, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(device::reset_device_peak, m)?)?;
+    m.add_function(wrap_pyfunction!(device::device_memory_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(device::reset_device_accumulated, m)?)?;
     m.add_class::<Program>()?;
     m.add_class::<device::DeviceBuffer>()?;
     m.add_class::<replicated::ReplicatedProgram>()?;

@@ -169,3 +169,84 @@ def test_pin_memory_where_tpu_is_the_accelerator():
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "[6.0, 22.0]"
+
+
+def test_accelerator_memory_functions_answer_for_tpu():
+    """`torch.accelerator`'s memory functions insist on a `c10::DeviceAllocator` for the device:
+    the native allocator answers them with the device buffers' counters, the same numbers as
+    `torch.tpu.memory_allocated` (exact byte counts: 1024 float32 are 4096 bytes). The CPU
+    plugin's free and total memory are the host's."""
+    r = _run(
+        """
+        import os
+        os.environ["TORCHTPU_DEVICE"] = "1"
+        import torch, torchtpu
+        acc = torch.accelerator
+        warm = torch.ones(4, device="tpu") * 2  # caches the scalars 1.0 and 2.0 (8 bytes each)
+        del warm
+        base = acc.memory_allocated()
+        x = torch.ones(1024, device="tpu")
+        assert acc.memory_allocated() - base == 4096 == torch.tpu.memory_allocated() - base
+        y = x * 2
+        assert acc.memory_allocated() - base == 8192 and acc.memory_reserved() == acc.memory_allocated()
+        stats = acc.memory_stats()
+        assert stats["allocated_bytes.all.current"] == acc.memory_allocated()
+        assert stats["allocation.all.allocated"] >= 2
+        assert torch.tpu.memory_stats()["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"]
+        del y
+        assert acc.memory_allocated() - base == 4096 and acc.max_memory_allocated() - base >= 8192
+        acc.reset_peak_memory_stats()
+        assert acc.max_memory_allocated() == acc.memory_allocated()
+        acc.reset_accumulated_memory_stats()
+        assert acc.memory_stats()["allocation.all.allocated"] == 0
+        acc.empty_cache()
+        free, total = acc.get_memory_info(0)
+        assert 0 < free <= total and torch.tpu.mem_get_info(0)[1] == total and torch.tpu.get_device_properties(0).total_memory == total
+        try:
+            acc.memory_allocated(99)
+        except RuntimeError as e:
+            assert "invalid device tpu:99" in str(e), e
+        else:
+            raise AssertionError("tpu:99 accepted")
+        print("ok")
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "ok"
+
+
+def test_device_map_auto_and_tpu_place_every_parameter_on_tpu(tmp_path):
+    """accelerate sizes "auto" from devices it knows (CUDA, XPU, ...): patched where tpu is the
+    accelerator, it sees tpu:0 and places the whole model there. Greedy tokens equal CPU's.
+    A given `max_memory` is checked against the tpu devices, without accelerate's "Device 0 is
+    not available" warning."""
+    pytest.importorskip("accelerate")
+    r = _run(
+        f"""
+        import os
+        os.environ["TORCHTPU_DEVICE"] = "1"
+        import torch, torchtpu, transformers
+        cfg = transformers.LlamaConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        )
+        torch.manual_seed(0)
+        transformers.LlamaForCausalLM(cfg).save_pretrained({str(tmp_path)!r})
+        ref = transformers.LlamaForCausalLM.from_pretrained({str(tmp_path)!r}, device_map="cpu").eval()
+        ids = torch.randint(0, 128, (1, 5))
+        want = ref.generate(ids, max_new_tokens=4, do_sample=False)
+        for kwargs in ({{"device_map": "auto"}}, {{"device_map": "tpu"}},
+                       {{"device_map": "auto", "max_memory": {{0: "1GiB", "cpu": "1GiB"}}}}):
+            m = transformers.LlamaForCausalLM.from_pretrained({str(tmp_path)!r}, **kwargs).eval()
+            places = {{t.device.type for t in [*m.parameters(), *m.buffers()]}}
+            assert places == {{"tpu"}}, (kwargs, places)
+            got = m.generate(ids.to("tpu"), max_new_tokens=4, do_sample=False)
+            assert torch.equal(got.cpu(), want), kwargs
+        from accelerate.utils import get_max_memory
+        assert list(get_max_memory()) == [0]
+        print("ok")
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "ok"
+    assert "is not available" not in r.stderr, r.stderr[-2000:]

@@ -17,6 +17,7 @@
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Storage.h>
@@ -44,6 +45,9 @@ thread_local std::vector<c10::StreamId> current_streams;
 PyObject* count_hook = nullptr;
 PyObject* sync_hook = nullptr;
 PyObject* resize_hook = nullptr;
+// `memory_hook(kind, device)`: kind "counters" -> (live, peak, allocations, frees,
+// bytes_allocated, bytes_freed); "info" -> (free, total); "reset_peak", "reset_accumulated".
+PyObject* memory_hook = nullptr;
 
 c10::DeviceIndex count() noexcept {
   c10::DeviceIndex n = device_count.load();
@@ -280,6 +284,101 @@ at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarTyp
   return t;
 }
 
+// Calls `memory_hook(kind, device)` and returns its result as `n` size_t values (none for a
+// hook that returns None); a Python error propagates as itself.
+std::vector<size_t> call_memory_hook(const char* kind, c10::DeviceIndex device, size_t n) {
+  TORCH_CHECK(memory_hook != nullptr, "torchtpu: tpu memory statistics are not available before the tpu device registers");
+  check_index(device);
+  pybind11::gil_scoped_acquire gil;
+  PyObject* r = PyObject_CallFunction(memory_hook, "si", kind, static_cast<int>(device));
+  if (r == nullptr) {
+    throw python_error();
+  }
+  std::vector<size_t> out;
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_GetItem(r, static_cast<Py_ssize_t>(i));
+    if (item == nullptr) {
+      Py_DECREF(r);
+      throw python_error();
+    }
+    out.push_back(PyLong_AsSize_t(item));
+    Py_DECREF(item);
+  }
+  Py_DECREF(r);
+  if (PyErr_Occurred()) {
+    throw python_error();
+  }
+  return out;
+}
+
+// The device's allocator, registered so that PyTorch's device-generic memory API
+// (`torch.accelerator.memory_allocated`, `memory_stats`, `get_memory_info`, `empty_cache`, which
+// insist on a `c10::DeviceAllocator`) answers for tpu. torchtpu's memory is its PJRT buffers,
+// counted where they are made and freed (Rust, `DeviceBuffer`); the statistics come from there.
+// An allocation is what `create_empty_tensor` gives a storage: an address, no host bytes. There
+// is no cache between torchtpu and PJRT (a buffer is freed when its last tensor dies), so
+// reserved bytes equal allocated bytes and `emptyCache` has nothing to release.
+struct TpuAllocator final : public c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    return new_address(nbytes, c10::Device(kTpu, current_index()));
+  }
+
+  void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {
+    TORCH_CHECK(false, "torchtpu: tpu storages hold no host bytes to copy (copy the tensors instead)");
+  }
+
+  bool initialized() override {
+    return memory_hook != nullptr;
+  }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+
+  // Buffers are freed when their tensors die, after the work that reads them (PJRT orders
+  // them): nothing to record.
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    std::vector<size_t> c = call_memory_hook("counters", device, 6);
+    auto as_i64 = [](size_t v) { return static_cast<int64_t>(v); };
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    constexpr size_t all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+      c10::CachingAllocator::Stat& s = (*bytes)[all];
+      s.current = as_i64(c[0]);
+      s.peak = as_i64(c[1]);
+      s.allocated = as_i64(c[4]);
+      s.freed = as_i64(c[5]);
+    }
+    // Counts of buffers: the peak count is not tracked (only the peak bytes), so it reads as
+    // the current count.
+    for (auto* counts : {&stats.allocation, &stats.segment, &stats.active}) {
+      c10::CachingAllocator::Stat& s = (*counts)[all];
+      s.current = as_i64(c[2] - c[3]);
+      s.peak = s.current;
+      s.allocated = as_i64(c[2]);
+      s.freed = as_i64(c[3]);
+    }
+    stats.num_device_alloc = as_i64(c[2]);
+    stats.num_device_free = as_i64(c[3]);
+    return stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    call_memory_hook("reset_accumulated", device, 0);
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    call_memory_hook("reset_peak", device, 0);
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    std::vector<size_t> info = call_memory_hook("info", device, 2);
+    return {info[0], info[1]};
+  }
+};
+
+TpuAllocator the_allocator;
+
 // The hooks PyTorch asks of a PrivateUse1 backend. Every answer but the resize is what PyTorch's
 // Python hooks (torch._C._acc.PrivateUse1Hooks with torchtpu's is_built/is_available/
 // has_primary_context returning True) gave: generators and getDeviceFromPtr keep the base
@@ -345,6 +444,13 @@ bool register_hooks() {
   return true;
 }
 
+// Makes `the_allocator` PrivateUse1's allocator (over PyTorch's Python backend's, which is not
+// a DeviceAllocator); false if a caller registered one with a higher priority.
+bool register_allocator() {
+  c10::SetAllocator(kTpu, &the_allocator, /*priority=*/1);
+  return c10::GetAllocator(kTpu) == &the_allocator;
+}
+
 // Registers the guard for PrivateUse1; false if one is registered already (then ours is not).
 bool register_guard() {
   if (c10::impl::hasDeviceGuardImpl(kTpu)) {
@@ -361,6 +467,7 @@ PYBIND11_MODULE(_device_guard, m) {
   m.doc() = "The tpu device's native PrivateUse1 device guard and hooks (torchtpu.device).";
   m.def("register", &register_guard);
   m.def("register_hooks", &register_hooks);
+  m.def("register_allocator", &register_allocator);
   m.def("set_device_count", [](int n) {
     TORCH_CHECK(n > 0 && n < 32768, "torchtpu: a device count must be positive, got ", n);
     device_count.store(static_cast<c10::DeviceIndex>(n));
@@ -369,6 +476,7 @@ PYBIND11_MODULE(_device_guard, m) {
   m.def("set_count_hook", [](const pybind11::object& f) { set_hook(count_hook, f); });
   m.def("set_sync_hook", [](const pybind11::object& f) { set_hook(sync_hook, f); });
   m.def("set_resize_hook", [](const pybind11::object& f) { set_hook(resize_hook, f); });
+  m.def("set_memory_hook", [](const pybind11::object& f) { set_hook(memory_hook, f); });
   m.def("set_default_device", [](int index) {
     check_index(static_cast<c10::DeviceIndex>(index));
     default_device.store(static_cast<c10::DeviceIndex>(index));

@@ -60,6 +60,7 @@ def register() -> None:
         # and `register_python_privateuseone_hook` return False where native ones exist):
         # PyTorch uses the native ones.
         _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
+        _register_allocator(module)
     _register_kernels()
     module.patch_accelerator()
     module.register_pickling()
@@ -68,6 +69,9 @@ def register() -> None:
     module.patch_module_conversion()
     module.patch_data_ptr()
     module.patch_default_compile()
+    from torchtpu.device import _accelerate
+
+    _accelerate.install()  # device_map="auto" (accelerate's get_max_memory) where tpu is the accelerator
     _registered = True
     # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
     # finds it when tpu is the accelerator.
@@ -103,6 +107,16 @@ def _register_guard(module) -> None:
         # Under torchrun each rank starts on its own device, as `torch.cuda.set_device(local_rank)`
         # would put it: LOCAL_RANK modulo this host's devices.
         guard.set_default_device(int(local_rank) % (n if n is not None else module._exact_count()))
+
+
+def _register_allocator(module) -> None:
+    """The native allocator (a `c10::DeviceAllocator`), so that `torch.accelerator`'s memory
+    functions answer for tpu; its statistics are `module.memory_hook`'s."""
+    from torchtpu.device._guard import guard
+
+    guard.set_memory_hook(module.memory_hook)
+    if not guard.register_allocator():
+        raise RuntimeError("torchtpu: another PrivateUse1 allocator is registered; the tpu device cannot use its own")
 
 
 def _resize_storage(storage, nbytes: int) -> None:

@@ -156,6 +156,11 @@ class TpuModule:
         default_generator.current()
         return default_generator.seed
 
+    # Memory. torchtpu's device memory is its PJRT buffers, counted where they are made and
+    # freed; there is no caching allocator in between (a buffer is freed when its last tensor
+    # dies), so reserved equals allocated and `empty_cache` has nothing to release. The same
+    # numbers answer `torch.accelerator`'s memory functions (the native allocator's statistics
+    # are `memory_hook`'s).
     @staticmethod
     def memory_allocated(device=None) -> int:
         """Bytes of live device buffers on `device` (default: the current device)."""
@@ -165,9 +170,36 @@ class TpuModule:
     def max_memory_allocated(device=None) -> int:
         return _C.device_memory(_stat_index(device))[1]
 
+    memory_reserved = memory_allocated
+    max_memory_reserved = max_memory_allocated
+
     @staticmethod
     def reset_peak_memory_stats(device=None) -> None:
         _C.reset_device_peak(_stat_index(device))
+
+    @staticmethod
+    def reset_accumulated_memory_stats(device=None) -> None:
+        _C.reset_device_accumulated(_stat_index(device))
+
+    @staticmethod
+    def memory_stats(device=None) -> dict:
+        """CUDA's `memory_stats` keys that torchtpu counts (`allocated_bytes.all.current`,
+        `reserved_bytes.all.peak`, `allocation.all.allocated`, `num_device_alloc`, ...)."""
+        return memory_stats(_stat_index(device))
+
+    @staticmethod
+    def mem_get_info(device=None) -> tuple[int, int]:
+        """`(free, total)` bytes of `device`'s memory, as `torch.cuda.mem_get_info`."""
+        return memory_info(_stat_index(device))
+
+    @staticmethod
+    def empty_cache() -> None:
+        """Nothing to release: torchtpu holds no cache of freed device memory."""
+
+    @staticmethod
+    def get_device_properties(device=None) -> DeviceProperties:
+        index = _stat_index(device)
+        return DeviceProperties(index, _C.platform_name(), memory_info(index)[1])
 
     @staticmethod
     def get_amp_supported_dtype():
@@ -176,6 +208,83 @@ class TpuModule:
     @staticmethod
     def _lazy_init() -> None:
         pass
+
+
+class DeviceProperties:
+    """`torch.tpu.get_device_properties(i)`, with the fields of CUDA's that code reads to size
+    things (`name`, `total_memory`, `is_integrated`)."""
+
+    def __init__(self, index: int, platform: str, total_memory: int):
+        self.index = index
+        self.platform = platform
+        self.name = f"torchtpu {platform} device {index} (PJRT)"
+        self.type = "tpu"
+        self.total_memory = total_memory
+        # The CPU plugin's devices share the host's memory, as integrated GPUs do (accelerate
+        # then does not count that memory twice).
+        self.is_integrated = platform == "cpu"
+
+    def __repr__(self) -> str:
+        return f"DeviceProperties(name={self.name!r}, total_memory={self.total_memory // 2**20}MB)"
+
+
+_STAT_KEYS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes")
+_COUNT_KEYS = ("allocation", "segment", "active")
+
+
+def memory_stats(index: int) -> dict:
+    live, peak, allocs, frees, bytes_in, bytes_out = _C.device_memory_counters(index)
+    stats = {}
+    for key in _STAT_KEYS:
+        stats.update({f"{key}.all.current": live, f"{key}.all.peak": peak,
+                      f"{key}.all.allocated": bytes_in, f"{key}.all.freed": bytes_out})
+    for key in _COUNT_KEYS:
+        # The peak count is not tracked (the peak bytes are): it reads as the current count.
+        stats.update({f"{key}.all.current": allocs - frees, f"{key}.all.peak": allocs - frees,
+                      f"{key}.all.allocated": allocs, f"{key}.all.freed": frees})
+    stats.update(num_device_alloc=allocs, num_device_free=frees, num_alloc_retries=0, num_ooms=0)
+    return dict(sorted(stats.items()))
+
+
+def host_memory() -> tuple[int, int]:
+    """`(available, total)` bytes of the host's memory (Linux's MemAvailable and MemTotal)."""
+    fields = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                fields[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    total = fields.get("MemTotal") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return fields.get("MemAvailable", total), total
+
+
+def memory_info(index: int) -> tuple[int, int]:
+    """`(free, total)` bytes of tpu:`index`. The CPU plugin's devices keep their buffers in the
+    host's memory, so theirs is the host's. Another plugin's would come from
+    `PJRT_Device_MemoryStats`, which torchtpu does not bind yet: it says so."""
+    check_index(index)
+    platform = _C.platform_name()
+    if platform == "cpu":
+        return host_memory()
+    raise NotImplementedError(
+        f"torchtpu: the free and total memory of a {platform} device (torch.tpu.mem_get_info) needs "
+        "PJRT_Device_MemoryStats, which torchtpu does not bind yet"
+    )
+
+
+def memory_hook(kind: str, index: int):
+    """What the native allocator (`csrc/device_guard.cpp`, `TpuAllocator`) asks."""
+    if kind == "counters":
+        return _C.device_memory_counters(index)
+    if kind == "info":
+        return memory_info(index)
+    if kind == "reset_peak":
+        return _C.reset_device_peak(index)
+    if kind == "reset_accumulated":
+        return _C.reset_device_accumulated(index)
+    raise ValueError(f"torchtpu: unknown memory query {kind!r}")
 
 
 def _guard():

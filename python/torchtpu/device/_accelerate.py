@@ -1,0 +1,141 @@
+"""`from_pretrained(..., device_map="auto")` on tpu: the one patch torchtpu makes to accelerate.
+
+accelerate sizes the devices a model is spread over with `accelerate.utils.modeling.
+get_max_memory`, which asks only the device families it knows (CUDA, NPU, XPU, ...). Where tpu is
+the accelerator it finds no device and gives the whole model to the CPU. Patched, its answer for
+`max_memory=None` lists the tpu devices by integer key, as accelerate lists GPUs
+(`torch.device(0)` is tpu:0 where tpu is the accelerator), with their free memory
+(`torch.tpu.mem_get_info`). The CPU plugin's devices keep their buffers in the host's memory,
+one pool they all share: it is listed once, on the current device, and not again as CPU memory
+(accelerate does the same for an integrated GPU). A given `max_memory` has its integer keys
+checked against the tpu devices (accelerate checks them against CUDA's and warns that device 0
+does not exist).
+
+Nothing changes unless the tpu device registered and is the accelerator, and no CUDA device
+exists: then the patch is applied to accelerate's module when it is imported (or at
+registration, if it already was). Every other call goes to accelerate's own function.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+
+import torch
+
+_MODULE = "accelerate.utils.modeling"
+_FUNCTION = "get_max_memory"
+# Where accelerate's function is bound by another name once imported.
+_BINDINGS = (("accelerate.utils", "get_max_memory"), ("transformers.integrations.accelerate", "accelerate_max_memory"))
+_PATCHED_MARK = "_torchtpu_patched"
+
+
+def tpu_is_the_accelerator() -> bool:
+    accelerator = torch.accelerator.current_accelerator()
+    return accelerator is not None and accelerator.type == "tpu" and torch.cuda.device_count() == 0
+
+
+def tpu_max_memory() -> dict:
+    """What accelerate's `get_max_memory()` would say had it known the tpu devices."""
+    from torchtpu import _C
+    from torchtpu.device import module
+
+    if _C.platform_name() == "cpu":
+        current = module.TpuModule.current_device()
+        return {current: module.memory_info(current)[0]}
+    return {i: module.memory_info(i)[0] for i in range(module.TpuModule.device_count())}
+
+
+def tpu_checked_memory(max_memory: dict) -> dict:
+    """accelerate's cleaning of a given `max_memory` (sizes such as "10GiB" to bytes, GPU keys
+    first), with the integer keys checked against the tpu devices rather than CUDA's."""
+    from accelerate.utils import convert_file_size_to_int
+
+    from torchtpu.device import module
+
+    # In place, as accelerate does (transformers compares the user's dict with the result after).
+    for k, v in max_memory.items():
+        if isinstance(v, str):
+            max_memory[k] = convert_file_size_to_int(v)
+    out = max_memory
+    devices = sorted(k for k in out if isinstance(k, int))
+    count = module.TpuModule.device_count()
+    missing = [k for k in devices if not 0 <= k < count]
+    if missing:
+        raise ValueError(f"torchtpu: max_memory names tpu devices {missing}; this process has tpu:0..tpu:{count - 1}")
+    order = devices + [k for k in ("mps", "cpu", "disk") if k in out]
+    unknown = [k for k in out if k not in order]
+    if unknown:
+        raise ValueError(f"Device {unknown[0]} is not recognized, available devices are integers (tpu), 'cpu' and 'disk'")
+    return {k: out[k] for k in order}
+
+
+def _patched(original):
+    def get_max_memory(max_memory=None):
+        if not tpu_is_the_accelerator():
+            return original(max_memory)
+        return tpu_max_memory() if max_memory is None else tpu_checked_memory(max_memory)
+
+    get_max_memory.__doc__ = original.__doc__
+    get_max_memory.__wrapped__ = original
+    setattr(get_max_memory, _PATCHED_MARK, True)
+    return get_max_memory
+
+
+def _patch_loaded() -> None:
+    modeling = sys.modules.get(_MODULE)
+    if modeling is None:
+        return
+    original = getattr(modeling, _FUNCTION, None)
+    if original is None or getattr(original, _PATCHED_MARK, False):
+        return
+    patched = _patched(original)
+    setattr(modeling, _FUNCTION, patched)
+    for name, attr in _BINDINGS:
+        other = sys.modules.get(name)
+        if other is not None and getattr(other, attr, None) is original:
+            setattr(other, attr, patched)
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs accelerate's own loader, then patches the module it made."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _patch_loaded()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _Loader(spec.loader)
+                return spec
+        return None
+
+
+_installed = False
+
+
+def install() -> None:
+    """Patches accelerate now if it is loaded, else when it is imported (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if _MODULE in sys.modules:
+        _patch_loaded()
+    else:
+        sys.meta_path.insert(0, _Finder())
