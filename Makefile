@@ -33,8 +33,11 @@ test-lit:
 	$(CARGO) build -p torchtpu-compiler --bins
 	$(VENV)/bin/lit -sv lit-tests
 
+# Two workers (pytest-xdist), each taking whole files (tests of one file share a process and its
+# order, as in a serial run); PYTEST_WORKERS=0 runs serially. The slowest tests are listed.
+PYTEST_WORKERS ?= 2
 test-python:
-	$(VENV)/bin/pytest -q python/tests
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 python/tests
 
 # The full model zoo: every model of python/tests/models/zoo.py vs eager; writes docs/model-coverage.md.
 zoo: setup

@@ -22,6 +22,7 @@ TRANSFORMERS_VERSION=5.24.0
 MATPLOTLIB_VERSION=3.11.2   # benches/performance.py plots (docs/img)
 ACCELERATE_VERSION=1.15.0   # HF Trainer and device_map (the tests of what a user runs)
 PYTEST_TIMEOUT_VERSION=2.4.0 # every test under a timeout: a hang fails, it does not stall CI
+PYTEST_XDIST_VERSION=3.8.0 # `make test` runs the pytest suite on two workers (one per core)
 PLUGIN_PKG=lammps-jax-pjrt-cpu
 PLUGIN_VERSION=0.11.2
 
@@ -63,7 +64,8 @@ VPY="$VENV/bin/python"
 REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" "lit==$LIT_VERSION"
       "numpy==$NUMPY_VERSION" "expecttest==$EXPECTTEST_VERSION"
       "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "matplotlib==$MATPLOTLIB_VERSION"
-      "accelerate==$ACCELERATE_VERSION" "pytest-timeout==$PYTEST_TIMEOUT_VERSION")
+      "accelerate==$ACCELERATE_VERSION" "pytest-timeout==$PYTEST_TIMEOUT_VERSION"
+      "pytest-xdist==$PYTEST_XDIST_VERSION")
 mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
 import sys, importlib.metadata as md
 for req in sys.argv[1:]:

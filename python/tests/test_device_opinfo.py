@@ -22,7 +22,6 @@ import torchtpu
 from device_opinfo_cases import SKIP, all_cases, run_case
 
 EXPECTED_FILE = pathlib.Path(__file__).with_name("device_opinfo_expected_failures.txt")
-RESULTS = {"passed": 0, "failed": 0, "skipped": 0}
 
 
 def load_expected() -> dict[str, str]:
@@ -38,44 +37,32 @@ EXPECTED = load_expected()
 CASES = all_cases()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _print_totals(request):
-    """The totals at the end of the module (conftest.py prints only the compiled harness's)."""
-    yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
-    if reporter is not None and capture is not None and summary():
-        with capture.global_and_fixture_disabled():
-            reporter.write_line("")
-            for line in summary().splitlines():
-                reporter.write_line(line)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_device_opinfo_sample(case):
-    _check_case(case, RESULTS)
+def test_device_opinfo_sample(case, record_property):
+    _check_case(case, record_property, "Device OpInfo (tpu vs CPU eager)")
 
 
 # DeferAndFuse (docs/eager.md): every case again with its ops recorded and run as regions, cut
 # by the harness's own `.cpu()` reads. Same expectations: the mode changes when ops run, not
 # what they compute.
-RESULTS_DEFERRED = {"passed": 0, "failed": 0, "skipped": 0}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_device_opinfo_sample_deferred(case):
+def test_device_opinfo_sample_deferred(case, record_property):
     with torchtpu.eager.mode("defer_and_fuse"):
-        _check_case(case, RESULTS_DEFERRED)
+        _check_case(case, record_property, "Device OpInfo (tpu, defer_and_fuse vs CPU eager)")
 
 
-def _check_case(case, results: dict) -> None:
+def _check_case(case, record_property, harness: str) -> None:
+    """Runs the case; its outcome (passed, failed, skipped) is tallied per harness by
+    conftest.py, which prints the totals (also under pytest-xdist, from the reports)."""
     torchtpu.reset_stats()
     reason = run_case(case)
+    outcome = "skipped" if reason == SKIP else "passed" if reason is None else "failed"
+    record_property("harness", [harness, outcome, EXPECTED_FILE.name])
     if reason == SKIP:
-        results["skipped"] += 1
         assert case.id not in EXPECTED, f"{case.id} no longer runs: remove it from {EXPECTED_FILE.name}"
         pytest.skip("the in-place variant refuses this sample on the CPU too")
-    results["passed" if reason is None else "failed"] += 1
     if case.id in EXPECTED:
         assert reason is not None, f"{case.id} now passes: remove it from {EXPECTED_FILE.name}"
     else:
@@ -90,16 +77,3 @@ def test_expected_failures_name_real_cases():
     assert not stale, f"expected failures for cases that no longer exist: {stale[:10]}"
 
 
-def summary() -> str:
-    lines = []
-    for label, results in (("", RESULTS), (", defer_and_fuse", RESULTS_DEFERRED)):
-        total = results["passed"] + results["failed"]
-        if not total:
-            continue
-        rate = 100.0 * results["passed"] / total
-        lines.append(
-            f"Device OpInfo totals (tpu{label} vs CPU eager): {results['passed']} passed, {results['failed']} failed "
-            f"of {total} cases ({rate:.1f}% pass rate; {results['skipped']} skipped; failures expected and "
-            f"listed in {EXPECTED_FILE.name})"
-        )
-    return "\n".join(lines)

@@ -22,7 +22,6 @@ import pytest
 from opinfo_cases import all_cases, run_case
 
 EXPECTED_FILE = pathlib.Path(__file__).with_name("opinfo_expected_failures.txt")
-RESULTS = {"passed": 0, "failed": 0}
 
 
 def load_expected() -> dict[str, str]:
@@ -39,9 +38,11 @@ CASES = all_cases()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_opinfo_sample(case):
+def test_opinfo_sample(case, record_property):
     reason = run_case(case)
-    RESULTS["passed" if reason is None else "failed"] += 1
+    # Tallied by conftest.py, which prints the totals (also under pytest-xdist).
+    outcome = "passed" if reason is None else "failed"
+    record_property("harness", ["OpInfo harness (torchtpu vs eager)", outcome, EXPECTED_FILE.name])
     if case.id in EXPECTED:
         assert reason is not None, f"{case.id} now passes: remove it from {EXPECTED_FILE.name}"
     else:
@@ -54,10 +55,3 @@ def test_expected_failures_name_real_cases():
     assert not stale, f"expected failures for cases that no longer exist: {stale[:10]}"
 
 
-def summary() -> str:
-    total = RESULTS["passed"] + RESULTS["failed"]
-    rate = 100.0 * RESULTS["passed"] / total if total else 0.0
-    return (
-        f"OpInfo harness totals (torchtpu vs eager): {RESULTS['passed']} passed, {RESULTS['failed']} failed "
-        f"of {total} cases ({rate:.1f}% pass rate; failures expected and listed in {EXPECTED_FILE.name})"
-    )
