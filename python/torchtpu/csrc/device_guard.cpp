@@ -381,9 +381,10 @@ TpuAllocator the_allocator;
 
 // The hooks PyTorch asks of a PrivateUse1 backend. Every answer but the resize is what PyTorch's
 // Python hooks (torch._C._acc.PrivateUse1Hooks with torchtpu's is_built/is_available/
-// has_primary_context returning True) gave: generators and getDeviceFromPtr keep the base
-// class's "not implemented" (torchtpu's generator is its own, `_random.py`). Pinned memory is
-// an honest no-op (below).
+// has_primary_context returning True) gave: the default generator and getDeviceFromPtr keep the
+// base class's "not implemented" (torchtpu's generator is its own, `_random.py`), a new
+// generator is refused with a message that names what to use. Pinned memory is an honest
+// no-op (below).
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override {
     return true;
@@ -395,6 +396,18 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 
   bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
     return true;
+  }
+
+  // `torch.Generator(device="tpu")`: the device has one generator per process, its state in
+  // device memory (torchtpu/device/_random.py); a generator object of the user's own is not
+  // supported, and this says what to use instead of PyTorch's "implement getNewGenerator".
+  at::Generator getNewGenerator(c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false,
+        "torchtpu: torch.Generator(device='tpu') is not supported: the tpu device has one generator per process. "
+        "Seed it with torch.manual_seed(s) or torch.tpu.manual_seed(s) (torch.random.fork_rng and "
+        "torch.tpu.get_rng_state/set_rng_state save and restore it), or draw with a CPU generator and move the "
+        "result with .to('tpu')");
   }
 
   // `pin_memory()` where tpu is the accelerator (a DataLoader's default, HF Trainer's

@@ -132,7 +132,9 @@ KERNEL_NAMES = (
     "_local_scalar_dense", "resize_", "as_strided_", "_to_copy", "equal",
     "set_.source_Storage_storage_offset", "set_.source_Storage", "convolution_overrideable", "convolution_backward_overrideable",
     "normal_", "uniform_", "random_", "random_.to", "random_.from", "bernoulli_.float",
-    "bernoulli_.Tensor", "bernoulli", "native_dropout",
+    "bernoulli_.Tensor", "bernoulli", "native_dropout", "bernoulli.p", "exponential_", "geometric_", "cauchy_",
+    "log_normal_", "normal.Tensor_Tensor", "normal.Tensor_float", "normal.float_Tensor", "multinomial",
+    "randperm.generator_out",
     "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put", "record_stream",
     "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "_batch_norm_no_update",
 )

@@ -27,11 +27,45 @@ def add(flag, sites, where: str | None) -> None:
     from torchtpu.device import _modes
 
     if _modes.state.mode == "debug":
-        index_checks.raise_if_set(_read(flag), sites, where)
+        e = _error(_read(flag), sites, where)
+        if e is not None:
+            raise e
         return
     _pending.append((flag, sites, where))
     if len(_pending) >= LIMIT:
         check()
+
+
+class ArgumentCheck:
+    """In place of index sites: a device-side check of an op's arguments (`flag`, 0-d bool: True
+    when they are bad, e.g. a negative probability for `multinomial`). Set, it raises
+    `RuntimeError(message)`, as CPU eager raises at once; here at the next host read, as CUDA's
+    device assert does, so a sampling step costs no round trip."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def error(self, flags: torch.Tensor, where: str | None):
+        if not bool(flags.any()):
+            return None
+        return RuntimeError(f"{self.message}{f' (at {where})' if where else ''}")
+
+
+def check_arguments(bad: torch.Tensor, message: str) -> None:
+    """Raises `message` at the next host read if the 0-d bool tpu tensor `bad` is True."""
+    import sys
+
+    from torchtpu.device import _defer, _storage
+
+    add(_storage.slot_of(bad).buffer, ArgumentCheck(message), _defer.first_user_frame(sys._getframe(1))[0])
+
+
+def _error(flags: torch.Tensor, sites, where):
+    if isinstance(sites, ArgumentCheck):
+        return sites.error(flags, where)
+    return index_checks.error(flags, sites, where)
 
 
 def add_tensor(flag: torch.Tensor, sites) -> None:
@@ -59,7 +93,8 @@ def _read(flag) -> torch.Tensor:
 
 
 def check() -> None:
-    """Reads every computed pending flag; raises `IndexOutOfRangeError` for the oldest one set
+    """Reads every computed pending flag; raises `IndexOutOfRangeError` (or an argument check's
+    `RuntimeError`) for the oldest one set
     (the others are dropped with it: one error per bad run, as a device assert). Several 0-d
     flags are read as one: a program ORs them first (`_any_set`), since a read costs ~20 us
     (a program run ~8 us) on the CPU plugin."""
@@ -80,7 +115,7 @@ def check() -> None:
     if len(scalars) > 1 and not _any_set(scalars):
         computed = [c for c in computed if c[0].shape]  # none of the 0-d flags is set
     for buffer, sites, where in computed:
-        e = index_checks.error(torch.from_dlpack(buffer.to_host()), sites, where)
+        e = _error(torch.from_dlpack(buffer.to_host()), sites, where)
         if e is not None:
             keep.clear()
             raise e

@@ -8,6 +8,8 @@ sequence on every run.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from torchtpu.device import _programs, _storage
@@ -78,12 +80,16 @@ def _attr(v) -> str:
     return str(int(v))
 
 
-def _draw(kind: str, t: torch.Tensor, generator, **attrs):
+def _check_no_generator(generator) -> None:
     if generator is not None:
         raise NotImplementedError(
             "torchtpu: explicit generators are not supported on the tpu device; seed the device's "
             "generator with torch.manual_seed or torch.tpu.manual_seed"
         )
+
+
+def _draw(kind: str, t: torch.Tensor, generator, **attrs):
+    _check_no_generator(generator)
     shape = tuple(t.shape)
     p = _program(kind, t.dtype, shape, attrs)
     state = default_generator.current()
@@ -175,6 +181,153 @@ def native_dropout(input, p, train):
     return input * mask * (1.0 / (1.0 - p)), mask
 
 
+def _fill(self, values: torch.Tensor) -> torch.Tensor:
+    self.copy_(values)
+    return self
+
+
+def _floats(self, what: str) -> torch.Tensor:
+    """Uniform floats in [0, 1) of `self`'s shape, in f32 for a half dtype (its transforms then
+    round once, at the end)."""
+    _float_check(self, what)
+    return _uniform_like(self, torch.float32 if self.element_size() < 4 else self.dtype)
+
+
+def exponential_(self, lambd=1.0, *, generator=None):
+    """`-log(1 - u) / lambd`, as CUDA's transform (`u` in [0, 1), so the log is finite)."""
+    _check_no_generator(generator)
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    return _fill(self, -torch.log1p(-_floats(self, "exponential_")) / lambd)
+
+
+def geometric_(self, p, *, generator=None):
+    """The number of Bernoulli(p) trials to the first success: `ceil(log(1 - u) / log(1 - p))`,
+    at least 1."""
+    _check_no_generator(generator)
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    u = _uniform_like(self, torch.float32)
+    return _fill(self, torch.clamp(torch.ceil(torch.log1p(-u) / math.log1p(-p)), min=1))
+
+
+def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+    _check_no_generator(generator)
+    if not sigma > 0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    u = _floats(self, "cauchy_")
+    return _fill(self, median + sigma * torch.tan(math.pi * (u - 0.5)))
+
+
+def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+    _check_no_generator(generator)
+    _float_check(self, "log_normal_")
+    if not std > 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+    z = _storage.new_tensor(tuple(self.shape), torch.float32 if self.element_size() < 4 else self.dtype,
+                            device=self.device.index)
+    normal_(z, mean, std)
+    return _fill(self, torch.exp(z))
+
+
+def _normal(mean, std, generator):
+    """`mean + std * z`, z standard normal of the broadcast shape; a negative std raises at the
+    next host read (CPU eager raises at once)."""
+    _check_no_generator(generator)
+    like = mean if isinstance(mean, torch.Tensor) else std
+    shape = torch.broadcast_shapes(*(t.shape for t in (mean, std) if isinstance(t, torch.Tensor)))
+    dtype = like.dtype
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"normal expects floating point mean and std, got {dtype}")
+    z = _storage.new_tensor(tuple(shape), dtype, device=like.device.index)
+    normal_(z)
+    if isinstance(std, torch.Tensor):
+        from torchtpu.device import _checks
+
+        _checks.check_arguments((std < 0).any(), "normal expects all elements of std >= 0.0")
+    elif std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    return z * std + mean
+
+
+def normal_tensor_tensor(mean, std, *, generator=None):
+    return _normal(mean, std, generator)
+
+
+def normal_tensor_float(mean, std=1.0, *, generator=None):
+    return _normal(mean, std, generator)
+
+
+def normal_float_tensor(mean, std, *, generator=None):
+    return _normal(mean, std, generator)
+
+
+def bernoulli_p(self, p=0.5, *, generator=None):
+    _check_no_generator(generator)
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli expects p to be in [0, 1], but got p={p}")
+    return (_uniform_like(self) < p).to(self.dtype)
+
+
+# Above this many keys (rows x samples x categories), sampling with replacement would hold a
+# large key tensor: it refuses rather than exhaust device memory.
+_MAX_RACE_KEYS = 1 << 27
+
+
+def multinomial(self, num_samples, replacement=False, *, generator=None):
+    """Categorical draws as an exponential race: category i's key is `log(p_i) - log(e_i)`,
+    e_i ~ Exp(1) independent; the largest key is category i with probability p_i / sum(p),
+    and the k largest are k draws without replacement (top-k). With replacement each of the
+    k draws races on keys of its own. All on the device: no host round trip. Invalid rows
+    (a negative, infinite or NaN probability, a zero sum) raise CPU eager's error at the next
+    host read. Without replacement, more samples than nonzero categories take zero-probability
+    ones after the others, as CPU eager does."""
+    _check_no_generator(generator)
+    if self.dim() not in (1, 2):
+        raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {self.dim()}")
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {self.dtype}")
+    n = self.shape[-1]
+    if num_samples <= 0:
+        raise RuntimeError(f"cannot sample n_sample <= 0 samples, got {num_samples}")
+    if not replacement and num_samples > n:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if n == 0:
+        raise RuntimeError("multinomial: the distribution has no categories")
+    from torchtpu.device import _checks
+
+    p = self.to(torch.float32) if self.element_size() < 4 else self
+    bad_values = ((p < 0) | ~torch.isfinite(p)).any()
+    _checks.check_arguments(bad_values, "probability tensor contains either `inf`, `nan` or element < 0")
+    _checks.check_arguments((p.sum(-1) <= 0).any(), "invalid multinomial distribution (sum of probabilities <= 0)")
+    rows = p.shape[:-1]
+    draws = 1 if not replacement else num_samples
+    if replacement and math.prod(rows) * num_samples * n > _MAX_RACE_KEYS:
+        raise NotImplementedError(
+            f"torchtpu: multinomial with replacement of {num_samples} samples from {n} categories holds "
+            f"{math.prod(rows) * num_samples * n} keys on the device (limit {_MAX_RACE_KEYS}); draw in chunks"
+        )
+    u = _storage.new_tensor((*rows, draws, n), p.dtype, device=self.device.index)
+    _draw("uniform", u, None, low=0.0, high=1.0)
+    e = torch.clamp(-torch.log1p(-u), min=torch.finfo(p.dtype).tiny)  # Exp(1), never 0
+    keys = torch.log(p).unsqueeze(-2) - torch.log(e)  # p = 0: -inf, never drawn
+    if replacement:
+        return torch.argmax(keys, dim=-1)
+    return torch.topk(keys.squeeze(-2), num_samples, dim=-1).indices
+
+
+def randperm_out(n, *, generator=None, out):
+    """A uniform permutation: the order of n random 62-bit keys (ties have probability ~n^2/2^63)."""
+    _check_no_generator(generator)
+    if n < 0:
+        raise RuntimeError(f"randperm: n must be non-negative, got {n}")
+    keys = _storage.new_tensor((n,), torch.int64, device=out.device.index)
+    _draw("integers", keys, None, low=0, high=1 << 62)
+    perm = torch.argsort(keys, stable=True)
+    out.resize_(n)
+    return _fill(out, perm.to(out.dtype))
+
+
 KERNELS = {
     "normal_": normal_,
     "uniform_": uniform_,
@@ -185,4 +338,14 @@ KERNELS = {
     "bernoulli_.Tensor": bernoulli_tensor,
     "bernoulli": bernoulli,
     "native_dropout": native_dropout,
+    "exponential_": exponential_,
+    "geometric_": geometric_,
+    "cauchy_": cauchy_,
+    "log_normal_": log_normal_,
+    "normal.Tensor_Tensor": normal_tensor_tensor,
+    "normal.Tensor_float": normal_tensor_float,
+    "normal.float_Tensor": normal_float_tensor,
+    "bernoulli.p": bernoulli_p,
+    "multinomial": multinomial,
+    "randperm.generator_out": randperm_out,
 }
