@@ -117,9 +117,9 @@ fi
 # --- the tpu device's native device guard (torchtpu._device_guard) ----------
 # A small C++ extension against the installed torch's headers (docs/eager.md, "Devices"):
 # built here, never at import. Rebuilt when its source, its build script or torch changed.
-GUARD_SRC=python/torchtpu/csrc/device_guard.cpp
 GUARD_SO="$(ls python/torchtpu/_device_guard*.so 2>/dev/null | head -n1 || true)"
-if [ -z "$GUARD_SO" ] || [ "$GUARD_SRC" -nt "$GUARD_SO" ] || [ python/setup_guard.py -nt "$GUARD_SO" ] \
+if [ -z "$GUARD_SO" ] || [ -n "$(find python/torchtpu/csrc -newer "$GUARD_SO" 2>/dev/null)" ] \
+    || [ python/setup_guard.py -nt "$GUARD_SO" ] \
     || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$GUARD_SO" 2>/dev/null)" ]; then
   log "building torchtpu._device_guard against the installed torch"
   # Without autoload: torch's start would register the tpu device, which needs this very guard.

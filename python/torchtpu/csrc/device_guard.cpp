@@ -476,11 +476,14 @@ bool register_guard() {
 
 }  // namespace
 
+bool register_autocast();  // autocast.cpp
+
 PYBIND11_MODULE(_device_guard, m) {
   m.doc() = "The tpu device's native PrivateUse1 device guard and hooks (torchtpu.device).";
   m.def("register", &register_guard);
   m.def("register_hooks", &register_hooks);
   m.def("register_allocator", &register_allocator);
+  m.def("register_autocast", &register_autocast);
   m.def("set_device_count", [](int n) {
     TORCH_CHECK(n > 0 && n < 32768, "torchtpu: a device count must be positive, got ", n);
     device_count.store(static_cast<c10::DeviceIndex>(n));

@@ -61,6 +61,7 @@ def register() -> None:
         # PyTorch uses the native ones.
         _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
         _register_allocator(module)
+        _register_autocast()
     _register_kernels()
     module.patch_accelerator()
     module.register_pickling()
@@ -117,6 +118,16 @@ def _register_allocator(module) -> None:
     guard.set_memory_hook(module.memory_hook)
     if not guard.register_allocator():
         raise RuntimeError("torchtpu: another PrivateUse1 allocator is registered; the tpu device cannot use its own")
+
+
+def _register_autocast() -> None:
+    """`torch.autocast("tpu")`: CUDA's cast policies on the AutocastPrivateUse1 key (native,
+    csrc/autocast.cpp). The default dtype is bfloat16, the TPU's native low precision (CUDA's
+    is float16); `torch.autocast("tpu", dtype=torch.float16)` picks float16."""
+    from torchtpu.device._guard import guard
+
+    guard.register_autocast()
+    torch.set_autocast_dtype(NAME, torch.bfloat16)
 
 
 def _resize_storage(storage, nbytes: int) -> None:
