@@ -148,6 +148,8 @@ KERNEL_NAMES = (
     "randperm.generator_out",
     "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put", "record_stream",
     "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "_batch_norm_no_update",
+    "_fused_adam_", "_fused_adam_.tensor_lr", "_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_sgd_",
+    "_fused_sgd_.tensor_lr",
 )
 _libs: list = []
 _loaded = None

@@ -1,6 +1,13 @@
-"""`from_pretrained(..., device_map="auto")` on tpu: the one patch torchtpu makes to accelerate.
+"""accelerate on tpu: the two patches torchtpu makes to accelerate, for `from_pretrained(...,
+device_map="auto")` and for HF `Trainer`.
 
-accelerate sizes the devices a model is spread over with `accelerate.utils.modeling.
+1. `PartialState.default_device` (the device of a one-process run: where `Trainer` and
+`Accelerator` put the model and every batch) knows MPS, CUDA and a list of vendors' devices,
+not `torch.accelerator`; where tpu is the accelerator it answered "cpu", and Trainer's batches
+stayed on the CPU beside a model on tpu. Patched, it answers the current tpu device.
+(transformers' `TrainingArguments.device` already answers tpu:0 from `torch.accelerator`.)
+
+2. accelerate sizes the devices a model is spread over with `accelerate.utils.modeling.
 get_max_memory`, which asks only the device families it knows (CUDA, NPU, XPU, ...). Where tpu is
 the accelerator it finds no device and gives the whole model to the CPU. Patched, its answer for
 `max_memory=None` lists the tpu devices by integer key, as accelerate lists GPUs
@@ -12,8 +19,8 @@ checked against the tpu devices (accelerate checks them against CUDA's and warns
 does not exist).
 
 Nothing changes unless the tpu device registered and is the accelerator, and no CUDA device
-exists: then the patch is applied to accelerate's module when it is imported (or at
-registration, if it already was). Every other call goes to accelerate's own function.
+exists: then the patches are applied to accelerate's modules when they are imported (or at
+registration, if they already were). Every other call goes to accelerate's own code.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import sys
 import torch
 
 _MODULE = "accelerate.utils.modeling"
+_STATE_MODULE = "accelerate.state"
 _FUNCTION = "get_max_memory"
 # Where accelerate's function is bound by another name once imported.
 _BINDINGS = (("accelerate.utils", "get_max_memory"), ("transformers.integrations.accelerate", "accelerate_max_memory"))
@@ -82,7 +90,28 @@ def _patched(original):
     return get_max_memory
 
 
+def _patch_state() -> None:
+    state = sys.modules.get(_STATE_MODULE)
+    if state is None:
+        return
+    prop = state.PartialState.__dict__.get("default_device")
+    if prop is None or getattr(prop.fget, _PATCHED_MARK, False):
+        return
+    original = prop.fget
+
+    def default_device(self):
+        if not tpu_is_the_accelerator():
+            return original(self)
+        return torch.device("tpu", torch.accelerator.current_device_index())
+
+    default_device.__doc__ = original.__doc__
+    default_device.__wrapped__ = original
+    setattr(default_device, _PATCHED_MARK, True)
+    state.PartialState.default_device = property(default_device)
+
+
 def _patch_loaded() -> None:
+    _patch_state()
     modeling = sys.modules.get(_MODULE)
     if modeling is None:
         return
@@ -113,7 +142,7 @@ class _Loader(importlib.abc.Loader):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != _MODULE:
+        if name not in (_MODULE, _STATE_MODULE):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -135,7 +164,6 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    if _MODULE in sys.modules:
-        _patch_loaded()
-    else:
+    _patch_loaded()  # what is loaded already; the rest when it is imported
+    if _MODULE not in sys.modules or _STATE_MODULE not in sys.modules:
         sys.meta_path.insert(0, _Finder())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _dispatch, _dynamic, _norms, _random, _storage
+from torchtpu.device import _dispatch, _dynamic, _norms, _optim, _random, _storage
 from torchtpu.device._guard import guard as _guard
 from torchtpu.exporter import is_contiguous
 
@@ -195,6 +195,7 @@ KERNELS = {
     **_random.KERNELS,
     **_dynamic.KERNELS,
     **_norms.KERNELS,
+    **_optim.KERNELS,
 }
 
 # The boxed fallback: every other op.
