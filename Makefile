@@ -15,6 +15,7 @@ build: setup
 
 demo: build
 	$(VENV)/bin/python examples/quickstart.py
+	$(VENV)/bin/python examples/device_quickstart.py
 	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce --timing
 	./target/debug/torchtpu-run examples/transformer_block.ir
 

@@ -250,3 +250,100 @@ def test_device_map_auto_and_tpu_place_every_parameter_on_tpu(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().splitlines()[-1] == "ok"
     assert "is not available" not in r.stderr, r.stderr[-2000:]
+
+
+def _torchtpu_frames(error: BaseException) -> list[str]:
+    import traceback
+
+    root = os.path.dirname(torchtpu.__file__) + os.sep
+    return [f"{f.filename}:{f.name}" for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(root)]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda a: a + torch.ones(4, device=TPU), "broadcast"),  # a meta kernel's shape check
+        (lambda a: torch.mm(a, a), "2D"),
+        (lambda a: a + torch.ones(3, 3), "same device"),  # torchtpu's own check
+        (lambda a: a[torch.tensor([7], device=TPU)].cpu(), "index out of range"),
+    ],
+)
+def test_a_user_error_shows_one_torchtpu_frame_and_the_message(bad, message, monkeypatch):
+    """CUDA raises a user error from C++, so the traceback ends at the user's line. A tpu op's
+    error ends one frame lower, at the kernel's entry, whose source line names the way to the
+    whole traceback; before, 4 to 20 frames of torchtpu and torch's tracer came first."""
+    a = torch.ones(3, device=TPU)
+    with pytest.raises((RuntimeError, IndexError), match=message) as info:
+        bad(a)
+    frames = _torchtpu_frames(info.value)
+    assert len(frames) == 1 and frames[0].endswith("_frames.py:entry"), frames
+    monkeypatch.setenv("TORCHTPU_TRACEBACK", "full")
+    with pytest.raises((RuntimeError, IndexError), match=message) as info:
+        bad(a)
+    assert len(_torchtpu_frames(info.value)) > 1
+
+
+def test_a_bug_inside_torchtpu_keeps_its_frames(monkeypatch):
+    from torchtpu.device import _dispatch, _kernels
+
+    def broken(op, *args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(_kernels, "run", broken)  # the boxed fallback's
+    monkeypatch.setattr(_dispatch, "run", broken)  # the functional ops' own kernels
+    for op in (lambda t: t.cumsum(0), lambda t: t.sin()):
+        with pytest.raises(KeyError) as info:
+            op(torch.ones(2, device=TPU))
+        import traceback
+
+        names = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+        assert "broken" in names and len(_torchtpu_frames(info.value)) >= 2, names
+
+
+def test_a_fallback_warning_is_printed_once_from_the_users_line():
+    r = _run(
+        """
+        import os, warnings
+        os.environ["TORCHTPU_FALLBACK"] = "eager"
+        warnings.simplefilter("always")  # the repeats would show, were they warned
+        import torch, torchtpu.device
+        x = torch.rand(5, device="tpu")
+        for _ in range(3):
+            y = torch.poisson(x)
+        m = torch.nn.Linear(4, 2).to("tpu")
+        torch.compile(m)(torch.randn(3, 4, device="tpu"))
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in r.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len([line for line in lines if "aten::poisson runs on the CPU" in line]) == 1, r.stderr
+    assert any(line.startswith("<string>:8: RuntimeWarning: torchtpu: aten::poisson") for line in lines), lines
+    assert any(line.startswith("<string>:10: RuntimeWarning: torch.compile: Inductor cannot") for line in lines), lines
+    assert "torchtpu/" not in r.stderr and "site-packages/torch/" not in r.stderr, r.stderr
+
+
+def test_import_torch_patches_nothing_until_the_first_tpu_tensor():
+    """torch's entry point registers the device at `import torch`; printing, pickling, storages
+    and `data_ptr` are patched only when the first tpu tensor is made."""
+    r = _run(
+        """
+        import copyreg, pickle
+        import torch
+        import torch._tensor_str as tensor_str
+        untouched = dict(
+            registered=torch._C._get_privateuse1_backend_name() == "tpu",
+            pickling=torch.Tensor not in copyreg.dispatch_table,
+            printing=tensor_str._str.__module__ == "torch._tensor_str",
+            storage=torch.UntypedStorage.clone.__module__ == "torch.storage",
+            data_ptr=type(torch.Tensor.data_ptr).__name__ == "method_descriptor",
+        )
+        assert all(untouched.values()), untouched
+        c = torch.arange(3.0)
+        assert torch.equal(pickle.loads(pickle.dumps(c)), c) and str(c) == "tensor([0., 1., 2.])"
+        t = torch.arange(3.0, device="tpu")
+        assert torch.Tensor in copyreg.dispatch_table and tensor_str._str.__module__ != "torch._tensor_str"
+        print(t)
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "tensor([0., 1., 2.], device='tpu:0')"

@@ -34,6 +34,8 @@ def _autoload() -> None:
 
 import torch  # noqa: E402
 
+from torchtpu.device._frames import user_facing  # noqa: E402
+
 NAME = "tpu"
 _registered = False
 
@@ -64,12 +66,10 @@ def register() -> None:
         _register_autocast()
     _register_kernels()
     module.patch_accelerator()
-    module.register_pickling()
-    module.patch_printing()
-    module.patch_storage()
     module.patch_module_conversion()
-    module.patch_data_ptr()
     module.patch_default_compile()
+    # Printing, pickling, storages and data_ptr are patched at the first tpu tensor (`_load`):
+    # `import torch` leaves them alone in a program that never touches tpu.
     from torchtpu.device import _accelerate
 
     _accelerate.install()  # device_map="auto" (accelerate's get_max_memory) where tpu is the accelerator
@@ -149,23 +149,31 @@ KERNEL_NAMES = (
     "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put", "record_stream",
     "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "_batch_norm_no_update",
     "_fused_adam_", "_fused_adam_.tensor_lr", "_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_sgd_",
-    "_fused_sgd_.tensor_lr",
+    "_fused_sgd_.tensor_lr", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
 )
 _libs: list = []
 _loaded = None
 
 
 def _load():
-    """The kernels module, imported at the first op on a tpu tensor rather than when torch
-    starts: `import torch` stays as fast with torchtpu installed as without."""
+    """The kernels module, imported at the first op on a tpu tensor (every tpu tensor is made
+    by one) rather than when torch starts, and with it the patches only tpu tensors need:
+    `import torch` stays as fast with torchtpu installed as without, and changes nothing in a
+    program that never touches tpu."""
     global _loaded
     if _loaded is None:
         from torchtpu.device import _kernels
+
+        from torchtpu.device import module
 
         lib = torch.library.Library("aten", "IMPL")
         _kernels.register_foreach(lib)
         _kernels.register_functional(lib)
         _libs.append(lib)
+        module.register_pickling()
+        module.patch_printing()
+        module.patch_storage()
+        module.patch_data_ptr()
         _loaded = _kernels
     return _loaded
 
@@ -175,9 +183,10 @@ def _trampoline(name: str):
         return _load().KERNELS[name](*args, **kwargs)
 
     kernel.__name__ = name.replace(".", "_")
-    return kernel
+    return user_facing(kernel)
 
 
+@user_facing
 def _fallback(op, *args, **kwargs):
     return _load().run(op, *args, **kwargs)
 

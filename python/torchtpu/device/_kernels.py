@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _dispatch, _dynamic, _norms, _optim, _random, _storage
+from torchtpu.device import _attention, _dispatch, _dynamic, _norms, _optim, _random, _storage
+from torchtpu.device._frames import user_facing
 from torchtpu.device._guard import guard as _guard
 from torchtpu.exporter import is_contiguous
 
@@ -196,6 +197,7 @@ KERNELS = {
     **_dynamic.KERNELS,
     **_norms.KERNELS,
     **_optim.KERNELS,
+    **_attention.KERNELS,
 }
 
 # The boxed fallback: every other op.
@@ -261,6 +263,7 @@ def register_functional(lib) -> int:
 
 
 def _boxed(op):
+    @user_facing
     def kernel(*args, **kwargs):
         return _dispatch.run(op, *args, **kwargs)
 

@@ -57,7 +57,8 @@ def slot_of_storage(storage) -> Slot:
     if slot is None:
         raise RuntimeError(
             "torchtpu: this tpu storage has no device data (it was not made by torchtpu's device kernels, "
-            "or a tensor's storage was replaced)"
+            "as `torch.UntypedStorage(n, device='tpu')` is not, or a tensor's storage was replaced); make a "
+            "tensor (torch.empty(n, dtype=torch.uint8, device='tpu')) and use its storage"
         )
     return slot
 
