@@ -5,7 +5,7 @@ VENV := .venv
 CARGO ?= cargo
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: setup build demo test lint test-rust test-lit test-python zoo
+.PHONY: setup build demo test lint test-rust test-lit test-python zoo zoo-modes
 
 setup:
 	@bash scripts/setup.sh
@@ -43,3 +43,8 @@ test-python:
 # The full model zoo: every model of python/tests/models/zoo.py vs eager; writes docs/model-coverage.md.
 zoo: setup
 	$(VENV)/bin/python python/tests/models/run_zoo.py
+
+# The zoo also on the tpu device in every mode (strict, DeferAndFuse, torch.compile on tpu
+# tensors), each vs CPU eager; writes both tables of docs/model-coverage.md (~35 minutes).
+zoo-modes: setup
+	$(VENV)/bin/python python/tests/models/run_zoo.py --device-modes

@@ -1,7 +1,8 @@
 """The deterministic subset of the model zoo (python/tests/models/zoo.py, SUBSET): each model's
 forward under torch.compile(backend="torchtpu") matches eager with zero fallback ops, and the
 models in zoo.TRAIN also match on one training step (loss and every gradient). Tolerances are
-those of models/harness.py. The full zoo: `make zoo` (writes docs/model-coverage.md)."""
+those of models/harness.py. The full zoo: `make zoo` (writes docs/model-coverage.md); on the
+device in every mode too: `make zoo-modes`."""
 
 import warnings
 
@@ -23,3 +24,23 @@ def test_zoo_model_matches_eager(name):
         assert result.train == "pass", (
             f"{name} training step: {result.train}, max rel err {result.train_max_rel:.2e}, {result.error}"
         )
+
+
+# The zoo on the tpu device in every mode (`make zoo-modes` runs all of it): HF decoders (Llama
+# with grouped-query attention, GPT-2), an encoder (BERT), a ViT and a torchvision CNN, moved
+# with `.to("tpu")`, in strict eager, DeferAndFuse and torch.compile on tpu tensors, each
+# forward and one training step against CPU eager with zero CPU fallbacks.
+DEVICE_SUBSET = ["llama", "gpt2", "bert", "vit", "tv_resnet18"]
+
+
+@pytest.mark.parametrize("mode", harness.DEVICE_MODES)
+@pytest.mark.parametrize("name", DEVICE_SUBSET)
+def test_zoo_model_on_tpu_matches_cpu_eager(name, mode):
+    spec = zoo.BY_NAME[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = harness.run_device_mode(spec, mode, train=name in zoo.TRAIN, timing_rounds=0)
+    assert result.status == "pass", (
+        f"{name} {mode}: {result.status}, max rel err {result.max_rel:.2e}, fallbacks {result.fallbacks}, {result.error}"
+    )
+    assert result.train == "pass", f"{name} {mode} training step: {result.train}, {result.train_max_rel:.2e}, {result.error}"

@@ -55,7 +55,7 @@ def _scores(query, key, is_causal, attn_mask, scale):
     s = torch.matmul(query, key.transpose(-2, -1)) * scale
     L, S = query.shape[-2], key.shape[-2]
     if is_causal:
-        keep = torch.arange(L).unsqueeze(-1) >= torch.arange(S).unsqueeze(0)
+        keep = torch.arange(L, device=s.device).unsqueeze(-1) >= torch.arange(S, device=s.device).unsqueeze(0)
         s = torch.where(keep, s, float("-inf"))
     if attn_mask is not None:
         s = torch.where(attn_mask, s, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
@@ -207,7 +207,7 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     plane = self.shape[-2] * self.shape[-1]
     flat_grad = grad_output.reshape(*lead, -1)
     flat_idx = indices.reshape(*lead, -1)
-    zeros = torch.zeros(*lead, plane, dtype=grad_output.dtype)
+    zeros = torch.zeros(*lead, plane, dtype=grad_output.dtype, device=grad_output.device)
     return zeros.scatter_add(-1, flat_idx, flat_grad).reshape(self.shape)
 
 
@@ -250,7 +250,7 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     """`src` written over a diagonal as one index_put (PyTorch's decomposition copies in place)."""
     d1, d2 = dim1 % input.dim(), dim2 % input.dim()
     length = src.shape[-1]
-    i = torch.arange(length)
+    i = torch.arange(length, device=input.device)
     rows, cols = (i, i + offset) if offset >= 0 else (i - offset, i)
     indices = [None] * input.dim()
     indices[d1], indices[d2] = rows, cols
@@ -263,7 +263,7 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
 def _expert_of_rows(rows: int, offs):
     """For a grouped matmul: the expert of each row (rows sorted by expert, `offs` the
     cumulative row counts) and whether the row belongs to any expert."""
-    r = torch.arange(rows, dtype=offs.dtype)
+    r = torch.arange(rows, dtype=offs.dtype, device=offs.device)
     expert = torch.searchsorted(offs, r, right=True)
     valid = expert < offs.shape[0]
     return expert.clamp(max=offs.shape[0] - 1), valid

@@ -167,6 +167,7 @@ class CompiledGraph:
         self._spmd: dict = {}
         # Device copies of the graph's constants, for calls on tpu tensors.
         self._device_consts: dict | None = None
+        self._device_results: dict | None = None
         # A backward graph: its forward (`backend.compile_aten_graph` links them), whose last
         # SPMD call's input layouts (`last_layouts`) its gradients take; the gradient layouts
         # of the last such call are kept (`_hints`: those input layouts and the hints).
@@ -323,7 +324,8 @@ class CompiledGraph:
         # The first input says the device (a per-call scan of every input would cost ~0.15 us
         # each); a later input on the other device is refused by either path's own check.
         if tensors and isinstance(tensors[0], torch.Tensor) and tensors[0].device.type == "tpu":
-            return self._results(args, self._run_device(tensors))
+            outs = self._run_device(tensors)
+            return self._results(args, outs, device=outs[0].device if outs else tensors[0].device)
         try:
             try:
                 # `tensors` keeps every input alive until the call returns.
@@ -389,8 +391,10 @@ class CompiledGraph:
         outs = self.program.run_device(buffers, False, device=device)
         return [_storage.new_tensor(s, d, b) for b, (d, s) in zip(outs, self.out_types)]
 
-    def _results(self, args, outs: list):
-        """The graph's results from the program's outputs (None, values, inputs, restrides)."""
+    def _results(self, args, outs: list, device: torch.device | None = None):
+        """The graph's results from the program's outputs (None, values, inputs, restrides).
+        `device`: where a run on tpu tensors put its outputs; the graph's constant results
+        (a gradient folded to zeros, ...) are copied there once, as its constant inputs are."""
         if self.index_sites is not None:
             outs = self._check_indices(outs)
         if self._plain:
@@ -400,15 +404,28 @@ class CompiledGraph:
             if spec.kind == "ir":
                 out = outs[spec.index]
                 if spec.stride is not None:
-                    out = torch.empty_strided(out.shape, spec.stride, dtype=out.dtype).copy_(out)
+                    out = torch.empty_strided(out.shape, spec.stride, dtype=out.dtype, device=out.device).copy_(out)
                 results.append(out)
             elif spec.kind == "input":
                 results.append(args[spec.index])
             elif spec.kind == "none":
                 results.append(None)
+            elif device is not None and isinstance(spec.value, torch.Tensor) and spec.value.device != device:
+                results.append(self._constant_on(spec, device))
             else:
                 results.append(spec.value)
         return tuple(results) if self.output_is_tuple else results[0]
+
+    def _constant_on(self, spec, device: torch.device) -> torch.Tensor:
+        if self._device_results is None:
+            self._device_results = {}
+        key = (id(spec), device)
+        value = self._device_results.get(key)
+        if value is None:
+            value = self._device_results[key] = spec.value.to(device)
+        # A fresh tensor per call, as the CPU path's results are not shared between calls
+        # either where the caller may write them (gradients are accumulated in place).
+        return value.clone()
 
     def _check_indices(self, outs: list) -> list:
         """The outputs without the index checks' flag, which is read now (CPU: the program has

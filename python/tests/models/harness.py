@@ -190,5 +190,150 @@ def run_model(spec, train: bool = False, timing_rounds: int = 5) -> Result:
 
 
 def _one_line(e: BaseException) -> str:
+    inner = getattr(e, "inner_exception", None)  # Dynamo's BackendCompilerFailed wraps the cause
+    if inner is not None:
+        e = inner
     text = f"{type(e).__name__}: {e}".strip().splitlines()
     return (text[0] if text else type(e).__name__)[:300]
+
+
+# --- the zoo on the tpu device, in every mode -------------------------------------------------
+
+DEVICE_MODES = ("strict", "defer_and_fuse", "compile")  # eager on tpu, fused eager, torch.compile on tpu tensors
+
+
+@dataclasses.dataclass
+class ModeResult:
+    mode: str
+    status: str = "error"  # pass | mismatch | fallback | error
+    max_rel: float = float("nan")
+    first_s: float = float("nan")
+    speed: float = float("nan")  # CPU eager time / this mode's time, steady state
+    train: str = "-"
+    train_max_rel: float = float("nan")
+    fallbacks: dict = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+
+def _to(value, device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device) for v in value)
+    return value
+
+
+def _mode_runner(mode: str, model):
+    """A callable running `model` (on tpu) in `mode`, returning its tensor leaves on the CPU
+    (the host read ends a DeferAndFuse region, as a user's `.item()` or `.cpu()` would)."""
+    import torchtpu
+
+    if mode == "compile":
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="torchtpu")
+
+        def run(**inputs):
+            return [t.cpu() for t in tensor_leaves(compiled(**inputs))]
+
+        return run
+
+    def run(**inputs):
+        with torchtpu.eager.mode(mode):
+            return [t.cpu() for t in tensor_leaves(model(**inputs))]
+
+    return run
+
+
+def _device_fallbacks(before: dict) -> dict:
+    import torchtpu
+
+    after = torchtpu.stats()
+    out = {k: v - before["eager_cpu_fallbacks"].get(k, 0) for k, v in after["eager_cpu_fallbacks"].items()
+           if v != before["eager_cpu_fallbacks"].get(k, 0)}
+    for k, v in after["fallback_ops"].items():
+        if v != before["fallback_ops"].get(k, 0):
+            out[k] = out.get(k, 0) + v - before["fallback_ops"].get(k, 0)
+    return out
+
+
+def _train_on_device(spec, mode: str, result: ModeResult) -> None:
+    import torchtpu
+
+    base = spec.build()
+    base.train()
+    _zero_dropout(base)
+    model = copy.deepcopy(base).to("tpu")
+    inputs = spec.inputs()
+    ref_loss = _train_loss(base(**inputs))
+    ref_loss.backward()
+    before = torchtpu.stats()
+    dev_inputs = _to(inputs, "tpu")
+    if mode == "compile":
+        torch._dynamo.reset()
+        loss = _train_loss(torch.compile(model, backend="torchtpu")(**dev_inputs))
+        loss.backward()
+    else:
+        with torchtpu.eager.mode(mode):
+            loss = _train_loss(model(**dev_inputs))
+            loss.backward()
+    fell_back = _device_fallbacks(before)
+    ok, _, worst = compare([ref_loss.detach()], [loss.detach().cpu()], OUT_ATOL, OUT_RTOL)
+    for (_, p_ref), (_, p) in zip(base.named_parameters(), model.named_parameters()):
+        if p_ref.grad is None and p.grad is None:
+            continue
+        if (p_ref.grad is None) != (p.grad is None):
+            ok, worst = False, float("inf")
+            continue
+        g_ok, _, g_rel = compare([p_ref.grad], [p.grad.cpu()], GRAD_ATOL, GRAD_RTOL)
+        ok &= g_ok
+        worst = max(worst, g_rel)
+    result.train_max_rel = worst
+    result.train = "mismatch" if not ok else ("fallback" if fell_back else "pass")
+    for k, v in fell_back.items():
+        result.fallbacks[k] = result.fallbacks.get(k, 0) + v
+
+
+def run_device_mode(spec, mode: str, train: bool = False, timing_rounds: int = 3) -> ModeResult:
+    """The model moved to tpu (`.to("tpu")`, inputs too) and run in `mode`, against CPU eager
+    on the same weights and inputs, with the zoo's tolerances; CPU fallbacks (eager or in a
+    compiled graph) make it "fallback". Never raises: failures are recorded."""
+    import torchtpu
+
+    result = ModeResult(mode)
+    try:
+        model = spec.build()
+        inputs = spec.inputs()
+        on_tpu = copy.deepcopy(model).to("tpu")
+        dev_inputs = _to(inputs, "tpu")
+        with torch.no_grad():
+            ref = tensor_leaves(model(**inputs))
+            run = _mode_runner(mode, on_tpu)
+            before = torchtpu.stats()
+            t0 = time.perf_counter()
+            got = run(**dev_inputs)
+            result.first_s = time.perf_counter() - t0
+            result.fallbacks = _device_fallbacks(before)
+        ok, _, result.max_rel = compare(ref, got, OUT_ATOL, OUT_RTOL)
+        result.status = "mismatch" if not ok else ("fallback" if result.fallbacks else "pass")
+        if timing_rounds:
+            ratios = []
+            with torch.no_grad():
+                for _ in range(timing_rounds):
+                    e = _timed(model, inputs)
+                    d = _timed(run, dev_inputs)
+                    ratios.append(e / d)
+            result.speed = statistics.median(ratios)
+    except Exception as e:  # recorded, the zoo goes on
+        result.error = _one_line(e)
+        traceback.print_exc()
+    if train and result.status != "error":
+        try:
+            _train_on_device(spec, mode, result)
+        except Exception as e:
+            result.train = "error"
+            result.error = (result.error + " | " if result.error else "") + "train: " + _one_line(e)
+            traceback.print_exc()
+    torch._dynamo.reset()
+    return result

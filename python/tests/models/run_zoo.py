@@ -2,11 +2,16 @@
 
     .venv/bin/python python/tests/models/run_zoo.py                 # every model, writes the report
     .venv/bin/python python/tests/models/run_zoo.py --only llama,bert --no-report
+    .venv/bin/python python/tests/models/run_zoo.py --device-modes    # also on tpu, every mode (make zoo-modes)
 
 Each model: forward under torch.compile(backend="torchtpu") vs eager (tolerances in harness.py),
 graph and fallback counts from torchtpu.stats(), first-call seconds (tracing + compile), the
 steady-state speed ratio vs eager (median of interleaved calls), and for zoo.TRAIN one training
 step. The persistent compilation cache is switched off so compile seconds are cold.
+
+With --device-modes each model also runs moved to the tpu device (`.to("tpu")`) in strict mode,
+in DeferAndFuse and under torch.compile on tpu tensors, each against CPU eager with the same
+tolerances and zero CPU fallbacks (harness.run_device_mode), and the report gets a second table.
 """
 
 from __future__ import annotations
@@ -35,7 +40,56 @@ def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def write_report(results: list[harness.Result], path: pathlib.Path, seconds: float) -> None:
+def _device_table(results: list[harness.Result], modes: dict) -> list[str]:
+    """The per-mode table: today's compiled-from-CPU column beside the three tpu modes."""
+    cols = ["compiled from CPU"] + [_MODE_TITLES[m] for m in harness.DEVICE_MODES]
+    lines = [
+        "",
+        "## On the tpu device, every mode",
+        "",
+        "Each model moved to tpu (`.to(\"tpu\")`, inputs too) and run in strict eager mode, in DeferAndFuse",
+        "(`torchtpu.eager.mode(\"defer_and_fuse\")`) and under `torch.compile(backend=\"torchtpu\")` on tpu tensors,",
+        "beside the table above's compile of the CPU model. Each is compared with CPU eager (same tolerances),",
+        "and passes only with zero CPU fallbacks. Cells: status, first call in seconds (strict: every op's",
+        "one-op program compiles; no disk cache), steady-state speed vs CPU eager (above 1 is faster;",
+        "outputs are read back to the host each call), and for zoo.TRAIN the training step.",
+        "",
+    ]
+    totals = []
+    for m in harness.DEVICE_MODES:
+        rs = [modes[r.name][m] for r in results if r.name in modes]
+        totals.append(f"{_MODE_TITLES[m]}: {sum(x.status == 'pass' for x in rs)}/{len(rs)} pass"
+                      f" (train {sum(x.train == 'pass' for x in rs)}/{sum(x.train != '-' for x in rs)})")
+    lines += ["- " + t for t in totals] + [""]
+    lines.append("| model | " + " | ".join(cols) + " |")
+    lines.append("|---|" + "---|" * len(cols))
+    for r in results:
+        if r.name not in modes:
+            continue
+        cells = [f"{r.status} {_fmt(r.compile_s, '.1f')}s {_fmt(r.speedup, '.2f')}x" + (f" train {r.train}" if r.train != "-" else "")]
+        for m in harness.DEVICE_MODES:
+            x = modes[r.name][m]
+            cell = f"{x.status} {_fmt(x.first_s, '.1f')}s {_fmt(x.speed, '.2f')}x"
+            if x.train != "-":
+                cell += f" train {x.train}"
+            cells.append(cell)
+        lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+    failing = [(name, m, x) for name, per in modes.items() for m, x in per.items()
+               if x.status != "pass" or x.train not in ("pass", "-")]
+    if failing:
+        lines += ["", "### Not passing on the device, with the reason", ""]
+        for name, m, x in failing:
+            why = x.error or (", ".join(f"{op}x{c}" for op, c in sorted(x.fallbacks.items())) and
+                              "CPU fallbacks: " + ", ".join(f"{op}x{c}" for op, c in sorted(x.fallbacks.items()))) \
+                or f"max rel err {_fmt(x.max_rel, '.1e')}, train {x.train}"
+            lines.append(f"- **{name}**, {_MODE_TITLES[m]}: {x.status} (train {x.train}): `{str(why).replace('`', chr(39))}`")
+    return lines
+
+
+_MODE_TITLES = {"strict": "tpu eager (strict)", "defer_and_fuse": "tpu DeferAndFuse", "compile": "torch.compile on tpu"}
+
+
+def write_report(results: list[harness.Result], path: pathlib.Path, seconds: float, modes: dict | None = None) -> None:
     import torch
     import torchvision
     import transformers
@@ -91,6 +145,8 @@ def write_report(results: list[harness.Result], path: pathlib.Path, seconds: flo
     if errors:
         lines += ["", "## Errors", ""]
         lines += ["- **%s**: `%s`" % (r.name, r.error.replace("`", "'")) for r in errors]
+    if modes:
+        lines += _device_table(results, modes)
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -101,6 +157,7 @@ def main() -> int:
     ap.add_argument("--report", default=str(ROOT / "docs" / "model-coverage.md"))
     ap.add_argument("--json", help="also write the results as JSON to this file")
     ap.add_argument("--timing-rounds", type=int, default=5)
+    ap.add_argument("--device-modes", action="store_true", help="also run each model on tpu in every mode")
     args = ap.parse_args()
 
     warnings.simplefilter("ignore")
@@ -115,6 +172,7 @@ def main() -> int:
 
     start = time.perf_counter()
     results = []
+    modes: dict = {}
     for spec in specs:
         t0 = time.perf_counter()
         r = harness.run_model(spec, train=spec.name in zoo.TRAIN, timing_rounds=args.timing_rounds)
@@ -123,11 +181,20 @@ def main() -> int:
         print(f"{r.name:24s} {r.status:9s} train={r.train:8s} graphs={r.graphs} rel={r.max_rel:.1e} "
               f"first={r.compile_s:.1f}s speed={r.speedup:.2f} fallback={fb} "
               f"({time.perf_counter() - t0:.0f}s) {r.error}", flush=True)
+        if args.device_modes:
+            per = modes[spec.name] = {}
+            for mode in harness.DEVICE_MODES:
+                t0 = time.perf_counter()
+                x = per[mode] = harness.run_device_mode(spec, mode, train=spec.name in zoo.TRAIN)
+                print(f"  {mode:16s} {x.status:9s} train={x.train:8s} rel={x.max_rel:.1e} first={x.first_s:.1f}s "
+                      f"speed={x.speed:.2f} fallback={','.join(sorted(x.fallbacks)) or '-'} "
+                      f"({time.perf_counter() - t0:.0f}s) {x.error}", flush=True)
     seconds = time.perf_counter() - start
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=1))
+        data = [dict(r.__dict__, modes={m: x.__dict__ for m, x in modes.get(r.name, {}).items()}) for r in results]
+        pathlib.Path(args.json).write_text(json.dumps(data, indent=1))
     if not args.no_report:
-        write_report(results, pathlib.Path(args.report), seconds)
+        write_report(results, pathlib.Path(args.report), seconds, modes)
         print(f"wrote {args.report}")
     passed = sum(r.status == "pass" for r in results)
     print(f"{passed}/{len(results)} models pass with zero fallback ops ({seconds / 60:.1f} min)")
