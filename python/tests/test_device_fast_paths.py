@@ -63,3 +63,31 @@ def test_transformer_encoder_layer_fast_path_matches_cpu(norm_first, activation)
     with torch.no_grad():
         torch.testing.assert_close(dev(x.to(TPU)).cpu(), ref(x), **TOL)
         torch.testing.assert_close(dev(x.to(TPU), src_key_padding_mask=kp.to(TPU)).cpu(), ref(x, src_key_padding_mask=kp), **TOL)
+
+
+def test_transformer_encoder_stack_without_nested_tensors():
+    """The stack with a padding mask would convert to nested tensors (not supported on tpu);
+    with `enable_nested_tensor=False` each layer takes its fast path, as docs/eager.md says."""
+
+    def make():
+        layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    ref, dev = _pair(make)
+    x, kp = torch.randn(2, 5, 8), _padding()
+    with torch.no_grad():
+        torch.testing.assert_close(dev(x.to(TPU), src_key_padding_mask=kp.to(TPU)).cpu(), ref(x, src_key_padding_mask=kp), **TOL)
+
+
+def test_adaptive_max_pool2d_with_even_windows_is_a_device_program():
+    """Even windows decompose to max pooling (values, indices and the gradient equal CPU's,
+    exactly); `round(x, decimals)` is covered by the OpInfo harnesses."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    xt = x.detach().to(TPU).requires_grad_()
+    out, idx = torch.nn.functional.adaptive_max_pool2d(x, (4, 2), return_indices=True)
+    got, got_idx = torch.nn.functional.adaptive_max_pool2d(xt, (4, 2), return_indices=True)
+    out.square().sum().backward()
+    got.square().sum().backward()
+    assert torch.equal(got.detach().cpu(), out.detach()) and torch.equal(got_idx.cpu(), idx)
+    assert torch.equal(xt.grad.cpu(), x.grad)

@@ -211,6 +211,39 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     return zeros.scatter_add(-1, flat_idx, flat_grad).reshape(self.shape)
 
 
+def round_decimals(self, *, decimals):
+    """`round(x, decimals=d)` as CPU eager computes it: x * 10^d rounded half to even, then
+    divided by 10^d (for d < 0: divided, rounded, multiplied), the power in x's dtype."""
+    if decimals == 0:
+        return aten.round.default(self)
+    ten = float(10 ** abs(decimals))
+    if decimals > 0:
+        return aten.round.default(self * ten) / ten
+    return aten.round.default(self / ten) * ten
+
+
+def _even_windows(self, output_size):
+    size = self.shape[-2:]
+    out = [o if o is not None else s for o, s in zip(output_size, size)]
+    if any(s % o for s, o in zip(size, out)):
+        return None
+    return [s // o for s, o in zip(size, out)]
+
+
+def adaptive_max_pool2d(self, output_size):
+    """When the input divides evenly into the output, adaptive max pooling is max pooling with
+    kernel = stride = input // output, and its indices are the same flat per-plane indices."""
+    k = _even_windows(self, output_size)
+    if k is None:
+        return NotImplemented  # uneven windows: the op stays whole (and runs eagerly)
+    return aten.max_pool2d_with_indices.default(self, k, k, [0, 0], [1, 1], False)
+
+
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    """Each output gradient goes to the input position its index names, as max pooling's."""
+    return max_pool2d_with_indices_backward(grad_output, self, None, None, None, None, None, indices)
+
+
 def adaptive_avg_pool2d_backward(grad_output, self):
     """When the input divides evenly into the output, adaptive average pooling is plain
     average pooling with kernel = stride = input // output, and so is its gradient."""
@@ -342,6 +375,9 @@ def _base_table() -> dict:
     table[aten.convolution_backward.default] = convolution_backward
     table[aten.max_pool2d_with_indices_backward.default] = max_pool2d_with_indices_backward
     table[aten._adaptive_avg_pool2d_backward.default] = adaptive_avg_pool2d_backward
+    table[aten.adaptive_max_pool2d.default] = adaptive_max_pool2d
+    table[aten.adaptive_max_pool2d_backward.default] = adaptive_max_pool2d_backward
+    table[aten.round.decimals] = round_decimals
     table[aten.native_group_norm.default] = native_group_norm
     table[aten.addbmm.default] = addbmm
     table[aten.diagonal_scatter.default] = diagonal_scatter
