@@ -27,10 +27,10 @@ def test_zoo_model_matches_eager(name):
 
 
 # The zoo on the tpu device in every mode (`make zoo-modes` runs all of it): HF decoders (Llama
-# with grouped-query attention, GPT-2), an encoder (BERT), a ViT and a torchvision CNN, moved
+# with grouped-query attention, GPT-2), an encoder (BERT), a ViT, a torchvision CNN and an MoE (Mixtral), moved
 # with `.to("tpu")`, in strict eager, DeferAndFuse and torch.compile on tpu tensors, each
 # forward and one training step against CPU eager with zero CPU fallbacks.
-DEVICE_SUBSET = ["llama", "gpt2", "bert", "vit", "tv_resnet18"]
+DEVICE_SUBSET = ["llama", "gpt2", "bert", "vit", "tv_resnet18", "mixtral"]
 
 
 @pytest.mark.parametrize("mode", harness.DEVICE_MODES)

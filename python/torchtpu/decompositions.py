@@ -320,6 +320,28 @@ def grouped_mm_fallback_backward(input, weight, offs, grad_output):
     return grad_input, grad_weight
 
 
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    """`torch._grouped_mm` (what transformers' MoE layers call on devices other than the CPU)
+    with static shapes, for the two forms MoE training needs, rows sorted by group and `offs`
+    the cumulative row counts: [S, K] x [E, K, N] -> [S, N] (each row times its group's matrix;
+    rows past the last offset are 0), and, its weight gradient, [K, S] x [S, N] -> [E, K, N]
+    (each group's rows summed). Other forms stay whole."""
+    if offs is None or bias is not None:
+        return NotImplemented
+    if self.dim() == 2 and mat2.dim() == 3:
+        out = grouped_mm_fallback(self, mat2, offs)
+    elif self.dim() == 2 and mat2.dim() == 2:
+        rows = self.shape[1]
+        expert, valid = _expert_of_rows(rows, offs)
+        a = torch.where(valid.unsqueeze(1), self.transpose(0, 1), torch.zeros((), dtype=self.dtype))
+        outer = a.unsqueeze(2) * mat2.unsqueeze(1)  # [S, K, N]
+        zeros = torch.zeros(offs.shape[0], self.shape[0], mat2.shape[1], dtype=outer.dtype, device=outer.device)
+        out = zeros.index_add(0, expert, outer)
+    else:
+        return NotImplemented
+    return out.to(out_dtype) if out_dtype is not None else out
+
+
 def _third_party() -> dict:
     """Decompositions of other libraries' custom ops, when those libraries are loaded."""
     table = {}
@@ -378,6 +400,7 @@ def _base_table() -> dict:
     table[aten.adaptive_max_pool2d.default] = adaptive_max_pool2d
     table[aten.adaptive_max_pool2d_backward.default] = adaptive_max_pool2d_backward
     table[aten.round.decimals] = round_decimals
+    table[aten._grouped_mm.default] = grouped_mm
     table[aten.native_group_norm.default] = native_group_norm
     table[aten.addbmm.default] = addbmm
     table[aten.diagonal_scatter.default] = diagonal_scatter

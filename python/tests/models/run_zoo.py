@@ -50,9 +50,10 @@ def _device_table(results: list[harness.Result], modes: dict) -> list[str]:
         "Each model moved to tpu (`.to(\"tpu\")`, inputs too) and run in strict eager mode, in DeferAndFuse",
         "(`torchtpu.eager.mode(\"defer_and_fuse\")`) and under `torch.compile(backend=\"torchtpu\")` on tpu tensors,",
         "beside the table above's compile of the CPU model. Each is compared with CPU eager (same tolerances),",
-        "and passes only with zero CPU fallbacks. Cells: status, first call in seconds (strict: every op's",
-        "one-op program compiles; no disk cache), steady-state speed vs CPU eager (above 1 is faster;",
-        "outputs are read back to the host each call), and for zoo.TRAIN the training step.",
+        "and passes only with zero CPU fallbacks. Cells: status, first call in seconds (no disk cache; in",
+        "strict mode only the one-op programs no earlier model compiled: that cache is per process, so",
+        "later models find most of theirs), steady-state speed vs CPU eager (above 1 is faster; outputs",
+        "are read back to the host each call), and for zoo.TRAIN the training step.",
         "",
     ]
     totals = []

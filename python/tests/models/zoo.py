@@ -122,6 +122,8 @@ def _hf_specs() -> list[ModelSpec]:
         S("olmo", dec, _hf("OlmoConfig", "OlmoForCausalLM", pad_token_id=0, **_DEC), _lm_inputs),
         S("granite", dec, _hf("GraniteConfig", "GraniteForCausalLM", num_key_value_heads=2, **_DEC), _lm_inputs),
         S("mixtral", dec, _hf("MixtralConfig", "MixtralForCausalLM", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **_DEC), _lm_inputs),
+        S("qwen3_moe", dec, _hf("Qwen3MoeConfig", "Qwen3MoeForCausalLM", num_key_value_heads=2, head_dim=8, num_experts=4,
+                                num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1, **_DEC), _lm_inputs),
         # --- encoders ---
         S("bert", enc, _hf("BertConfig", "BertForMaskedLM", **_ENC), _text_inputs()),
         S("roberta", enc, _hf("RobertaConfig", "RobertaForMaskedLM", pad_token_id=1, **{**_ENC, "max_position_embeddings": 66}), _text_inputs()),
@@ -234,4 +236,4 @@ BY_NAME = {s.name: s for s in ALL}
 # Run by `make test` (small, deterministic, one per family and the ops each family brings).
 SUBSET = ["llama", "llama+mask", "llama+eager_attn", "qwen2", "gpt2", "bert", "t5", "vit", "tv_resnet18"]
 # Models that also take one training step in the zoo (loss + gradients vs eager).
-TRAIN = {"llama", "gpt2", "bert", "t5", "vit", "tv_resnet18", "tv_mobilenet_v3_small", "qwen2", "distilbert", "convnext", "mixtral", "whisper", "swin"}
+TRAIN = {"llama", "gpt2", "bert", "t5", "vit", "tv_resnet18", "tv_mobilenet_v3_small", "qwen2", "distilbert", "convnext", "mixtral", "qwen3_moe", "whisper", "swin"}
