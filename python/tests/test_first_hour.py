@@ -347,3 +347,19 @@ def test_import_torch_patches_nothing_until_the_first_tpu_tensor():
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "tensor([0., 1., 2.], device='tpu:0')"
+
+
+def test_compiled_channels_last_global_pool_on_tpu_tensors():
+    """`adaptive_avg_pool2d(x, 1)` of a channels-last input restrides its result in place
+    (`as_strided_`), which torch.compile's functionalization replays on a wrapper tensor with
+    no device data (ConvNeXt and Swin failed so)."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 4, 3)
+
+    def pool(t):
+        nchw = (t * 2).permute(0, 3, 1, 2)  # channels-last strides, as ConvNeXt's LayerNorm2d leaves them
+        return torch.nn.functional.adaptive_avg_pool2d(nchw, 1).flatten(1)
+
+    with torch.no_grad():
+        got = torch.compile(pool, backend="torchtpu")(x.to(TPU))
+    torch.testing.assert_close(got.cpu(), pool(x), rtol=1e-6, atol=1e-6)

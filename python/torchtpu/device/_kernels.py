@@ -129,9 +129,13 @@ def equal(self, other):
 
 def as_strided_(self, size, stride, storage_offset=None):
     # PyTorch's own kernel checks the bounds against the storage's bytes, which a tpu storage
-    # does not have on the host; the Meta `set_` re-points the tensor without that check.
+    # does not have on the host; the Meta `set_` re-points the tensor without that check. The
+    # tensor keeps its own storage, so it needs no device data: a wrapper subclass's storage
+    # has none (FunctionalTensor replays `as_strided_` on its wrapper under torch.compile,
+    # as `adaptive_avg_pool2d` of a channels-last input does).
     offset = self.storage_offset() if storage_offset is None else storage_offset
-    return set_storage_offset(self, self.untyped_storage(), offset, size, stride)
+    aten.set_.source_Storage_storage_offset._op_dk(_DK.Meta, self, self.untyped_storage(), offset, list(size), list(stride))
+    return self
 
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
