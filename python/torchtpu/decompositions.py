@@ -399,7 +399,6 @@ def _base_table() -> dict:
     table[aten._adaptive_avg_pool2d_backward.default] = adaptive_avg_pool2d_backward
     table[aten.adaptive_max_pool2d.default] = adaptive_max_pool2d
     table[aten.adaptive_max_pool2d_backward.default] = adaptive_max_pool2d_backward
-    table[aten.round.decimals] = round_decimals
     table[aten._grouped_mm.default] = grouped_mm
     table[aten.native_group_norm.default] = native_group_norm
     table[aten.addbmm.default] = addbmm
