@@ -128,6 +128,22 @@ def _train_loss(out) -> torch.Tensor:
     return sum(t.float().pow(2).mean() for t in leaves)
 
 
+def _compare_step(reference, model, ref_loss, loss):
+    """(ok, worst relative error) of a training step: the loss, then every parameter's
+    gradient (on any device) against the reference model's."""
+    ok, _, worst = compare([ref_loss.detach()], [loss.detach().cpu()], OUT_ATOL, OUT_RTOL)
+    for (_, p_ref), (_, p) in zip(reference.named_parameters(), model.named_parameters()):
+        if p_ref.grad is None and p.grad is None:
+            continue
+        if (p_ref.grad is None) != (p.grad is None):
+            ok, worst = False, float("inf")
+            continue
+        g_ok, _, g_rel = compare([p_ref.grad], [p.grad.cpu()], GRAD_ATOL, GRAD_RTOL)
+        ok &= g_ok
+        worst = max(worst, g_rel)
+    return ok, worst
+
+
 def run_train(spec, result: Result) -> None:
     """One training step (train mode, dropout off): loss and every parameter's gradient."""
     base = spec.build()
@@ -141,17 +157,7 @@ def run_train(spec, result: Result) -> None:
     loss = _train_loss(compiled(**inputs))
     loss.backward()
     fell_back = _record_stats(result)
-    ok, _, rel = compare([ref_loss.detach()], [loss.detach()], OUT_ATOL, OUT_RTOL)
-    worst = rel
-    for (name, p_ref), (_, p) in zip(eager.named_parameters(), model.named_parameters()):
-        if p_ref.grad is None and p.grad is None:
-            continue
-        if (p_ref.grad is None) != (p.grad is None):
-            ok, worst = False, float("inf")
-            continue
-        g_ok, _, g_rel = compare([p_ref.grad], [p.grad], GRAD_ATOL, GRAD_RTOL)
-        ok &= g_ok
-        worst = max(worst, g_rel)
+    ok, worst = _compare_step(eager, model, ref_loss, loss)
     result.train_max_rel = worst
     result.train = "mismatch" if not ok else ("fallback" if fell_back else "pass")
 
@@ -279,16 +285,7 @@ def _train_on_device(spec, mode: str, result: ModeResult) -> None:
             loss = _train_loss(model(**dev_inputs))
             loss.backward()
     fell_back = _device_fallbacks(before)
-    ok, _, worst = compare([ref_loss.detach()], [loss.detach().cpu()], OUT_ATOL, OUT_RTOL)
-    for (_, p_ref), (_, p) in zip(base.named_parameters(), model.named_parameters()):
-        if p_ref.grad is None and p.grad is None:
-            continue
-        if (p_ref.grad is None) != (p.grad is None):
-            ok, worst = False, float("inf")
-            continue
-        g_ok, _, g_rel = compare([p_ref.grad], [p.grad.cpu()], GRAD_ATOL, GRAD_RTOL)
-        ok &= g_ok
-        worst = max(worst, g_rel)
+    ok, worst = _compare_step(base, model, ref_loss, loss)
     result.train_max_rel = worst
     result.train = "mismatch" if not ok else ("fallback" if fell_back else "pass")
     for k, v in fell_back.items():
