@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import torchtpu
 import torchtpu.eager as E
-from torchtpu.device import _defer
+from torchtpu.device import _defer, _region
 from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
@@ -32,6 +32,9 @@ TPU = "tpu"
 
 @pytest.fixture(autouse=True)
 def _clean_regions():
+    # Whether a region is a hit must not depend on which tests ran before in this process
+    # (under pytest-xdist another file's Llama may have compiled the same mask region).
+    _region.clear()
     E.reset_explain()
     yield
     E.mode("strict")

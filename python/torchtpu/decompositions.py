@@ -211,17 +211,6 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     return zeros.scatter_add(-1, flat_idx, flat_grad).reshape(self.shape)
 
 
-def round_decimals(self, *, decimals):
-    """`round(x, decimals=d)` as CPU eager computes it: x * 10^d rounded half to even, then
-    divided by 10^d (for d < 0: divided, rounded, multiplied), the power in x's dtype."""
-    if decimals == 0:
-        return aten.round.default(self)
-    ten = float(10 ** abs(decimals))
-    if decimals > 0:
-        return aten.round.default(self * ten) / ten
-    return aten.round.default(self / ten) * ten
-
-
 def _even_windows(self, output_size):
     size = self.shape[-2:]
     out = [o if o is not None else s for o, s in zip(output_size, size)]

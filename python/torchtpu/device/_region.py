@@ -43,6 +43,13 @@ def lookup(key):
     return _programs.get(key)
 
 
+def clear() -> None:
+    """Forgets every region program (the engine's caches still hold the executables), so
+    the next region of each key is a miss again."""
+    _programs.clear()
+    _by_length.clear()
+
+
 def _remember_names(r) -> None:
     # Descriptions of the recorded programs, for this and later misses' differences.
     for p, _, _ in r.records:
