@@ -295,3 +295,74 @@ def test_a_compiled_graph_on_pending_tpu_tensors_checks_too():
         out = f(y, torch.tensor([4], device=TPU))
         with pytest.raises(torchtpu.IndexOutOfRangeError, match=r"aten\.index"):
             out.cpu()
+
+
+# ---------------------------------------------------------------- device asserts and mask counts
+# `_assert_async` (PyTorch's one_hot decomposition asserts the class range) and `x[mask] = v`
+# with one value per set element are checked on the device too, raising DeviceAssertError (a
+# RuntimeError, as CPU eager's) at the same points, whatever `check_indices` says: they are no
+# fallback (the graph compiles whole) and no host read of their own.
+
+
+def _one_hot(x, i):
+    return F.one_hot(i, 5).to(x.dtype) @ x.t()
+
+
+def _put_rows(x, i):
+    y = x.clone()
+    y[i > 0] = torch.arange(15, dtype=x.dtype, device=x.device).view(3, 5)  # three values per row
+    return y
+
+
+def _add_masked(x, i):
+    y = x.clone()
+    y[i > 1] += y[i > 1] * 2  # `+=` writes back one value per set element
+    return y
+
+
+ASSERTS = {
+    # name -> (fn, the message CPU eager raises, bad index lists, good index lists)
+    "one_hot": (_one_hot, "Class values must be", [[0, 5], [-1, 2]], [[0, 4, 2]]),
+    "mask_rows": (_put_rows, "shape mismatch", [[1, 0, 0, 1], [1, 1, 1, 1]], [[1, 0, 1, 1], [2, 3, 0, 1]]),
+    "mask_add": (_add_masked, None, [], [[0, 2, 3, 1], [0, 0, 0, 0]]),
+}
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["checks_on", "checks_off"])
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("name", sorted(ASSERTS))
+def test_device_asserts_raise_as_cpu_eager_and_good_inputs_match(name, where, check):
+    fn, message, bad, good = ASSERTS[name]
+    for index in good:
+        torch.testing.assert_close(_run(where, fn, _x(), index, check), fn(_x(), torch.tensor(index)), rtol=1e-6, atol=1e-6)
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {} and torchtpu.stats()["graphs_fallback"] == 0
+    raised = torchtpu.DeviceAssertError
+    if name == "one_hot" and not where.startswith("compiled"):
+        # one_hot on a PrivateUse1 tensor skips its class check and relies on the scatter's
+        # device assert, as on CUDA: the index check.
+        if not check:
+            return
+        raised, message = torchtpu.IndexOutOfRangeError, "aten.scatter"
+    for index in bad:
+        with pytest.raises(RuntimeError):
+            fn(_x(), torch.tensor(index))
+        with pytest.raises(raised, match=message) as info:
+            _run(where, fn, _x(), index, check)
+        assert isinstance(info.value, RuntimeError)
+        assert info.value.where and info.value.where.startswith(HERE + ":"), str(info.value)
+    assert not _checks._pending
+
+
+def test_a_tpu_assert_waits_for_the_next_host_read():
+    x = torch.tensor([1, -2]).to(TPU)
+    torch._assert_async((x >= 0).all(), "negative")  # no host read here: it is pending
+    assert len(_checks._pending) == 1
+    with pytest.raises(torchtpu.DeviceAssertError, match="negative"):
+        x.sum().item()
+    torch._assert_async(torch.tensor(3, device=TPU))
+    with pytest.raises(torchtpu.DeviceAssertError, match="single nonzero value"):
+        torch._assert_async(torch.tensor(0, device=TPU))
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="more than one value"):
+        torch._assert_async(torch.ones(2, device=TPU))
+    assert torchtpu.stats()["eager_cpu_fallbacks"] == {}

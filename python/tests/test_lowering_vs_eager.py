@@ -35,6 +35,7 @@ NZ = ints(3, 4, lo=1, hi=6, seed=5) * torch.where(ints(3, 4, lo=0, hi=2, seed=6)
 
 LOOSE = (1e-4, 1e-5)
 TIGHT = (1.3e-6, 1e-5)
+MASK = torch.tensor([[True, False, True, True], [False, False, True, False]])
 
 # (id, aten op as IR name, inputs, attrs, eager function, (rtol, atol))
 CASES = [
@@ -186,6 +187,15 @@ CASES = [
     ("index_rows_two_dims", "aten.index.Tensor", [f32(3, 5, 4), torch.tensor([[0], [2]]), torch.tensor([4, -1, 1])], {"indices": [0, 1]}, lambda a, i, j: aten.index.Tensor(a, [i, j]), TIGHT),
     ("index_put_rows_embedding_grad", "aten.index_put.default", [torch.zeros(6, 4), torch.tensor([[0, 5, 0], [3, 0, 5]]), f32(2, 3, 4, seed=9)], {"indices": [0], "accumulate": True}, lambda a, i, v: aten.index_put.default(a, [i], v, True), TIGHT),
     ("index_put_rows_two_dims", "aten.index_put.default", [f32(3, 5, 4), torch.tensor([[0], [2]]), torch.tensor([4, -1, 1]), f32(4, seed=9)], {"indices": [0, 1], "accumulate": False}, lambda a, i, j, v: aten.index_put.default(a, [i, j], v, False), TIGHT),
+    # x[mask] = v with a boolean (or uint8) mask: one value for every set element (a select), or one
+    # value per set element in row-major order (the count n static, as `x[mask] += y` writes back).
+    ("index_put_mask_broadcast", "aten.index_put.default", [f32(2, 4, 3), MASK, f32(3, seed=9)], {"indices": [0], "accumulate": False}, lambda a, m, v: aten.index_put.default(a, [m], v, False), TIGHT),
+    ("index_put_mask_scalar_acc", "aten.index_put.default", [f32(2, 4, 3), MASK, torch.tensor(2.5)], {"indices": [0], "accumulate": True}, lambda a, m, v: aten.index_put.default(a, [m], v, True), TIGHT),
+    ("index_put_mask_per_element", "aten.index_put.default", [f32(2, 4, 3), MASK, f32(int(MASK.sum()), 3, seed=9)], {"indices": [0], "accumulate": False}, lambda a, m, v: aten.index_put.default(a, [m], v, False), TIGHT),
+    ("index_put_mask_per_element_acc", "aten.index_put.default", [f32(2, 4, 3), MASK, f32(int(MASK.sum()), 1, seed=9)], {"indices": [0], "accumulate": True}, lambda a, m, v: aten.index_put.default(a, [m], v, True), TIGHT),
+    ("index_put_mask_inner_dim", "aten.index_put.default", [f32(3, 2, 4), MASK, f32(3, int(MASK.sum()), seed=9)], {"indices": [1], "accumulate": False}, lambda a, m, v: aten.index_put.default(a, [None, m], v, False), TIGHT),
+    ("index_put_mask_none_set", "aten.index_put.default", [f32(2, 4, 3), torch.zeros(2, 4, dtype=torch.bool), f32(0, 3, seed=9)], {"indices": [0], "accumulate": False}, lambda a, m, v: aten.index_put.default(a, [m], v, False), TIGHT),
+    ("index_put_mask_uint8", "aten.index_put.default", [f32(2, 4, 3), MASK.to(torch.uint8), f32(1, 3, seed=9)], {"indices": [0], "accumulate": False}, lambda a, m, v: aten.index_put.default(a, [m.bool()], v, False), TIGHT),
     ("cumsum", "aten.cumsum.default", [X], {"dim": 1}, lambda a: aten.cumsum.default(a, 1), LOOSE),
     ("cumsum_int", "aten.cumsum.default", [I], {"dim": 0}, lambda a: aten.cumsum.default(a, 0), TIGHT),
 ]

@@ -21,7 +21,7 @@ from torchtpu._stats import reset_stats, stats  # noqa: E402
 # Loaded at first use: torchtpu.errors imports Dynamo (its exceptions derive from Dynamo's
 # pass-through type), which `import torch` must not pay for when the tpu device autoloads.
 _ERRORS = (
-    "CompileError", "DeviceOpError", "ExecutionError", "FallbackError", "IndexOutOfRangeError", "InputError", "InternalError",
+    "CompileError", "DeviceAssertError", "DeviceOpError", "ExecutionError", "FallbackError", "IndexOutOfRangeError", "InputError", "InternalError",
     "IRError", "NonFiniteError", "OptionsError", "PluginError", "RecompileError", "ShardingError",
     "TorchTPUError", "UnsupportedError",
 )

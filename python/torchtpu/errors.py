@@ -21,6 +21,10 @@ from it. All are RuntimeErrors; `OptionsError` is also a ValueError.
     ├── IndexOutOfRangeError   an index out of range for its op (x[idx], gather, embedding, a
     │                          loss target), where XLA would clamp it: op, where, reads (also
     │                          an IndexError; index_checks.py)
+    ├── DeviceAssertError      a check the program made on the device failed: an
+    │                          `_assert_async` (one_hot's class range, a library's
+    │                          `torch._assert_async`), or `x[mask] = v` with v's count not
+    │                          the mask's: op, where, message (index_checks.py)
     └── ShardingError          a bad Mesh, sharding spec or plan, or a dim its axes do not
                                divide (torchtpu.sharding; also a ValueError)
 
@@ -239,6 +243,20 @@ class NonFiniteError(DeviceOpError):
     NaN or an infinity where none of its inputs did."""
 
     kind = "non_finite"
+
+
+class DeviceAssertError(TorchTPUError):
+    """A condition the program checked on the device did not hold: an `_assert_async` (its
+    message, as CPU eager's RuntimeError says it) or a shape eager checks from data (`x[mask]
+    = v` with v's count not the mask's). Raised at the next host read, as CUDA's device
+    assert: `op`, `where` (the user's `file:line`, where known) and `message`. A user's bug:
+    raised, never a fallback (index_checks.py)."""
+
+    kind = "device_assert"
+
+    def __init__(self, message: str, op: str = "", where: str | None = None, check: str = ""):
+        super().__init__(message)
+        self.op, self.where, self.check = op, where, check
 
 
 # The user's mistakes: raised as they are wherever a failure could otherwise mean "run

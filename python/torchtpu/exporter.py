@@ -591,6 +591,8 @@ def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known
         base = base_name(node.target)
         if base == "torchtpu.sharding_constraint":
             continue  # written as tpu.sharding_constraint, a layout the compiler keeps
+        if base == "aten._assert_async":
+            continue  # a device assert: `index_checks.instrument` makes it a flag output
         if base in _COLLECTIVES:
             from torchtpu.collectives import split_reason
 

@@ -81,10 +81,11 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
     None: it is to run eagerly as a whole (`policy.on_failure` decided so; strict raised).
     Under a `binding`, a refused node raises NotSpecializable: the caller re-traces that size."""
     exported = None
-    checked = None  # the graph with its index checks (index_checks.py), exported instead
+    checked = None  # the graph with its checks (index_checks.py), exported instead
     try:
-        if opts.check_indices:
-            checked = index_checks.instrument(gm, binding)
+        # Device asserts and masks' counts are checked whatever `check_indices` says: the
+        # graph has them, and without them a wrong count would write silently.
+        checked = index_checks.instrument(gm, binding, indices=opts.check_indices)
         exported = export(gm if checked is None else checked.gm, name, binding)
         refused = refused_nodes(exported)
         if checked is not None:

@@ -1,4 +1,5 @@
-"""Out-of-range index checks for compiled and device programs.
+"""Checks that compiled and device programs make on the device: out-of-range indices, device
+asserts (`_assert_async`) and masks' counts.
 
 XLA's gather and scatter clamp an index that is out of range; PyTorch raises (CPU) or asserts
 on the device (CUDA). `instrument` rewrites a decomposed ATen graph so that it computes, for
@@ -9,6 +10,13 @@ for the device's one-op programs). The caller
 strips that output and hands it to `raise_if_set` (now, or at the next host read: the device's
 pending checks, `device/_checks.py`), which raises `IndexOutOfRangeError` naming the op and
 the user's line.
+
+Two more kinds of site raise `DeviceAssertError`, whatever `check_indices` says: an
+`_assert_async(cond, msg)` node (PyTorch's one_hot decomposition asserts its class range;
+libraries assert their own invariants) is taken out of the graph and its flag is `not cond`;
+and `x[mask] = v` with one value per set element (the lowering places v's k-th value at the
+k-th set element) flags a count of set elements that is not v's, the shape check CPU eager
+makes from the data.
 
 Each site's valid range is the op's own in CPU eager, measured: `index`/`index_put` (and
 `index_fill`, `take`) take [-n, n); `gather`, `scatter*`, `index_select`, `index_add`,
@@ -64,8 +72,9 @@ class Site:
     the graph knows it; the device gives it per run)."""
 
     op: str
-    reads: str  # "aten.gather takes indices in [0, 3) along dim 1"
+    reads: str  # "aten.gather takes indices in [0, 3) along dim 1"; an assert's message
     where: str | None = None
+    kind: str = "index"  # or "assert" (`_assert_async`, a mask's count): DeviceAssertError
 
 
 def _base(target) -> str:
@@ -194,17 +203,69 @@ def _flag(graph, index, lo: int, n: int):
     return _call(graph, aten.any.default, (either,), _bools(()))
 
 
-def sites_in(gm: torch.fx.GraphModule) -> bool:
-    """Whether `gm` has a node that reads indices (cheap: no copy)."""
-    return any(n.op == "call_function" and n.target in _RULES for n in gm.graph.nodes)
+# Device asserts: `_assert_async(cond[, msg])` (one_hot's class range in PyTorch's decomposition,
+# libraries' own checks). Their nodes are taken out of the graph and become flags, `not cond`.
+_ASSERTS = (aten._assert_async.default, aten._assert_async.msg)
 
 
-def instrument(gm: torch.fx.GraphModule, binding=None, called=None, one_flag: bool = False) -> Instrumented | None:
-    """`gm` with its index checks, or None where no node reads indices. `binding` gives the
-    sizes of a graph with symbolic shapes (specialize.Binding); `called` names the op for nodes
-    that do not say which op they came from (the device's one-op programs). With `one_flag`
-    the flag is one 0-d bool for all the sites (the device combines such flags, `_checks.py`)."""
-    if not sites_in(gm):
+def _is_assert(node) -> bool:
+    return node.op == "call_function" and node.target in _ASSERTS
+
+
+def _masked_put(node):
+    """(mask, its first dim, n) for `x[mask] = v` with one value per set element (v's size at
+    the mask's count a static n != 1; the lowering places v's k-th at the k-th set element),
+    else None. Eager checks that n is the count; the program does (`_count_flag`)."""
+    if node.op != "call_function" or node.target not in (aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default):
+        return None
+    present = [(p, i) for p, i in enumerate(node.args[1]) if i is not None]
+    if len(present) != 1:
+        return None
+    p, mask = present[0]
+    x, m, v = (a.meta.get("val") for a in (node.args[0], mask, node.args[2]))
+    if not all(isinstance(t, torch.Tensor) for t in (x, m, v)) or m.dtype not in _MASKS or m.dim() == 0:
+        return None
+    lead = x.dim() - m.dim() + 1 - v.dim()
+    n = v.shape[p - lead] if p >= lead else 1
+    return (mask, p, n) if isinstance(n, int) and n != 1 else None
+
+
+def sites_in(gm: torch.fx.GraphModule, indices: bool = True) -> bool:
+    """Whether `gm` has a check to make (cheap: no copy): a node that reads indices (with
+    `indices`), a device assert or a mask whose count must be v's."""
+    return any(
+        (indices and n.op == "call_function" and n.target in _RULES) or _is_assert(n) or _masked_put(n) is not None
+        for n in gm.graph.nodes
+    )
+
+
+def _assert_flag(graph, cond):
+    """A 0-d bool node: whether `cond` (one value, of any dtype) is zero."""
+    v = cond.meta["val"]
+    zero = _call(graph, aten.eq.Scalar, (cond, 0), _bools(v.shape))
+    return zero if v.dim() == 0 else _call(graph, aten.any.default, (zero,), _bools(()))
+
+
+def _count_flag(graph, mask, n: int):
+    """A 0-d bool node: whether the mask's count of set elements is not `n`."""
+    count = _call(graph, aten.sum.default, (mask,), torch.empty((), dtype=torch.int64, device="meta"))
+    return _call(graph, aten.ne.Scalar, (count, n), _bools(()))
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def instrument(
+    gm: torch.fx.GraphModule, binding=None, called=None, one_flag: bool = False, indices: bool = True
+) -> Instrumented | None:
+    """`gm` with its checks, or None where it has none: index checks (with `indices`), device
+    asserts (`_assert_async`, its node replaced by its flag) and masks' counts. `binding` gives
+    the sizes of a graph with symbolic shapes (specialize.Binding); `called` names the op for
+    nodes that do not say which op they came from (the device's one-op programs). With
+    `one_flag` the flag is one 0-d bool for all the sites (the device combines such flags,
+    `_checks.py`)."""
+    if not sites_in(gm, indices):
         return None
     graph = torch.fx.Graph()
     env: dict = {}
@@ -213,9 +274,31 @@ def instrument(gm: torch.fx.GraphModule, binding=None, called=None, one_flag: bo
         if node.op == "output":
             output = node
             continue
+        if _is_assert(node):
+            continue  # its flag stands in for it (below); nothing uses an assert's result
         env[node] = graph.node_copy(node, lambda n: env[n])
     flags, sites = [], []
     for node in gm.graph.nodes:
+        where = user_line(node.meta.get("stack_trace"))
+        if _is_assert(node):
+            message = node.args[1] if len(node.args) > 1 else "Expected Tensor with single nonzero value, but got zero"
+            flags.append(_assert_flag(graph, env[node.args[0]]))
+            sites.append(Site("aten._assert_async", str(message), where, "assert"))
+            continue
+        masked = _masked_put(node)
+        if masked is not None:
+            mask, p, n = masked
+            v = node.args[2].meta["val"]
+            result = list(node.args[0].meta["val"].shape)
+            result[p : p + mask.meta["val"].dim()] = ["N"]
+            message = (
+                f"shape mismatch: value tensor of shape {_shape_text(v.shape)} cannot be broadcast to indexing result "
+                f"of shape {_shape_text(result)}, N the mask's count of set elements (not {n})"
+            )
+            flags.append(_count_flag(graph, env[mask], n))
+            sites.append(Site(_base(node.meta.get("original_aten") or node.target), message, where, "assert"))
+        if not indices:
+            continue
         rule = _RULES.get(node.target) if node.op == "call_function" else None
         if rule is None:
             continue
@@ -241,7 +324,7 @@ def instrument(gm: torch.fx.GraphModule, binding=None, called=None, one_flag: bo
                 continue
             flags.append(flag)
             reads = f"{_base(node.target)} takes indices in [{lo}, {n}) along dim {dim}"
-            sites.append(Site(op, reads, user_line(node.meta.get("stack_trace"))))
+            sites.append(Site(op, reads, where))
     if not flags:
         return None
     stacked = _call(graph, aten.stack.default, (flags,), _bools((len(flags),)))
@@ -271,11 +354,11 @@ def returns_tuple(gm: torch.fx.GraphModule) -> bool:
 
 
 def error(flags, sites, where: str | None = None):
-    """The `IndexOutOfRangeError` for a set flag (`flags`: a CPU bool tensor, one per site), or
-    None."""
+    """The `IndexOutOfRangeError` (an assert's or a count's site: `DeviceAssertError`) for a set
+    flag (`flags`: a CPU bool tensor, one per site), or None."""
     if not bool(flags.any()):
         return None
-    from torchtpu.errors import IndexOutOfRangeError
+    from torchtpu.errors import DeviceAssertError, IndexOutOfRangeError
 
     if flags.dim() == 0:  # one flag for all the sites (`instrument(..., one_flag=True)`)
         site = sites[0]
@@ -283,8 +366,16 @@ def error(flags, sites, where: str | None = None):
     else:
         bad = [s for s, f in zip(sites, flags.tolist()) if f]
         site, reads = bad[0], bad[0].reads
-        more = f" (and {len(bad) - 1} more index check{'s' if len(bad) > 2 else ''} of this program)" if len(bad) > 1 else ""
+        more = f" (and {len(bad) - 1} more check{'s' if len(bad) > 2 else ''} of this program)" if len(bad) > 1 else ""
     at = site.where or where
+    if site.kind == "assert":
+        return DeviceAssertError(
+            f"{reads}{f' (at {at})' if at else ''}{more}: a check torchtpu's program made on the device, where CPU "
+            f"eager raises at once",
+            op=site.op,
+            where=at,
+            check=reads,
+        )
     return IndexOutOfRangeError(
         f"{site.op}: index out of range{f' at {at}' if at else ''} ({reads}){more}. torchtpu raises as "
         "CPU eager does where XLA would clamp the index; the checks are turned off by "

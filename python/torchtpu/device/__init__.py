@@ -150,6 +150,7 @@ KERNEL_NAMES = (
     "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "_batch_norm_no_update",
     "_fused_adam_", "_fused_adam_.tensor_lr", "_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_sgd_",
     "_fused_sgd_.tensor_lr", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+    "_assert_async", "_assert_async.msg",
 )
 _libs: list = []
 _loaded = None

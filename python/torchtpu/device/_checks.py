@@ -38,8 +38,9 @@ def add(flag, sites, where: str | None) -> None:
 
 class ArgumentCheck:
     """In place of index sites: a device-side check of an op's arguments (`flag`, 0-d bool: True
-    when they are bad, e.g. a negative probability for `multinomial`). Set, it raises
-    `RuntimeError(message)`, as CPU eager raises at once; here at the next host read, as CUDA's
+    when they are bad, e.g. a negative probability for `multinomial`, or `_assert_async`'s
+    condition false). Set, it raises `DeviceAssertError(message)` (a RuntimeError, as CPU eager
+    raises at once); here at the next host read, as CUDA's
     device assert does, so a sampling step costs no round trip."""
 
     __slots__ = ("message",)
@@ -50,7 +51,9 @@ class ArgumentCheck:
     def error(self, flags: torch.Tensor, where: str | None):
         if not bool(flags.any()):
             return None
-        return RuntimeError(f"{self.message}{f' (at {where})' if where else ''}")
+        from torchtpu.errors import DeviceAssertError
+
+        return DeviceAssertError(f"{self.message}{f' (at {where})' if where else ''}", where=where, check=self.message)
 
 
 def check_arguments(bad: torch.Tensor, message: str) -> None:

@@ -30,7 +30,7 @@ from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.device import _defer, _modes, _programs, _storage
 from torchtpu.device._guard import guard as _guard
-from torchtpu.errors import DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
+from torchtpu.errors import DeviceAssertError, DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
 
 aten = torch.ops.aten
@@ -336,7 +336,7 @@ def run(op, *args, **kwargs):
         result = _run(info, op, args, kwargs)
         _modes.after_op(info, args, kwargs, result, clean)
         return result
-    except (DeviceOpError, FallbackError, IndexOutOfRangeError):  # an index error names its op already
+    except (DeviceOpError, FallbackError, IndexOutOfRangeError, DeviceAssertError):  # a check's error names its op already
         raise
     except Exception as e:
         read = [v for k, v in kwargs.items() if k not in info.out_names]

@@ -6,8 +6,10 @@ once per bucket, not once per value.
 
 - `x[mask]` (one mask over the leading dims) gathers with the bucket-sized indices and views
   the first `count` rows; other index lists with masks use the exact indices.
-- `x[mask] = v` with one value (a scalar, or one element) is `where(mask, v, x)`: no count at
-  all; other values need the exact indices.
+- `x[mask] = v` with one mask, the only index, is lowered at static shapes: `where(mask, v, x)`
+  for values that broadcast, v's k-th value at the k-th set element for one value per set
+  element; that v's count is the mask's is checked on the device, read at the next host read
+  (`index_checks.py`): no count read now. Other index lists with masks use the exact indices.
 """
 
 from __future__ import annotations
@@ -66,29 +68,24 @@ def index(self, indices):
     return _dispatch.run(aten.index.Tensor, self, _exact_indices(indices))
 
 
-def _single_mask(self, indices, values) -> bool:
+def _lowered_mask(self, indices) -> bool:
+    """One mask on this device, the only index, with the shape of the dims it covers: the
+    lowering writes the values at static shapes (a select, or v's k-th value at the k-th set
+    element), and the program checks v's count on the device (`index_checks.py`)."""
+    present = [(p, i) for p, i in enumerate(indices) if i is not None]
+    if len(present) != 1:
+        return False
+    p, mask = present[0]
     return (
-        len(indices) == 1
-        and _is_mask(indices[0])
-        and indices[0].device.type == self.device.type
-        and values.numel() == 1
+        _is_mask(mask)
+        and mask.device.type == self.device.type
+        and mask.dim() > 0
+        and tuple(self.shape[p : p + mask.dim()]) == tuple(mask.shape)
     )
 
 
-def _where_put(self, mask, values, accumulate: bool):
-    mask = mask.bool()
-    while mask.dim() < self.dim():
-        mask = mask.unsqueeze(-1)
-    value = values.reshape(()).to(self.dtype)
-    if accumulate:
-        return torch.where(mask, self + value, self)
-    return torch.where(mask, value, self)
-
-
 def index_put_(self, indices, values, accumulate=False):
-    if _single_mask(self, indices, values):
-        return self.copy_(_where_put(self, indices[0], values, accumulate))
-    if any(_is_mask(i) for i in indices):
+    if not _lowered_mask(self, indices) and any(_is_mask(i) for i in indices):
         indices = _exact_indices(indices)
     return _dispatch.run(aten.index_put_.default, self, indices, values, accumulate)
 
@@ -98,9 +95,7 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
 
 
 def index_put(self, indices, values, accumulate=False):
-    if _single_mask(self, indices, values):
-        return _where_put(self, indices[0], values, accumulate)
-    if any(_is_mask(i) for i in indices):
+    if not _lowered_mask(self, indices) and any(_is_mask(i) for i in indices):
         indices = _exact_indices(indices)
     return _dispatch.run(aten.index_put.default, self, indices, values, accumulate)
 

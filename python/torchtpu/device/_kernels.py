@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _attention, _dispatch, _dynamic, _norms, _optim, _random, _storage
+from torchtpu.device import _attention, _checks, _dispatch, _dynamic, _norms, _optim, _random, _storage
 from torchtpu.device._frames import user_facing
 from torchtpu.device._guard import guard as _guard
 from torchtpu.exporter import is_contiguous
@@ -181,7 +181,19 @@ def convolution_backward_overrideable(
     )
 
 
+def assert_async(self, assert_msg=None):
+    """`torch._assert_async` on tpu: checked at the next host read, as CUDA's device assert,
+    by the pending checks the index checks use (`_checks.py`): no round trip now. The message
+    and the one-value rule are CPU eager's."""
+    if self.numel() != 1:
+        raise RuntimeError(f"Boolean value of Tensor with {'no values' if self.numel() == 0 else 'more than one value'} is ambiguous")
+    message = assert_msg if assert_msg is not None else "Expected Tensor with single nonzero value, but got zero"
+    _checks.check_arguments(self.reshape(()) == 0, message)
+
+
 KERNELS = {
+    "_assert_async": assert_async,
+    "_assert_async.msg": assert_async,
     "convolution_overrideable": convolution_overrideable,
     "convolution_backward_overrideable": convolution_backward_overrideable,
     "empty.memory_format": empty_memory_format,

@@ -334,7 +334,7 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
         if got != [d for d in expected if d is not None]:
             raise TypeError(f"lifting floats of {op} changes its result dtypes ({got} vs {expected})")
     name = "eager_" + str(op).replace(".", "_").replace("::", "_")
-    checked = index_checks.instrument(gm, called=op, one_flag=True) if checks_on else None
+    checked = index_checks.instrument(gm, called=op, one_flag=True, indices=checks_on)
     if checked is not None:
         gm = checked.gm  # its last output is the checks' flag (`Program.checks`)
     exported = export(gm, name)

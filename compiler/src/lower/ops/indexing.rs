@@ -382,10 +382,33 @@ pub fn index_legal(c: &Check) -> Result<(), String> {
     no_masks(&c.operands[1.min(c.operands.len())..])
 }
 
-/// index_put with mask indices (between `self` and `values`): not lowered either.
+/// index_put with mask indices (between `self` and `values`): lowered where the mask is the
+/// only index and has the shape of the dims it covers (`masked_index_put`); other mask forms
+/// need the count to place the values and are refused.
 pub fn index_put_legal(c: &Check) -> Result<(), String> {
     let end = c.operands.len().saturating_sub(1).max(1.min(c.operands.len()));
-    no_masks(&c.operands[1.min(c.operands.len())..end])
+    let indices = &c.operands[1.min(c.operands.len())..end];
+    if !indices.iter().any(|t| matches!(t.dtype, DType::Bool | DType::U8)) {
+        return Ok(());
+    }
+    let position = match c.attr("indices") {
+        Some(Attr::IntList(p)) if p.len() == 1 && indices.len() == 1 => p[0],
+        _ => return Err("indexing with a boolean mask among other indices (data-dependent shape)".into()),
+    };
+    let (x, mask, values) = (c.operands[0], indices[0], c.operands[c.operands.len() - 1]);
+    let (Some(x_dims), Some(mask_dims)) = (x.static_dims(), mask.static_dims()) else {
+        return Err("a boolean mask of symbolic shape".into());
+    };
+    let (p, r) = (position.max(0) as usize, mask_dims.len());
+    let covered = x_dims.get(p..p + r);
+    if r == 0 || position < 0 || covered != Some(mask_dims.as_slice()) {
+        return Err(format!("a boolean mask of shape {mask_dims:?} at dim {position} of a tensor of shape {x_dims:?}"));
+    }
+    let result_rank = x_dims.len() - r + 1;
+    if values.rank() > result_rank {
+        return Err(format!("values of rank {} for an indexing result of rank {result_rank}", values.rank()));
+    }
+    Ok(())
 }
 
 fn no_masks(indices: &[&crate::ir::TensorType]) -> Result<(), String> {
@@ -533,6 +556,9 @@ pub fn index_put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     }
     let idx: Vec<&Tv> = n.args[1..=k].iter().collect();
     let accumulate = n.bool_or("accumulate", false)?;
+    if k == 1 && matches!(idx[0].dtype, DType::Bool | DType::U8) {
+        return Ok(vec![masked_index_put(e, &x, dims[0], idx[0], &n.args[2], accumulate)?]);
+    }
     let how = if accumulate { Combine::Add } else { Combine::Replace };
     if let Some((b, rows)) = leading_rows(e, &x, &dims, &idx)? {
         // x[i] = v / x[i] += v (the embedding gradient) with the rest whole: row updates.
@@ -544,6 +570,79 @@ pub fn index_put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     let (upd_shape, coords) = advanced_index(e, &x, &dims, &idx)?;
     let values = e.broadcast_to(&e.convert(&n.args[k + 1], x.dtype)?, &upd_shape)?;
     Ok(vec![scatter_combine(e, &x, &coords, &values, how)?])
+}
+
+/// `x[mask] = v` (`+=` with `accumulate`): index_put whose one index is a mask covering dims
+/// p..p+r of `x` with their shape. The indexing result is x's dims with those r dims replaced
+/// by N, the number of set elements, and `v` broadcasts to it: where v's size at N is 1 (or
+/// absent) every set element takes the same values: a select, static shapes. Where it is a
+/// static n (one value per set element, as `x[mask] += y` writes back), the k-th set element in
+/// row-major order takes v's k-th: its k is a prefix count over the flattened mask. That n is
+/// the count is eager's shape check, made at run time by the program's checks
+/// (`index_checks.py`); unset elements keep x.
+fn masked_index_put<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    p: usize,
+    mask: &Tv<'c, 'a>,
+    values: &Tv<'c, 'a>,
+    accumulate: bool,
+) -> RuleResult<Tv<'c, 'a>> {
+    let r = mask.rank();
+    if r == 0 || x.dims.get(p..p + r) != Some(mask.dims.as_slice()) {
+        return bad!("a mask of shape {:?} at dim {p} of {:?} (refused by `index_put_legal`)", mask.dims, x.dims);
+    }
+    let result_rank = x.rank() - r + 1;
+    let v = e.convert(values, x.dtype)?;
+    let Some(lead) = result_rank.checked_sub(v.rank()) else {
+        return bad!("values of rank {} for an indexing result of rank {result_rank}", v.rank());
+    };
+    // v as the indexing result's rank (leading 1s), then its size at N.
+    let mut v_dims = vec![1; lead];
+    v_dims.extend(&v.dims);
+    let v = e.reshape(&v, &v_dims)?;
+    let at_n = v_dims[p];
+    let mapping: Vec<i64> = (p..p + r).map(|j| j as i64).collect();
+    let set = match mask.dtype {
+        DType::Bool => mask.clone(),
+        _ => e.compare(mask, &e.constant(mask.dtype, &mask.dims, Scalar::I(0))?, Cmp::Ne)?,
+    };
+    let set_here = e.broadcast_in_dim(&set, &x.dims, &mapping)?;
+    let spread = if at_n == 1 {
+        // N's size 1 becomes r sizes 1, then the mask's dims.
+        let mut dims = v_dims[..p].to_vec();
+        dims.extend(std::iter::repeat_n(1, r));
+        dims.extend(&v_dims[p + 1..]);
+        e.broadcast_to(&e.reshape(&v, &dims)?, &x.dims)?
+    } else {
+        let mut full = x.dims[..p].to_vec();
+        full.push(at_n);
+        full.extend(&x.dims[p + r..]);
+        let v = e.broadcast_to(&v, &full)?;
+        let cells = product(mask.dims.iter().copied())?;
+        let flat = e.convert(&e.reshape(&set, &[cells])?, DType::I64)?;
+        let add = e.scalar_region(&[DType::I64, DType::I64], |b, a| {
+            Ok(vec![b.ew("stablehlo.add", &[&a[0], &a[1]], DType::I64)?])
+        })?;
+        let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
+        let count = e.prefix_scan(&[&flat], &[&zero], 0, add)?.remove(0);
+        // The k-th set element reads value k - 1; unset ones read a clamped value, unused.
+        let one = e.constant(DType::I64, &[cells], Scalar::I(1))?;
+        let k = e.ew("stablehlo.subtract", &[&count, &one], DType::I64)?;
+        let lo = e.constant(DType::I64, &[cells], Scalar::I(0))?;
+        let hi = e.constant(DType::I64, &[cells], Scalar::I((at_n - 1).max(0)))?;
+        let k = e.minmax(&e.minmax(&k, &lo, true)?, &hi, false)?;
+        let k = e.broadcast_in_dim(&e.reshape(&k, &mask.dims)?, &x.dims, &mapping)?;
+        // Coordinates into v: x's own position outside the mask's dims, k at N.
+        let mut parts: Vec<Tv> = (0..p).map(|j| e.iota(DType::I64, &x.dims, j)).collect::<RuleResult<_>>()?;
+        parts.push(k);
+        for j in p + r..x.rank() {
+            parts.push(e.iota(DType::I64, &x.dims, j)?);
+        }
+        gather_at(e, &v, &stack_coords(e, &parts, &x.dims)?)?
+    };
+    let written = if accumulate { e.ew("stablehlo.add", &[x, &spread], x.dtype)? } else { spread };
+    e.select(&set_here, &written, x)
 }
 
 /// slice_scatter(self, src, dim, start, end, step) and select_scatter(self, src, dim, index):
