@@ -35,6 +35,8 @@ NZ = ints(3, 4, lo=1, hi=6, seed=5) * torch.where(ints(3, 4, lo=0, hi=2, seed=6)
 
 LOOSE = (1e-4, 1e-5)
 TIGHT = (1.3e-6, 1e-5)
+# Lower-triangular systems, well conditioned (diagonal 2..3), the upper triangle garbage.
+TRI = f32(2, 4, 4, lo=-0.5, hi=0.5, seed=3) + torch.diag_embed(f32(2, 4, lo=2.0, hi=3.0, seed=4)) + 9.0 * torch.ones(4, 4).triu(1)
 MASK = torch.tensor([[True, False, True, True], [False, False, True, False]])
 
 # (id, aten op as IR name, inputs, attrs, eager function, (rtol, atol))
@@ -173,6 +175,12 @@ CASES = [
     ("conv_transpose2d_groups", "aten.convolution.default", [f32(1, 4, 4, 4), f32(4, 3, 2, 2, seed=5)], {"bias": None, "stride": [1, 1], "padding": [0, 0], "dilation": [2, 1], "transposed": True, "output_padding": [0, 0], "groups": 2}, lambda x, w: aten.convolution.default(x, w, None, [1, 1], [0, 0], [2, 1], True, [0, 0], 2), LOOSE),
     ("max_pool2d", "aten.max_pool2d_with_indices.default", [f32(2, 3, 7, 7)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False}, lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1], [1, 1], False), TIGHT),
     ("max_pool2d_ceil", "aten.max_pool2d_with_indices.default", [f32(1, 2, 6, 6)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [0, 0], "dilation": [1, 1], "ceil_mode": True}, lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [0, 0], [1, 1], True), TIGHT),
+    # triangular solves: A's other triangle holds garbage the solver must not read
+    ("solve_triangular_lower_left", "aten.linalg_solve_triangular.default", [TRI, f32(2, 4, 3, seed=9)], {"upper": False, "left": True, "unitriangular": False}, lambda a, b: aten.linalg_solve_triangular.default(a, b, upper=False), LOOSE),
+    ("solve_triangular_upper_right_unit", "aten.linalg_solve_triangular.default", [TRI.transpose(-1, -2).contiguous(), f32(3, 4, seed=9)], {"upper": True, "left": False, "unitriangular": True}, lambda a, b: aten.linalg_solve_triangular.default(a, b, upper=True, left=False, unitriangular=True), LOOSE),
+    ("solve_triangular_batch_broadcast", "aten.linalg_solve_triangular.default", [TRI[:1], f32(3, 4, 2, seed=9)], {"upper": False, "left": True, "unitriangular": False}, lambda a, b: aten.linalg_solve_triangular.default(a, b, upper=False), LOOSE),
+    ("solve_triangular_f64", "aten.linalg_solve_triangular.default", [TRI.double(), f32(2, 4, 3, seed=9).double()], {"upper": False, "left": True, "unitriangular": False}, lambda a, b: aten.linalg_solve_triangular.default(a, b, upper=False), TIGHT),
+    ("triangular_solve_transpose", "aten.triangular_solve.default", [f32(2, 4, 3, seed=9), TRI], {"upper": False, "transpose": True, "unitriangular": False}, lambda b, a: aten.triangular_solve.default(b, a, upper=False, transpose=True), LOOSE),
     # indexing
     ("embedding", "aten.embedding.default", [f32(10, 4), ints(2, 3, lo=0, hi=10, dtype=torch.int64)], {}, aten.embedding.default, TIGHT),
     ("index_select", "aten.index_select.default", [f32(5, 6), torch.tensor([4, 0, 2, 2])], {"dim": 1}, lambda a, i: aten.index_select.default(a, 1, i), TIGHT),

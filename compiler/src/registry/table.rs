@@ -181,6 +181,8 @@ pub(super) static OPS: &[OpDef] = &[
     op("aten.mm").sig(MM).rule(rule!(linalg::mm)).shard(S::DOT),
     op("aten.bmm").sig(BMM).rule(rule!(linalg::mm)).shard(S::DOT),
     op("aten.addmm").sig(ADDMM).rule(rule!(linalg::addmm)).shard(S::DOT).decomposition(D::Lowering),
+    op("aten.linalg_solve_triangular").rule(rule!(linalg::solve_triangular)).legal(linalg::solve_triangular_legal),
+    op("aten.triangular_solve").rule_with(rule!(linalg::solve_triangular), "legacy").legal(linalg::solve_triangular_legal),
     // shapes and data movement
     op("aten.view").traits(T::VIEW).sig(RESHAPE).rule(rule!(shape::reshape)).shard(S::RESHAPE).decomposition(D::Lowering),
     op("aten.reshape").traits(T::VIEW).sig(RESHAPE).rule(rule!(shape::reshape)).shard(S::RESHAPE),

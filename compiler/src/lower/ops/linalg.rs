@@ -1,9 +1,10 @@
 //! Matrix products: mm, bmm, addmm, matmul of 2-D/3-D operands, via `stablehlo.dot_general`
-//! in the result dtype.
+//! in the result dtype; triangular solves via `stablehlo.triangular_solve`.
 
-use crate::ir::Scalar;
+use crate::ir::{DType, Scalar};
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
+use crate::lower::legality::Check;
 use crate::lower::node::NodeCtx;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -73,4 +74,46 @@ pub fn addmm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
         bias = e.ew("stablehlo.multiply", &[&bias, &c], out)?;
     }
     Ok(vec![e.ew("stablehlo.add", &[&bias, &prod], out)?])
+}
+
+/// Triangular solves in f32 and f64 (what XLA CPU's solver takes; CPU eager refuses half
+/// precision too), real only.
+pub fn solve_triangular_legal(c: &Check) -> Result<(), String> {
+    match c.out_dtype() {
+        Some(DType::F32 | DType::F64) | None => Ok(()),
+        Some(d) => Err(format!("a {d} triangular solve (f32 and f64 only)")),
+    }
+}
+
+/// linalg_solve_triangular(self=A, B, upper, left=True, unitriangular=False): X with A X = B
+/// (`left`) or X A = B; and the older triangular_solve(self=B, A, upper=True, transpose=False,
+/// unitriangular=False) -> (X, a copy of A), which solves op(A) X = B on the left. Batch dims
+/// broadcast. The solver reads only A's triangle (and not its diagonal with `unitriangular`),
+/// as LAPACK's trsm does, so what lies outside it does not matter, as in eager.
+pub fn solve_triangular<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let legacy = n.param == Some("legacy");
+    let (a, b) = if legacy { (n.arg(1)?, n.arg(0)?) } else { (n.arg(0)?, n.arg(1)?) };
+    let out = n.out_dtype();
+    let dims = n.out_dims().to_vec();
+    if a.rank() < 2 || b.rank() < 2 || dims.len() < 2 {
+        return bad!("triangular solve of rank {} and {} operands", a.rank(), b.rank());
+    }
+    let m = a.dims[a.rank() - 1];
+    let mut a_dims = dims[..dims.len() - 2].to_vec();
+    a_dims.extend([m, m]);
+    let a = e.broadcast_to(&e.convert(a, out)?, &a_dims)?;
+    let b = e.broadcast_to(&e.convert(b, out)?, &dims)?;
+    let left = if legacy { true } else { n.bool_or("left", true)? };
+    let upper = n.bool_or("upper", legacy)?;
+    let unit = n.bool_or("unitriangular", false)?;
+    let transpose = if legacy && n.bool_or("transpose", false)? { "TRANSPOSE" } else { "NO_TRANSPOSE" };
+    let flag = |v: bool| e.attr(if v { "true" } else { "false" });
+    let attrs = [
+        ("left_side", flag(left)?),
+        ("lower", flag(!upper)?),
+        ("unit_diagonal", flag(unit)?),
+        ("transpose_a", e.attr(&format!("#stablehlo<transpose {transpose}>"))?),
+    ];
+    let x = e.op("stablehlo.triangular_solve", &[&a, &b], out, &dims, &attrs)?;
+    Ok(if legacy { vec![x, a] } else { vec![x] })
 }
