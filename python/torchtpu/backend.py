@@ -20,6 +20,7 @@ from functorch.compile import make_boxed_func
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
+from torchtpu.errors import TorchTPUError
 from torchtpu.decompositions import decomposition_table
 from torchtpu.exporter import unsupported_nodes
 from torchtpu.executor import CompiledGraph
@@ -299,9 +300,31 @@ def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: O
     return run
 
 
+# What a decomposition or a pass of ours raises when it is wrong (Python's own errors), as
+# opposed to the RuntimeErrors PyTorch's tracing raises for Dynamo to handle.
+_TRACING_BUGS = (ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError)
+
+
 def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """Entry point registered as `torchtpu` in the torch_dynamo_backends group."""
     opts = Options.from_dict(options)
+    try:
+        return _trace_and_compile(gm, example_inputs, opts, kwargs)
+    except TorchTPUError:
+        raise  # decided already: strict's refusals, the user's errors, recorded fallbacks
+    except _TRACING_BUGS as e:
+        # Tracing what Dynamo traced failed: a torchtpu bug (a decomposition's strides, say),
+        # through the failure policy: strict raises it as an InternalError, otherwise it is
+        # recorded with a reproduction and runs eagerly. RuntimeErrors pass: Dynamo answers
+        # some itself (a data-dependent output shape graph-breaks and traces again).
+        from torchtpu import policy
+
+        where = "graph tracing (AOTAutograd with torchtpu's decompositions)"
+        policy.on_failure(policy.as_internal(e, "trace"), where, opts.strict, fx_code=gm.code)
+        return gm.forward
+
+
+def _trace_and_compile(gm: torch.fx.GraphModule, example_inputs, opts: Options, kwargs: dict):
     mode = kwargs.pop("mode", None)
     if mode not in (None, "default"):
         warn_once(

@@ -393,4 +393,41 @@ def _base_table() -> dict:
     table[aten.addbmm.default] = addbmm
     table[aten.diagonal_scatter.default] = diagonal_scatter
     table.update(foreach_decompositions())
+    for op, layout in EAGER_LAYOUTS.items():
+        if op in table:
+            table[op] = _with_eager_layout(table[op], layout)
     return table
+
+
+# Decompositions whose first result has other strides than eager's kernel gives it (found by
+# `test_decompositions.py`, which compares them over OpInfo's samples in several layouts). A
+# later `.view()` of the result fails in tracing where eager's succeeds (WavLM's
+# `position_bias.unsqueeze(0).repeat(...).view(...)`), so the result is given eager's layout:
+# `contiguous` whatever the input's, or `input`, the input's suggested memory format.
+EAGER_LAYOUTS = {
+    aten.repeat.default: "contiguous",
+    aten.addbmm.default: "contiguous",
+    aten.baddbmm.default: "contiguous",
+    aten.native_batch_norm.default: "input",
+    aten._batch_norm_with_update.default: "input",
+}
+
+
+def _with_eager_layout(fn, layout: str):
+    """`fn` whose first result is made contiguous in eager's memory format (a clone in the
+    graph only where tracing finds other strides; the IR's values are contiguous anyway)."""
+
+    def decomposed(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if out is NotImplemented:
+            return out
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        fmt = args[0].suggest_memory_format() if layout == "input" else torch.contiguous_format
+        if first.is_contiguous(memory_format=fmt):
+            return out
+        first = first.contiguous(memory_format=fmt)
+        return (first, *out[1:]) if isinstance(out, (tuple, list)) else first
+
+    decomposed.__name__ = getattr(fn, "__name__", "decomposed")
+    decomposed.__wrapped__ = fn
+    return decomposed
