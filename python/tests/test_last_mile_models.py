@@ -6,7 +6,7 @@ with eager, with zero fallback (tests run with TORCHTPU_FALLBACK=error, so a fal
   lowered at static shapes with the count checked on the device;
 - `switch_transformers`, `openai_privacy_filter`: `_assert_async` (one_hot's class range), a
   device check;
-- `lara_mini` (the gated delta rule of Qwen3-Next and Qwen3.5): `linalg_solve_triangular`;
+- `lara_mini`, `qwen3_next`, `qwen3_5_text` (the gated delta rule): `linalg_solve_triangular`;
 - `wavlm`: `repeat(...).view(...)`, which needs the repeat decomposition to give eager's strides.
 
 Besides, the ops' gradients compiled against eager, the decompositions' strides against eager's
@@ -90,6 +90,8 @@ MODELS = {
     "switch_transformers": _seq2seq(lambda c: c.vocab_size),
     "openai_privacy_filter": _text,
     "lara_mini": _text,
+    "qwen3_next": _text,  # the same gated delta rule
+    "qwen3_5_text": _text,
     "wavlm": lambda c: dict(input_values=torch.randn(2, 1600, generator=torch.Generator().manual_seed(0))),
 }
 
@@ -100,6 +102,7 @@ def _build(model_type: str):
     from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
     config = _shrink(CONFIG_MAPPING[model_type]())
+    config.use_cache = False  # a forward, no generation (a linear-attention cache has no length)
     torch.manual_seed(0)
     return MODEL_MAPPING[type(config)](config).eval(), config
 
