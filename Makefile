@@ -5,7 +5,7 @@ VENV := .venv
 CARGO ?= cargo
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: setup build demo test lint test-rust test-lit test-python zoo zoo-modes
+.PHONY: setup build demo test lint test-rust test-lit test-python test-slow zoo zoo-modes
 
 setup:
 	@bash scripts/setup.sh
@@ -37,8 +37,12 @@ test-lit:
 # Two workers (pytest-xdist), each taking whole files (tests of one file share a process and its
 # order, as in a serial run); PYTEST_WORKERS=0 runs serially. The slowest tests are listed.
 PYTEST_WORKERS ?= 2
+# Tests marked `slow` (long sweeps, other modes of paths covered here) run in `make test-slow`.
 test-python:
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 python/tests
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=40 -m "not slow" python/tests
+
+test-slow: setup
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 -m slow python/tests
 
 # The full model zoo: every model of python/tests/models/zoo.py vs eager; writes docs/model-coverage.md.
 zoo: setup

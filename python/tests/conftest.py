@@ -27,6 +27,9 @@ os.environ.setdefault("TORCHTPU_REPRO_DIR", os.path.join(_session_cache, "repro"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "allow_fallback: the test checks fallback to eager on purpose")
+    config.addinivalue_line(
+        "markers", "slow: a long sweep, or another mode of a path `make test` covers; `make test-slow` runs them"
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -87,7 +87,7 @@ def test_multinomial_refuses_at_once_what_the_shapes_decide():
         torch.multinomial(p, 0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ["strict", pytest.param("defer_and_fuse", marks=pytest.mark.slow)])
 def test_randperm_is_a_uniform_permutation(mode):
     torch.manual_seed(2)
     with torchtpu.eager.mode(mode):

@@ -333,6 +333,7 @@ def test_fsdp2_llama_matches_cpu(tmp_path):
             torch.testing.assert_close(res["params"][k], v, rtol=1e-4, atol=1e-5, msg=lambda m: f"rank {r} {k}: {m}")
 
 
+@pytest.mark.slow  # test_fsdp2_llama_matches_cpu runs the same model in make test
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(torch.tpu.device_count() < 4, reason="needs the CPU plugin's 4 devices")
 def test_fsdp2_llama_on_four_thread_ranks_matches_cpu():

@@ -30,11 +30,17 @@ def test_zoo_model_matches_eager(name):
 # with grouped-query attention, GPT-2), an encoder (BERT), a ViT, a torchvision CNN and an MoE (Mixtral), moved
 # with `.to("tpu")`, in strict eager, DeferAndFuse and torch.compile on tpu tensors, each
 # forward and one training step against CPU eager with zero CPU fallbacks.
+# `make test` runs Llama and resnet18 in every mode; the others are `slow` (`make test-slow`).
 DEVICE_SUBSET = ["llama", "gpt2", "bert", "vit", "tv_resnet18", "mixtral"]
+DEVICE_IN_MAKE_TEST = {"llama", "tv_resnet18"}
+DEVICE_CASES = [
+    pytest.param(name, mode, id=f"{name}-{mode}", marks=() if name in DEVICE_IN_MAKE_TEST else pytest.mark.slow)
+    for name in DEVICE_SUBSET
+    for mode in harness.DEVICE_MODES
+]
 
 
-@pytest.mark.parametrize("mode", harness.DEVICE_MODES)
-@pytest.mark.parametrize("name", DEVICE_SUBSET)
+@pytest.mark.parametrize("name, mode", DEVICE_CASES)
 def test_zoo_model_on_tpu_matches_cpu_eager(name, mode):
     spec = zoo.BY_NAME[name]
     with warnings.catch_warnings():
