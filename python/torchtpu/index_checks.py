@@ -293,7 +293,7 @@ def instrument(
             result[p : p + mask.meta["val"].dim()] = ["N"]
             message = (
                 f"shape mismatch: value tensor of shape {_shape_text(v.shape)} cannot be broadcast to indexing result "
-                f"of shape {_shape_text(result)}, N the mask's count of set elements (not {n})"
+                f"of shape {_shape_text(result)}: N, the mask's count of set elements, is not {n}"
             )
             flags.append(_count_flag(graph, env[mask], n))
             sites.append(Site(_base(node.meta.get("original_aten") or node.target), message, where, "assert"))
