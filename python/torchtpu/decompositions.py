@@ -400,7 +400,7 @@ def _base_table() -> dict:
 
 
 # Decompositions whose first result has other strides than eager's kernel gives it (found by
-# `test_decompositions.py`, which compares them over OpInfo's samples in several layouts). A
+# `test_last_mile_models.py::test_decompositions_give_eager_strides`, which compares them over OpInfo's samples in several layouts). A
 # later `.view()` of the result fails in tracing where eager's succeeds (WavLM's
 # `position_bias.unsqueeze(0).repeat(...).view(...)`), so the result is given eager's layout:
 # `contiguous` whatever the input's, or `input`, the input's suggested memory format.

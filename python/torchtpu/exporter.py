@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchtpu import index_checks
 from torchtpu.errors import OpArgumentError, UnsupportedError
 
 IR_DTYPES = {
@@ -591,7 +592,7 @@ def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known
         base = base_name(node.target)
         if base == "torchtpu.sharding_constraint":
             continue  # written as tpu.sharding_constraint, a layout the compiler keeps
-        if base == "aten._assert_async":
+        if index_checks.is_assert(node):
             continue  # a device assert: `index_checks.instrument` makes it a flag output
         if base in _COLLECTIVES:
             from torchtpu.collectives import split_reason

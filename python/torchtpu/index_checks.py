@@ -208,7 +208,8 @@ def _flag(graph, index, lo: int, n: int):
 _ASSERTS = (aten._assert_async.default, aten._assert_async.msg)
 
 
-def _is_assert(node) -> bool:
+def is_assert(node) -> bool:
+    """Whether `node` is a device assert, which `instrument` turns into a flag output."""
     return node.op == "call_function" and node.target in _ASSERTS
 
 
@@ -234,7 +235,7 @@ def sites_in(gm: torch.fx.GraphModule, indices: bool = True) -> bool:
     """Whether `gm` has a check to make (cheap: no copy): a node that reads indices (with
     `indices`), a device assert or a mask whose count must be v's."""
     return any(
-        (indices and n.op == "call_function" and n.target in _RULES) or _is_assert(n) or _masked_put(n) is not None
+        (indices and n.op == "call_function" and n.target in _RULES) or is_assert(n) or _masked_put(n) is not None
         for n in gm.graph.nodes
     )
 
@@ -274,13 +275,13 @@ def instrument(
         if node.op == "output":
             output = node
             continue
-        if _is_assert(node):
+        if is_assert(node):
             continue  # its flag stands in for it (below); nothing uses an assert's result
         env[node] = graph.node_copy(node, lambda n: env[n])
     flags, sites = [], []
     for node in gm.graph.nodes:
         where = user_line(node.meta.get("stack_trace"))
-        if _is_assert(node):
+        if is_assert(node):
             message = node.args[1] if len(node.args) > 1 else "Expected Tensor with single nonzero value, but got zero"
             flags.append(_assert_flag(graph, env[node.args[0]]))
             sites.append(Site("aten._assert_async", str(message), where, "assert"))

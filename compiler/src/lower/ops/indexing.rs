@@ -388,7 +388,7 @@ pub fn index_legal(c: &Check) -> Result<(), String> {
 pub fn index_put_legal(c: &Check) -> Result<(), String> {
     let end = c.operands.len().saturating_sub(1).max(1.min(c.operands.len()));
     let indices = &c.operands[1.min(c.operands.len())..end];
-    if !indices.iter().any(|t| matches!(t.dtype, DType::Bool | DType::U8)) {
+    if no_masks(indices).is_ok() {
         return Ok(());
     }
     let position = match c.attr("indices") {
