@@ -78,6 +78,11 @@ impl DeviceBuffer {
         }
     }
 
+    /// Whether an execution took it (then it must not be read).
+    pub(crate) fn donated_now(&self) -> bool {
+        self.donated.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn check_usable(&self, py: Python<'_>) -> PyResult<()> {
         if self.donated.load(Ordering::Relaxed) {
             return Err(py_error(py, "input", "this device buffer was donated to an execution and holds no data", &[]));
@@ -171,7 +176,9 @@ impl DeviceBuffer {
     fn to_host(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.check_usable(py)?;
         guarded(py, "execute", || {
-            let data = py.detach(|| self.buffer.to_host()).map_err(|e| engine_error(py, &EngineError::Execute(e)))?;
+            let in_host_memory = default_engine(py)?.client().platform_name() == "cpu";
+            let read = || if in_host_memory { self.buffer.read_host_memory() } else { self.buffer.to_host() };
+            let data = py.detach(read).map_err(|e| engine_error(py, &EngineError::Execute(e)))?;
             dlpack::host_capsule(py, data, self.buffer.element_type(), self.buffer.dims().to_vec())
                 .map_err(|e| engine_error(py, &EngineError::Execute(e)))
         })

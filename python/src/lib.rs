@@ -13,6 +13,7 @@
 mod device;
 mod distributed;
 mod dlpack;
+mod eager;
 mod registry;
 mod replicated;
 mod sharding;
@@ -612,6 +613,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::device_memory_counters, m)?)?;
     m.add_function(wrap_pyfunction!(device::reset_device_accumulated, m)?)?;
     m.add_class::<Program>()?;
+    eager::register(m)?;
     m.add_class::<device::DeviceBuffer>()?;
     m.add_class::<replicated::ReplicatedProgram>()?;
     m.add_function(wrap_pyfunction!(replicated::compile_replicated, m)?)?;

@@ -36,6 +36,11 @@ def _fresh() -> dict:
         # (each key once), and ops that ran on the CPU for want of a program (op -> count).
         "eager_ops": 0,
         "eager_programs_compiled": 0,
+        # Of those, compiled by XLA and found in the executable caches (memory or disk), and
+        # the seconds spent: a new shape in eager costs a compile per op (docs/eager.md).
+        "eager_cache_misses": 0,
+        "eager_cache_hits": 0,
+        "eager_compile_seconds": 0.0,
         "eager_cpu_fallbacks": collections.Counter(),
         # DeferAndFuse (docs/eager.md): ops recorded instead of run, regions run, regions
         # compiled (each also counts in eager_programs_compiled) and found in the region cache.
@@ -56,6 +61,17 @@ def _executions() -> int:
     from torchtpu import _C
 
     return _C.executions()
+
+
+def _native_ops() -> int:
+    """Ops the tpu device's native path ran (0 before the device is used: not imported here)."""
+    import sys
+
+    guard = sys.modules.get("torchtpu._device_guard")
+    return guard.native_ops() if guard is not None else 0
+
+
+_native_ops_at_reset = 0
 
 
 def count_eager_op() -> None:
@@ -109,6 +125,7 @@ def stats() -> dict:
     with _lock:
         snap = dict(_stats)
         snap["executions"] = _stats["executions"] + _executions() - _executions_at_reset
+        snap["eager_ops"] = _stats["eager_ops"] + _native_ops() - _native_ops_at_reset
         snap["fallback_ops"] = dict(_stats["fallback_ops"])
         snap["fallback_reasons"] = [dict(r) for r in _stats["fallback_reasons"]]
         snap["fallback_kinds"] = dict(_stats["fallback_kinds"])
@@ -118,10 +135,11 @@ def stats() -> dict:
 
 
 def reset_stats() -> None:
-    global _stats, _executions_at_reset
+    global _stats, _executions_at_reset, _native_ops_at_reset
     with _lock:
         _stats = _fresh()
         _executions_at_reset = _executions()
+        _native_ops_at_reset = _native_ops()
 # _C counts executions (a per-call Python counter costs ~1 us); stats() reports the count
 # since the last reset.
 _executions_at_reset = 0

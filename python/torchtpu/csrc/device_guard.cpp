@@ -23,6 +23,7 @@
 #include <torch/csrc/Storage.h>
 
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <vector>
 
@@ -255,33 +256,101 @@ void set_hook(PyObject*& hook, const pybind11::object& f) {
 // PyTorch takes such a storage for an invalid one (`resize_` and `data_ptr` refuse it).
 std::atomic<uintptr_t> next_address{0x7A00000000000000ULL};
 
-c10::DataPtr new_address(size_t nbytes, c10::Device where) {
+// The context of a tpu storage's DataPtr: a strong reference to its slot (the Python object
+// holding its device buffer, torchtpu/device/_storage.py), so that the native per-op path
+// (dispatch.cpp) finds a tensor's data from its storage alone, with no Python lookup.
+// Slots let go by threads that do not hold the GIL (autograd's device threads freeing saved
+// tensors), released by the interpreter's next pending call: taking the GIL from such a thread
+// could block in a destructor, and at exit the interpreter stops a thread that waits for it.
+std::mutex orphans_lock;
+std::vector<PyObject*> orphans;
+bool drain_scheduled = false;
+
+int drain_orphans(void*) {
+  std::vector<PyObject*> now;
+  {
+    std::lock_guard<std::mutex> guard(orphans_lock);
+    now.swap(orphans);
+    drain_scheduled = false;
+  }
+  for (PyObject* slot : now) {
+    Py_DECREF(slot);
+  }
+  return 0;
+}
+
+void release_slot(void* ctx) {
+  PyObject* slot = static_cast<PyObject*>(ctx);
+  if (slot == nullptr || !Py_IsInitialized() || _Py_IsFinalizing()) {
+    return;  // at exit the interpreter is going: nothing to release
+  }
+  if (PyGILState_Check()) {
+    Py_DECREF(slot);
+    return;
+  }
+  std::lock_guard<std::mutex> guard(orphans_lock);
+  orphans.push_back(slot);
+  if (!drain_scheduled && Py_AddPendingCall(&drain_orphans, nullptr) == 0) {
+    drain_scheduled = true;
+  }
+}
+
+c10::DataPtr new_address(size_t nbytes, c10::Device where, PyObject* slot) {
   uintptr_t span = (std::max<size_t>(nbytes, 1) + 4095) / 4096 * 4096;
-  return c10::DataPtr(reinterpret_cast<void*>(next_address.fetch_add(span)), where);
+  return c10::DataPtr(reinterpret_cast<void*>(next_address.fetch_add(span)), slot, &release_slot, where);
+}
+
+}  // namespace
+
+namespace torchtpu {
+
+void check_device_index(c10::DeviceIndex index) {
+  check_index(index);
+}
+
+c10::DeviceIndex current_device_index() {
+  return current_index();
+}
+
+PyObject* storage_slot(const c10::Storage& storage) {
+  const c10::DataPtr& ptr = storage.data_ptr();
+  return ptr.get_deleter() == &release_slot ? static_cast<PyObject*>(ptr.get_context()) : nullptr;
 }
 
 // A tensor of `shape` and `dtype` on tpu:`device` whose storage has the tensor's byte count and
-// an address of its own but no host bytes: torchtpu keeps the data in a device buffer beside the
-// storage (torchtpu/device/_storage.py).
-at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarType dtype, c10::DeviceIndex device) {
-  check_index(device);
+// an address of its own but no host bytes: its data is the device buffer of `slot` (a new
+// reference the storage keeps).
+at::Tensor tensor_with_slot(const int64_t* shape, size_t ndim, c10::ScalarType dtype, c10::DeviceIndex device,
+                            PyObject* slot) {
   c10::Device where(kTpu, device);
-  std::vector<int64_t> strides(shape.size());
+  std::vector<int64_t> strides(ndim);
   int64_t step = 1;
   int64_t numel = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
+  for (size_t i = ndim; i-- > 0;) {
     strides[i] = step;
     step *= std::max<int64_t>(shape[i], 1);
     numel *= shape[i];
   }
   size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
   c10::Storage storage(c10::Storage::use_byte_size_t{}, 0, c10::GetAllocator(c10::kMeta), /*resizable=*/true);
-  storage.set_data_ptr_noswap(new_address(nbytes, where));
+  storage.set_data_ptr_noswap(new_address(nbytes, where, slot));
   storage.set_nbytes(nbytes);
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(dtype));
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(shape, strides);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(shape, ndim), strides);
   return t;
+}
+
+}  // namespace torchtpu
+
+namespace {
+
+at::Tensor create_empty_tensor(const std::vector<int64_t>& shape, c10::ScalarType dtype, c10::DeviceIndex device,
+                               const pybind11::object& slot) {
+  check_index(device);
+  PyObject* ref = slot.ptr();
+  Py_INCREF(ref);
+  return torchtpu::tensor_with_slot(shape.data(), shape.size(), dtype, device, ref);
 }
 
 // Calls `memory_hook(kind, device)` and returns its result as `n` size_t values (none for a
@@ -320,7 +389,7 @@ std::vector<size_t> call_memory_hook(const char* kind, c10::DeviceIndex device, 
 // reserved bytes equal allocated bytes and `emptyCache` has nothing to release.
 struct TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
-    return new_address(nbytes, c10::Device(kTpu, current_index()));
+    return new_address(nbytes, c10::Device(kTpu, current_index()), nullptr);
   }
 
   void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {
@@ -438,7 +507,9 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     }
     c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
     if (new_bytes > impl->nbytes()) {
-      impl->set_data_ptr_noswap(new_address(new_bytes, storage.device()));
+      // A new address range; the slot moves to it with the storage.
+      void* slot = impl->mutable_data_ptr().release_context();
+      impl->set_data_ptr_noswap(new_address(new_bytes, storage.device(), static_cast<PyObject*>(slot)));
     }
     impl->set_nbytes(new_bytes);
   }
@@ -476,7 +547,8 @@ bool register_guard() {
 
 }  // namespace
 
-bool register_autocast();  // autocast.cpp
+bool register_autocast();                  // autocast.cpp
+void init_dispatch(pybind11::module& m);  // dispatch.cpp
 
 PYBIND11_MODULE(_device_guard, m) {
   m.doc() = "The tpu device's native PrivateUse1 device guard and hooks (torchtpu.device).";
@@ -503,4 +575,5 @@ PYBIND11_MODULE(_device_guard, m) {
     current = static_cast<c10::DeviceIndex>(index);
   });
   m.def("create_empty_tensor", &create_empty_tensor);
+  init_dispatch(m);
 }

@@ -163,14 +163,14 @@ def _load():
     program that never touches tpu."""
     global _loaded
     if _loaded is None:
-        from torchtpu.device import _kernels
+        from torchtpu.device import _kernels, _native
 
         from torchtpu.device import module
 
-        lib = torch.library.Library("aten", "IMPL")
-        _kernels.register_foreach(lib)
-        _kernels.register_functional(lib)
-        _libs.append(lib)
+        from torchtpu.device._guard import guard
+
+        _native.install()
+        guard.register_kernels(_kernels.foreach_kernels() + _kernels.functional_kernels())
         module.register_pickling()
         module.patch_printing()
         module.patch_storage()
@@ -194,11 +194,18 @@ def _fallback(op, *args, **kwargs):
 
 def _register_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
+    from torchtpu.device._guard import guard
+
     for name in KERNEL_NAMES:
-        lib.impl(name, _trampoline(name), "PrivateUse1")
-    fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_fallback, "PrivateUse1")
-    _libs.extend([lib, fallback])
+        if name == "empty.memory_format":
+            guard.register_empty(_trampoline(name))  # native; the Python kernel raises its errors
+        elif name == "copy_":
+            guard.register_copy(_trampoline(name))  # native where a buffer is reused, else Python
+        else:
+            lib.impl(name, _trampoline(name), "PrivateUse1")
+    # Every other op: the native shim's fallback (csrc/dispatch.cpp), `_fallback` its Python path.
+    guard.register_fallback(_fallback)
+    _libs.append(lib)
 
 
 def is_registered() -> bool:

@@ -28,7 +28,7 @@ import torch
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
-from torchtpu.device import _defer, _modes, _programs, _storage
+from torchtpu.device import _defer, _modes, _native, _programs, _storage
 from torchtpu.device._guard import guard as _guard
 from torchtpu.errors import DeviceAssertError, DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
@@ -159,7 +159,7 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
     if isinstance(x, torch.Tensor):
         # A tpu tensor is told by its storage's slot (cheaper than comparing `x.device`, and
         # the slot is what the leaf needs); a tpu storage without one is refused below.
-        slot = None if x.is_cpu else getattr(x.untyped_storage(), _storage.SLOT_ATTR, None)
+        slot = None if x.is_cpu else _storage.tensor_slot(x)
         if slot is not None or _is_tpu(x):
             if slot is None or x.dtype is not slot.dtype:
                 slot = _storage.checked_slot(x)  # raises the reason
@@ -376,19 +376,35 @@ def _run(info: OpInfo, op, args, kwargs):
     program = programs.get(key)
     if program is None:
         program = _build(info, op, args, kwargs, key, geoms, lift=bool(floats))
-    if program is _BAKED:
-        baked = key + tuple(floats)
-        program = programs.get(baked) or _build(info, op, args, kwargs, baked, geoms, lift=False)
+    baked = program is _BAKED
+    if baked:
+        baked_key = key + tuple(floats)
+        program = programs.get(baked_key) or _build(info, op, args, kwargs, baked_key, geoms, lift=False)
         floats = ()
     if isinstance(program, _CpuFallback):
         return _on_cpu(info, op, args, kwargs, program.reason)
     dev, cpu = op_device(leaves, kwargs, name)
+    tensor_leaves = leaves
     if cpu:
         leaves = [b.on(dev) if type(b) is _CpuLeaf else b for b in leaves]
+    else:
+        leaves = list(leaves)
     if floats:
         leaves.extend(_programs.float_buffer(f, dev) for f in floats)
+    strict = _modes.state.mode == "strict"
+    out_shapes = _out_shapes(info, kwargs) if strict and info.kind == "out" else ()
     outs = program.run(leaves, _modes.state.mode == "debug", dev)  # `_modes.wait()`
-    return _results(info, args, kwargs, program, outs, leaves)
+    result = _results(info, args, kwargs, program, outs, leaves)
+    if strict and tensor_leaves:
+        # A native miss waits for how this ran (`_native.py`).
+        _native.learn(info, program, tensor_leaves, len(floats), baked, args, kwargs, out_shapes)
+    return result
+
+
+def _out_shapes(info: OpInfo, kwargs) -> list | None:
+    """The out= tensors' shapes before the op ran (None: a list of them)."""
+    outs = [kwargs[info.op._schema.arguments[i].name] for i in info.written]
+    return None if any(isinstance(t, (list, tuple)) for t in outs) else [tuple(t.shape) for t in outs]
 
 
 def _build(info: OpInfo, op, args, kwargs, key, geoms, lift: bool):

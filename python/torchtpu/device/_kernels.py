@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 
 from torchtpu.device import _attention, _checks, _dispatch, _dynamic, _norms, _optim, _random, _storage
-from torchtpu.device._frames import user_facing
 from torchtpu.device._guard import guard as _guard
 from torchtpu.exporter import is_contiguous
 
@@ -220,15 +219,15 @@ KERNELS = {
 run = _dispatch.run
 
 
-def register_foreach(lib) -> int:
-    """Gives the `_foreach_*` ops torchtpu decomposes (the optimizers' foreach path) a tpu
-    kernel of their own: without one, PyTorch's composite kernel loops over the tensors and
+def foreach_kernels() -> list:
+    """The `_foreach_*` ops torchtpu decomposes (the optimizers' foreach path), which get a tpu
+    kernel of their own (the native one, `csrc/dispatch.cpp`): without one, PyTorch's composite kernel loops over the tensors and
     each op of each tensor is dispatched alone; with it, one program runs the whole list.
-    Returns how many overloads were registered."""
+    Returns the overloads' names, for the native shim to register (`_native.register_kernels`)."""
     from torchtpu.foreach import foreach_decompositions
 
     functional = {op.name() for op in foreach_decompositions()}
-    count = 0
+    names = []
     for schema in torch._C._jit_get_all_schemas():
         name = schema.name
         if not name.startswith("aten::_foreach_") or "out" in schema.overload_name:
@@ -237,27 +236,24 @@ def register_foreach(lib) -> int:
         plain = name[:-1] if name.endswith("_") else name
         if (plain + ("." + overload if overload else "")) not in functional:
             continue
-        packet = getattr(aten, name[len("aten::") :])
-        op = getattr(packet, overload or "default")
-        lib.impl(op.name().split("::", 1)[1], _boxed(op), "PrivateUse1")
-        count += 1
-    return count
+        names.append(name[len("aten::") :] + ("." + overload if overload else ""))
+    return names
 
 
-def register_functional(lib) -> int:
-    """Gives the functional ATen ops that PyTorch implements for other backends through their
-    out= form (structured kernels: `mul.Tensor` makes an empty tensor, then runs `mul.out`,
-    which resizes it) a tpu kernel of their own, so that they run as one program without the
+def functional_kernels() -> list:
+    """The functional ATen ops that PyTorch implements for other backends through their out=
+    form (structured kernels: `mul.Tensor` makes an empty tensor, then runs `mul.out`, which
+    resizes it), which get a tpu kernel of their own (the native one), so that they run as one program without the
     empty tensor, the resize and the write-back. Only ops torchtpu can make programs of, and
-    neither views nor ops that write their arguments. Returns how many were registered."""
-    names = _dispatch._supported_or_decomposed()
-    count = 0
+    neither views nor ops that write their arguments. Returns their names."""
+    supported = _dispatch._supported_or_decomposed()
+    out = []
     for schema in torch._C._jit_get_all_schemas():
         name = schema.name
         if not name.startswith("aten::") or name.endswith("_"):
             continue
         base = "aten." + name[len("aten::") :]
-        if base not in names:
+        if base not in supported:
             continue
         full = name + ("." + schema.overload_name if schema.overload_name else "")
         try:
@@ -270,17 +266,7 @@ def register_functional(lib) -> int:
         if any(a.alias_info is not None for a in schema.arguments) or any(r.alias_info is not None for r in schema.returns):
             continue
         packet = getattr(aten, name[len("aten::") :], None)
-        op = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
-        if op is None:
+        if packet is None or getattr(packet, schema.overload_name or "default", None) is None:
             continue
-        lib.impl(full[len("aten::") :], _boxed(op), "PrivateUse1")
-        count += 1
-    return count
-
-
-def _boxed(op):
-    @user_facing
-    def kernel(*args, **kwargs):
-        return _dispatch.run(op, *args, **kwargs)
-
-    return kernel
+        out.append(full[len("aten::") :])
+    return out

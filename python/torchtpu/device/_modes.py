@@ -43,10 +43,11 @@ class _State:
     @mode.setter
     def mode(self, name: str) -> None:
         # Entering DeferAndFuse starts recording; leaving it runs what was recorded.
-        from torchtpu.device import _defer
+        from torchtpu.device import _defer, _native
 
         self._mode = name
         _defer.set_active(name == "defer_and_fuse")
+        _native.set_mode(name)
 
     @property
     def check_indices(self) -> bool:

@@ -12,13 +12,14 @@ import itertools
 import math
 import sys
 import threading
+import time
 import weakref
 
 import torch
 
 from torchtpu import _C, _stats
 from torchtpu import index_checks
-from torchtpu.device import _checks, _defer
+from torchtpu.device import _checks, _defer, _native
 from torchtpu.exporter import TORCH_DTYPES, export
 
 aten = torch.ops.aten
@@ -180,8 +181,11 @@ def on_device(buffer, device: int):
 
 def _compile(text: str):
     _defer.check_compile_allowed("a one-op program")
+    start = time.perf_counter()
     compiled = _C.compile(text, donate=False)
     _stats.bump("eager_programs_compiled")
+    _stats.bump("eager_compile_seconds", time.perf_counter() - start)
+    _stats.bump("eager_cache_misses" if compiled.source == "compiled" else "eager_cache_hits")
     return compiled
 
 
@@ -211,6 +215,7 @@ def _types_of(gm, outputs) -> tuple[list, list]:
 _by_checks: dict = {True: {}, False: {}}
 checks_on = index_checks.check_indices_default()
 _programs: dict = _by_checks[checks_on]
+_native.set_checks(checks_on)
 
 
 def build(
@@ -384,6 +389,7 @@ def clear() -> None:
     for programs in _by_checks.values():
         programs.clear()
     _scalars.clear()
+    _native.clear()
 
 
 def use_checks(on: bool) -> None:
@@ -391,6 +397,7 @@ def use_checks(on: bool) -> None:
     global _programs, checks_on
     checks_on = bool(on)
     _programs = _by_checks[checks_on]
+    _native.set_checks(checks_on)
 
 
 # ---------------------------------------------------------------- data movement programs
@@ -433,9 +440,13 @@ def pad_flat(buffer, shape, dtype, numel: int):
     return p.run([buffer], device=buffer.device)[0]
 
 
+def strided_write_key(shape, dtype, size, stride, offset) -> tuple:
+    return ("as_strided_scatter", tuple(shape), dtype, tuple(size), tuple(stride), offset)
+
+
 def strided_write(base, shape, dtype, src, size, stride, offset):
     """`base` (row-major, of `shape`) with the view (size, stride, offset) replaced by `src`."""
-    key = ("as_strided_scatter", shape, dtype, size, stride, offset)
+    key = strided_write_key(shape, dtype, size, stride, offset)
     p = _programs.get(key) or build(
         key,
         aten.as_strided_scatter.default,
@@ -478,6 +489,7 @@ def wait_all() -> None:
     in order on one device, so the last execution's outputs being ready means all of it is."""
     global _last
     _defer.flush("synchronize")
+    _native.wait()
     last, _last = _last, ()
     for ref in last:
         b = ref()

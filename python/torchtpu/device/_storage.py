@@ -15,7 +15,6 @@ when the last tensor sharing the storage dies.
 
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -25,23 +24,14 @@ from torchtpu.device._guard import guard as _guard
 from torchtpu.device._defer import Pending
 from torchtpu.exporter import IR_DTYPES
 
-# The attribute a storage object carries its slot in (kept with the storage's Python object,
-# which PyTorch preserves as long as the storage lives).
-_SLOT = SLOT_ATTR = "_torchtpu_slot"
-
-
-class Slot:
-    """The device data of one storage: `buffer` (None until first written) of `shape`, on
-    tpu:`device` (the storage's device: every buffer it ever holds lives there)."""
-
-    __slots__ = ("buffer", "shape", "dtype", "numel", "device")
-
-    def __init__(self, shape, dtype: torch.dtype, buffer=None, device: int = 0):
-        self.shape = tuple(shape)
-        self.dtype = dtype
-        self.numel = math.prod(self.shape)
-        self.buffer = buffer
-        self.device = device
+# The device data of one storage: `buffer` (None until first written) of `shape`, on
+# tpu:`device` (the storage's device: every buffer it ever holds lives there). A Rust object
+# (python/src/eager/slot.rs) that the storage keeps in its DataPtr's context, so that the native
+# per-op path reads it from the storage alone.
+Slot = _C.Slot
+# A tpu tensor's slot, or None (a CPU tensor); a storage's.
+tensor_slot = _guard.tensor_slot
+storage_slot = _guard.storage_slot
 
 
 def contiguous_strides(shape) -> tuple:
@@ -53,7 +43,7 @@ def contiguous_strides(shape) -> tuple:
 
 
 def slot_of_storage(storage) -> Slot:
-    slot = getattr(storage, _SLOT, None)
+    slot = storage_slot(storage)
     if slot is None:
         raise RuntimeError(
             "torchtpu: this tpu storage has no device data (it was not made by torchtpu's device kernels, "
@@ -64,7 +54,8 @@ def slot_of_storage(storage) -> Slot:
 
 
 def slot_of(t: torch.Tensor) -> Slot:
-    return slot_of_storage(t.untyped_storage())
+    slot = tensor_slot(t)
+    return slot if slot is not None else slot_of_storage(t.untyped_storage())
 
 
 def checked_slot(t: torch.Tensor) -> Slot:
@@ -93,9 +84,7 @@ def new_result(shape, dtype: torch.dtype, buffer, device: int | None = None) -> 
     its buffer's device."""
     if device is None:
         device = buffer.device
-    t = _guard.create_empty_tensor(list(shape), dtype, device)
-    setattr(t.untyped_storage(), _SLOT, Slot(shape, dtype, buffer, device))
-    return t
+    return _guard.create_empty_tensor(list(shape), dtype, device, Slot(shape, dtype, buffer, device))
 
 
 def is_whole(t: torch.Tensor, slot: Slot) -> bool:
@@ -215,7 +204,7 @@ def _raw_to_host(t: torch.Tensor) -> torch.Tensor:
     more) is cut from a host copy of the whole buffer rather than gathered on the device: no
     program to compile for each view shape (the first `count` rows of `x[mask]` differ at
     every call)."""
-    slot = getattr(t.untyped_storage(), _SLOT, None)
+    slot = tensor_slot(t)
     if slot is not None and slot.buffer is not None and t.dtype is slot.dtype and not is_whole(t, slot):
         check_bounds(t, slot)
         if 4 * t.numel() >= slot.numel:

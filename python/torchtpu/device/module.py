@@ -648,7 +648,7 @@ def patch_data_ptr() -> None:
             return original_nbytes(self)
         from torchtpu.device import _storage  # not at registration: `import torch` stays light
 
-        slot = getattr(self, _storage.SLOT_ATTR, None)
+        slot = _storage.storage_slot(self)
         return slot.numel * slot.dtype.itemsize if slot is not None else original_nbytes(self)
 
     def tensor_data_ptr(self):

@@ -1,0 +1,128 @@
+//! What the native path keeps: per key, how to run the op (a `Recipe`, learnt from the Python
+//! path's first run of it), bounded; and per thread, the keys of the calls that missed and are
+//! running in Python now.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use torchtpu_engine::ir::DType;
+
+use crate::device::DeviceBuffer;
+use crate::Program;
+
+/// Where a program input comes from.
+pub enum Source {
+    /// The i-th leaf: tensor leaves in order, then the floats.
+    Leaf(usize),
+    /// A constant of the program (a module attribute), on one device.
+    Const(Py<DeviceBuffer>),
+}
+
+/// A new result tensor: its dtype (torch's and its code) and shape.
+pub struct OutType {
+    pub dtype: Py<PyAny>,
+    pub code: i32,
+    pub shape: Vec<i64>,
+}
+
+/// How a result is written into a target tensor's storage.
+pub enum Write {
+    /// The target is its whole storage: the result is the storage's new buffer.
+    Whole,
+    /// The program scattered the target view's result into its base: the new buffer.
+    Base,
+    /// The target is a view: this `as_strided_scatter` program puts the result into the
+    /// storage's buffer (inputs: the buffer, the result).
+    Strided(Py<Program>),
+}
+
+/// What the op's results become.
+pub enum Results {
+    /// New tensors.
+    New(Vec<OutType>),
+    /// The first tpu tensors (an in-place op's targets) take the results, in order.
+    InPlace(Vec<Write>),
+    /// The out= tensors (of the results' shapes) take them, in order.
+    Out(Vec<Write>),
+}
+
+pub struct Recipe {
+    pub program: Py<Program>,
+    pub sources: Vec<Source>,
+    /// Per tensor leaf: the dtype its CPU scalar is uploaded as (None: a tpu tensor).
+    pub leaf_dtypes: Vec<Option<DType>>,
+    pub n_floats: usize,
+    pub results: Results,
+}
+
+pub enum Entry {
+    Run(Arc<Recipe>),
+    /// The op reads its floats as numbers: recipes are kept per value (the key with the
+    /// floats' bits appended).
+    Baked,
+    /// The Python path ran it and gave no recipe (it reads index checks, falls back to the
+    /// CPU, writes in a way the recipe does not model): it goes to Python at once.
+    Python,
+}
+
+/// Keys kept at most; past that the cache starts afresh (an op whose shapes change at every
+/// call would otherwise grow it without bound).
+pub const LIMIT: usize = 8192;
+
+#[derive(Default)]
+pub struct Cache {
+    pub map: HashMap<Vec<i64>, Entry>,
+    pub hits: u64,
+    pub misses: u64,
+    pub learnt: u64,
+    /// Keys the Python path keeps.
+    pub python: u64,
+    pub resets: u64,
+}
+
+pub static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+
+pub fn with<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
+    let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    f(guard.get_or_insert_with(Cache::default))
+}
+
+pub fn lookup(key: &[i64]) -> Option<Lookup> {
+    with(|c| match c.map.get(key) {
+        Some(Entry::Run(r)) => Some(Lookup::Run(r.clone())),
+        Some(Entry::Baked) => Some(Lookup::Baked),
+        Some(Entry::Python) => Some(Lookup::Python),
+        None => None,
+    })
+}
+
+pub enum Lookup {
+    Run(Arc<Recipe>),
+    Baked,
+    Python,
+}
+
+pub fn insert(key: Vec<i64>, entry: Entry) {
+    with(|c| {
+        if c.map.len() >= LIMIT {
+            c.map.clear();
+            c.resets += 1;
+        }
+        c.map.insert(key, entry);
+    });
+}
+
+/// A call that missed, running in Python now: `learn` binds its recipe to `key`.
+pub struct Pending {
+    pub key: Vec<i64>,
+    pub name: String,
+    pub n_leaves: usize,
+    pub float_bits: Vec<u64>,
+    pub learnt: bool,
+}
+
+thread_local! {
+    pub static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+}

@@ -1,0 +1,160 @@
+//! The eager `tpu` device's per-op path in Rust (docs/eager.md, "How an op runs").
+//!
+//! The dispatcher shim (`python/torchtpu/csrc/dispatch.cpp`) hands every non-view op that reaches
+//! the tpu device here as argument records. `key` builds its program key and leaves; `cache`
+//! holds, per key, a recipe: the compiled one-op program, where each input comes from and what
+//! the results become; `path` launches it on the leaves' device buffers and makes or writes the
+//! result slots (`slot`). A key without a recipe is a miss: the Python path
+//! (`torchtpu.device._dispatch`) traces and compiles the op as before, and then tells `learn`
+//! how it ran, so the next call with that key stays native. `abi` is the C ABI the shim calls.
+
+mod abi;
+mod cache;
+mod key;
+mod path;
+mod slot;
+
+use std::sync::atomic::Ordering;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use torchtpu_engine::ir::DType;
+
+pub use slot::Slot;
+
+use crate::device::DeviceBuffer;
+use crate::{py_error, Program};
+use cache::{OutType, Results, Source, Write};
+
+/// What the native path did with a call.
+pub enum Answer {
+    /// Ran: the new tensors' slots (written targets are done).
+    Hit(Vec<Made>),
+    /// No recipe yet: a pending key waits for the Python path's `learn`.
+    Miss,
+    /// Not a call the native path takes: the Python path runs it.
+    Skip,
+}
+
+/// A result tensor for the shim to make.
+pub struct Made {
+    pub slot: Py<Slot>,
+    pub code: i32,
+    pub shape: Vec<i64>,
+    pub device: usize,
+}
+
+/// The ABI table for the shim (`torchtpu._device_guard.install_native`).
+#[pyfunction]
+fn eager_native_api(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyCapsule>> {
+    abi::capsule(py)
+}
+
+/// Binds how the Python path just ran the call of `name` to that call's pending key (see
+/// `torchtpu.device._native.learn`): `program` (the compiled one-op program), `sources` (per
+/// input: ("leaf", i) or ("const", DeviceBuffer)), `leaf_dtypes` (per tensor leaf: None for a tpu
+/// tensor, the IR dtype a CPU scalar is uploaded as), `n_floats` (float inputs after the
+/// leaves), `baked` (floats are attributes, kept per value), `kind` ("new", "inplace", "out")
+/// and `results` (for "new": (torch dtype, ScalarType code, shape) per result; for "inplace" and
+/// "out": per target, how it is written, `writes`). Returns whether it was bound.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn eager_learn(
+    py: Python<'_>,
+    name: &str,
+    program: Py<Program>,
+    sources: Vec<(String, Bound<'_, PyAny>)>,
+    leaf_dtypes: Vec<Option<String>>,
+    n_floats: usize,
+    baked: bool,
+    kind: &str,
+    results: Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let bad = |why: String| py_error(py, "internal", &format!("eager_learn({name}): {why}"), &[]);
+    let sources = sources
+        .into_iter()
+        .map(|(kind, v)| match kind.as_str() {
+            "leaf" => Ok(Source::Leaf(v.extract()?)),
+            "const" => Ok(Source::Const(v.cast_into::<DeviceBuffer>()?.unbind())),
+            other => Err(bad(format!("source kind {other}"))),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let leaf_dtypes = leaf_dtypes
+        .into_iter()
+        .map(|d| d.map(|n| DType::from_name(&n).ok_or_else(|| bad(format!("dtype {n}")))).transpose())
+        .collect::<PyResult<Vec<_>>>()?;
+    let results = match kind {
+        "new" => {
+            let list: Vec<(Bound<'_, PyAny>, i32, Vec<i64>)> = results.extract()?;
+            Results::New(
+                list.into_iter().map(|(dtype, code, shape)| OutType { dtype: dtype.unbind(), code, shape }).collect(),
+            )
+        }
+        "inplace" => Results::InPlace(writes(results)?),
+        "out" => Results::Out(writes(results)?),
+        other => return Err(bad(format!("kind {other}"))),
+    };
+    let learnt = path::Learnt { program, sources, leaf_dtypes, n_floats, baked, results };
+    Ok(path::learn(name, learnt))
+}
+
+/// Per target: "whole", "base", or ("strided", the scatter's compiled program).
+fn writes(results: Bound<'_, PyAny>) -> PyResult<Vec<Write>> {
+    let list: Vec<(String, Option<Py<Program>>)> = results.extract()?;
+    list.into_iter()
+        .map(|(kind, program)| match (kind.as_str(), program) {
+            ("whole", _) => Ok(Write::Whole),
+            ("base", _) => Ok(Write::Base),
+            ("strided", Some(p)) => Ok(Write::Strided(p)),
+            (other, _) => Err(pyo3::exceptions::PyValueError::new_err(format!("eager_learn: write {other}"))),
+        })
+        .collect()
+}
+
+/// Forgets every recipe and uploaded scalar (`torchtpu.device._programs.clear`).
+#[pyfunction]
+fn eager_native_clear() {
+    cache::with(|c| c.map.clear());
+    path::clear_scalars();
+}
+
+/// Whether index checks are on for the programs built from now on (part of the key).
+#[pyfunction]
+fn eager_native_checks(on: bool) {
+    path::CHECKS.store(on, Ordering::Relaxed);
+}
+
+/// Waits for the native path's last execution (`torch.tpu.synchronize`).
+#[pyfunction]
+fn eager_native_wait(py: Python<'_>) -> PyResult<()> {
+    path::wait_last(py)
+}
+
+/// The native path's counters: hits, misses, recipes learnt, keys left to Python, keys kept,
+/// cache resets, the limit.
+#[pyfunction]
+fn eager_native_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    cache::with(|c| -> PyResult<()> {
+        d.set_item("hits", c.hits)?;
+        d.set_item("misses", c.misses)?;
+        d.set_item("learnt", c.learnt)?;
+        d.set_item("python", c.python)?;
+        d.set_item("keys", c.map.len())?;
+        d.set_item("resets", c.resets)?;
+        d.set_item("limit", cache::LIMIT)?;
+        Ok(())
+    })?;
+    Ok(d)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Slot>()?;
+    m.add_function(wrap_pyfunction!(eager_native_api, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_learn, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_native_clear, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_native_checks, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_native_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_native_stats, m)?)?;
+    Ok(())
+}
