@@ -401,8 +401,10 @@ void native_empty(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, t
 PyObject* python_copy = nullptr;  // the Python `copy_` kernel: every copy but a buffer's reuse
 
 // `copy_(self, src, non_blocking)`: a copy between two whole tpu tensors of one dtype, shape and
-// device is the source buffer's reuse (buffers are immutable), natively in every mode; any other
-// copy (a cast, a broadcast, a view, across devices or to and from the host) is Python's.
+// device is the source buffer's reuse (buffers are immutable), natively in every mode. In strict
+// mode any other copy on one device (a view, a cast, a broadcast) is an in-place op like the
+// others: its cached program runs natively, and a miss runs the fallback's Python path, which
+// teaches Rust. The rest (across devices, to and from the host) is the Python kernel's.
 void native_copy(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, 3);
   pybind11::gil_scoped_acquire gil;
@@ -423,6 +425,18 @@ void native_copy(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
         torch::jit::push(stack, std::move(self));
         native_ops.fetch_add(1, std::memory_order_relaxed);
         return;
+      }
+      if (dst.device() == src.device() && native_on.load(std::memory_order_relaxed)) {
+        int32_t answer = try_native(op, shape_of(op), stack);
+        if (answer == torchtpu::kHit) {
+          native_ops.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        if (answer == torchtpu::kMiss) {
+          DoneOnExit done;
+          call_python(op, stack);
+          return;
+        }
       }
     }
   }
