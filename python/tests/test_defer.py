@@ -420,3 +420,18 @@ def test_env_mode_and_the_persistent_cache_across_processes(tmp_path):
     expected = float(((torch.arange(6.0) * 2).exp() + 1).sum())
     assert first[0] == "defer_and_fuse" and float(first[1]) == pytest.approx(expected, rel=1e-6)
     assert first[2] == "compiled" and second[2] == "disk", (first, second)
+
+
+def test_a_miss_names_what_differs_when_the_inputs_look_the_same():
+    # The differing op reads the same types; only a number it bakes (the summed dim) differs.
+    a = torch.randn(8, 8).to(TPU)
+    with E.mode("defer_and_fuse"):
+        for dim in (0, 0, 1):
+            (a.exp().sum(dim) * 2).sum().item()
+    miss = _regions()[-1]
+    assert miss["hit"] is False
+    differs = miss["differs"]
+    assert "differs first at op" in differs, differs
+    here, there = differs.split(": ", 1)[1].split(" here, ")
+    assert here != there.removesuffix(" there"), differs
+    assert "with 1" in here and "with 0" in there, differs

@@ -88,7 +88,7 @@ def _describe(token) -> str:
     serial, wiring = token
     name = _names.get(serial, f"program #{serial}")
     ins = ", ".join(f"%{w}" if w >= 0 else f"in{-1 - w}" for w in wiring)
-    return f"{name}({ins})"
+    return f"{name} on ({ins})"
 
 
 def nearest_difference(key) -> str:
@@ -125,9 +125,15 @@ def nearest_difference(key) -> str:
         )
     if best_prefix >= len(tokens) or best_prefix >= len(o_tokens):
         return f"region {key_id(best)} has the same first {best_prefix} ops; this one has {len(tokens)}, it {len(o_tokens)}"
+    here, there = _describe(tokens[best_prefix]), _describe(o_tokens[best_prefix])
+    if here == there:
+        # The same text for two programs: say which is which rather than print one line twice.
+        (s, w), (os_, ow) = tokens[best_prefix], o_tokens[best_prefix]
+        here += f" (program #{s})" if s != os_ else " (wired differently)"
+        there += f" (program #{os_})" if s != os_ else ""
     return (
         f"nearest region {key_id(best)} ({len(o_tokens)} ops) differs first at op {best_prefix}: "
-        f"{_describe(tokens[best_prefix])} here, {_describe(o_tokens[best_prefix])} there"
+        f"{here} here, {there} there"
     )
 
 
@@ -200,7 +206,25 @@ def _splice(r, live: tuple, order: list):
 
 
 def _program_text(program) -> str:
-    from torchtpu.exporter import tensor_type
+    from torchtpu.exporter import IR_DTYPES, tensor_type
 
     types = [tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)]
-    return f"{program.name.removeprefix('eager_')}[{', '.join(types)}]"
+    outs = [f"{IR_DTYPES.get(d, d)}[{', '.join(map(str, s))}]" for d, s in program.out_types if d is not None]
+    values = _key_values(program.key)
+    text = f"{program.name.removeprefix('eager_')}[{', '.join(types)}] -> [{', '.join(outs)}]"
+    return text + (f" with {', '.join(values)}" if values else "")
+
+
+def _key_values(key) -> list:
+    """The numbers an op's key holds besides its tensors (`_dispatch._flatten`): ints, bools and
+    baked floats, which a program bakes and a change of batch size changes (a view's shape, a
+    mean's divisor)."""
+    if not isinstance(key, tuple):
+        return []
+    out = []
+    for part in key[2:]:
+        if isinstance(part, tuple) and len(part) == 2 and part[0] in (int, bool):
+            out.append(repr(part[1]))
+        elif isinstance(part, float):
+            out.append(repr(part))
+    return out
