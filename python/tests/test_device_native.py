@@ -235,3 +235,21 @@ def test_exit_with_tensors_freed_by_autograd_threads_is_clean():
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["tpu:3"]
+
+
+def test_program_and_region_caches_are_bounded(monkeypatch):
+    from torchtpu.device import _programs, _region
+
+    monkeypatch.setattr(_programs._by_checks[_programs.checks_on], "limit", 5)
+    monkeypatch.setattr(_region, "REGION_LIMIT", 3)
+    before = torchtpu.stats()["eager_cache_resets"]
+    for n in range(1, 12):  # a new shape at every step
+        x = torch.randn(n)
+        _close(x.to(TPU) * 2 + 1, x * 2 + 1)
+    assert len(_programs._programs) <= 5
+    with torchtpu.eager.mode("defer_and_fuse"):
+        for n in range(1, 8):
+            x = torch.randn(n)
+            torch.testing.assert_close((x.to(TPU) * 2 + 1).exp().sum().cpu(), (x * 2 + 1).exp().sum(), rtol=1e-5, atol=1e-5)
+    assert len(_region._programs) <= 3
+    assert torchtpu.stats()["eager_cache_resets"] > before

@@ -41,6 +41,8 @@ def _fresh() -> dict:
         "eager_cache_misses": 0,
         "eager_cache_hits": 0,
         "eager_compile_seconds": 0.0,
+        # The eager program and region caches started afresh at their bound (docs/eager.md).
+        "eager_cache_resets": 0,
         "eager_cpu_fallbacks": collections.Counter(),
         # DeferAndFuse (docs/eager.md): ops recorded instead of run, regions run, regions
         # compiled (each also counts in eager_programs_compiled) and found in the region cache.

@@ -212,7 +212,26 @@ def _types_of(gm, outputs) -> tuple[list, list]:
 
 # Programs with index checks (True) and without: `_programs` is the dict of the current
 # setting (`torchtpu.eager.check_indices`, `use_checks`), so a program key need not carry it.
-_by_checks: dict = {True: {}, False: {}}
+class BoundedCache(dict):
+    """A dict that starts afresh when it holds `limit` keys: shapes that change at every step
+    would otherwise grow it without bound (each key keeps a compiled program alive). A reset
+    costs only rebuilds, from the engine's executable caches, and is counted in
+    `torchtpu.stats()["eager_cache_resets"]`."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key, value):
+        if key not in self and len(self) >= self.limit:
+            self.clear()
+            _stats.bump("eager_cache_resets")
+        super().__setitem__(key, value)
+
+
+# One-op programs kept per key, per index-check setting.
+PROGRAM_LIMIT = 8192
+_by_checks: dict = {True: BoundedCache(PROGRAM_LIMIT), False: BoundedCache(PROGRAM_LIMIT)}
 checks_on = index_checks.check_indices_default()
 _programs: dict = _by_checks[checks_on]
 _native.set_checks(checks_on)

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from torchtpu import _C
+from torchtpu import _C, _stats
 
 
 class RegionProgram:
@@ -37,6 +37,7 @@ class RegionProgram:
 _programs: dict = {}  # region key -> RegionProgram
 _by_length: dict = {}  # number of ops -> keys (for the nearest key of a miss)
 _names: dict = {}  # program serial -> a description, for key diffs
+REGION_LIMIT = 1024
 
 
 def lookup(key):
@@ -61,6 +62,10 @@ def compile_region(r, key) -> RegionProgram:
     """Compiles region `r` (a `_defer.Region`, its miss described first: `describe_miss`)
     under `key` and keeps it."""
     program = _compile(r, key[1], key)
+    if len(_programs) >= REGION_LIMIT:
+        clear()  # bounded: region shapes that change at every step would grow it without end
+        _names.clear()
+        _stats.bump("eager_cache_resets")
     _programs[key] = program
     _by_length.setdefault(len(r.records), []).append(key)
     return program
