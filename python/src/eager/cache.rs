@@ -104,6 +104,13 @@ pub enum Lookup {
     Python,
 }
 
+/// `key` with the floats' bits appended: the key of a baked op's values.
+pub fn with_values(key: &[i64], float_bits: &[u64]) -> Vec<i64> {
+    let mut out = key.to_vec();
+    out.extend(float_bits.iter().map(|&b| b as i64));
+    out
+}
+
 pub fn insert(key: Vec<i64>, entry: Entry) {
     with(|c| {
         if c.map.len() >= LIMIT {
@@ -114,9 +121,12 @@ pub fn insert(key: Vec<i64>, entry: Entry) {
     });
 }
 
-/// A call that missed, running in Python now: `learn` binds its recipe to `key`.
+/// A call that missed, running in Python now: `learn` binds its recipe to `key` (with the
+/// floats' bits appended where the op bakes them).
 pub struct Pending {
     pub key: Vec<i64>,
+    /// The key was known to bake its floats (only this call's values missed).
+    pub baked: bool,
     pub name: String,
     pub n_leaves: usize,
     pub float_bits: Vec<u64>,

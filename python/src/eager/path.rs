@@ -29,25 +29,22 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
     if flat.device.is_none() {
         return Ok(Answer::Skip); // no tpu tensor to say where it runs: factories stay in Python
     }
-    let (recipe, key) = match cache::lookup(&flat.key) {
-        Some(Lookup::Run(r)) => (Some(r), None),
+    let float_bits: Vec<u64> = flat.floats.iter().map(|f| f.to_bits()).collect();
+    let (recipe, baked) = match cache::lookup(&flat.key) {
+        Some(Lookup::Run(r)) => (Some(r), false),
         Some(Lookup::Python) => return Ok(Answer::Skip),
-        Some(Lookup::Baked) => {
-            let mut baked = flat.key.clone();
-            baked.extend(flat.floats.iter().map(|f| f.to_bits() as i64));
-            match cache::lookup(&baked) {
-                Some(Lookup::Run(r)) => (Some(r), None),
-                Some(Lookup::Python) => return Ok(Answer::Skip),
-                _ => (None, Some(baked)),
-            }
-        }
-        None => (None, None),
+        Some(Lookup::Baked) => match cache::lookup(&cache::with_values(&flat.key, &float_bits)) {
+            Some(Lookup::Run(r)) => (Some(r), true),
+            Some(Lookup::Python) => return Ok(Answer::Skip),
+            _ => (None, true),
+        },
+        None => (None, false),
     };
     let Some(recipe) = recipe else {
         cache::with(|c| c.misses += 1);
-        let float_bits = flat.floats.iter().map(|f| f.to_bits()).collect();
         let pending = Pending {
-            key: key.unwrap_or(flat.key),
+            key: flat.key,
+            baked,
             name: name.to_string_lossy().into_owned(),
             n_leaves: flat.leaves.len(),
             float_bits,
@@ -67,7 +64,9 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
 pub fn done() {
     if let Some(top) = PENDING.with(|p| p.borrow_mut().pop()) {
         if !top.learnt {
-            cache::insert(top.key, Entry::Python);
+            // A baked op's other values keep their recipes: only these values are Python's.
+            let key = if top.baked { cache::with_values(&top.key, &top.float_bits) } else { top.key };
+            cache::insert(key, Entry::Python);
             cache::with(|c| c.python += 1);
         }
     }
@@ -152,10 +151,8 @@ pub fn learn(name: &str, learnt: Learnt) -> bool {
             results: learnt.results,
         }));
         if learnt.baked {
-            let mut baked = top.key.clone();
             cache::insert(top.key.clone(), Entry::Baked);
-            baked.extend(top.float_bits.iter().map(|&b| b as i64));
-            cache::insert(baked, recipe);
+            cache::insert(cache::with_values(&top.key, &top.float_bits), recipe);
         } else {
             cache::insert(top.key.clone(), recipe);
         }
