@@ -32,6 +32,9 @@ def _autoload() -> None:
     register()
 
 
+import atexit  # noqa: E402
+import time  # noqa: E402
+
 import torch  # noqa: E402
 
 from torchtpu.device._frames import user_facing  # noqa: E402
@@ -170,6 +173,7 @@ def _load():
         from torchtpu.device._guard import guard
 
         _native.install()
+        atexit.register(_let_autograd_threads_finish)
         guard.register_kernels(_kernels.foreach_kernels() + _kernels.functional_kernels())
         module.register_pickling()
         module.patch_printing()
@@ -177,6 +181,16 @@ def _load():
         module.patch_data_ptr()
         _loaded = _kernels
     return _loaded
+
+
+def _let_autograd_threads_finish() -> None:
+    """At exit, gives the GIL away for a moment. Each backward stashes a Python object in the
+    graph task's thread-local state (`torch.autograd.graph._engine_run_backward`), and an
+    autograd device thread (one per tpu device) drops the task after the main thread is woken.
+    If that thread is still waiting for the GIL when the interpreter finalises, Python stops it
+    inside a destructor and the process aborts ("terminate called without an active
+    exception"). Waiting here, before finalisation, lets it take the GIL and finish."""
+    time.sleep(0.01)
 
 
 def _trampoline(name: str):
