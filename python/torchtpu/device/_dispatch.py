@@ -1,7 +1,8 @@
-"""How an ATen op runs on the `tpu` device.
+"""How an ATen op runs on the `tpu` device: the Python path.
 
-Every op without a kernel of its own (see `_kernels.py`) reaches `run` through the boxed
-PrivateUse1 fallback. By the op's schema:
+Every op without a kernel of its own (see `_kernels.py`) reaches the native boxed fallback
+(`csrc/dispatch.cpp`), which runs views and cached programs itself (`_native.py`); a miss, or
+a case the native path leaves alone, comes to `run`. By the op's schema:
 - a view (returns alias an argument, nothing written) runs its Meta kernel on the `tpu`
   tensors themselves: PyTorch computes sizes, strides and offset, and the result shares the
   argument's storage, hence its device data (`_storage.py`);
@@ -387,10 +388,8 @@ def _run(info: OpInfo, op, args, kwargs):
     tensor_leaves = leaves
     if cpu:
         leaves = [b.on(dev) if type(b) is _CpuLeaf else b for b in leaves]
-    else:
-        leaves = list(leaves)
     if floats:
-        leaves.extend(_programs.float_buffer(f, dev) for f in floats)
+        leaves = leaves + [_programs.float_buffer(f, dev) for f in floats]
     strict = _modes.state.mode == "strict"
     out_shapes = _out_shapes(info, kwargs) if strict and info.kind == "out" else ()
     outs = program.run(leaves, _modes.state.mode == "debug", dev)  # `_modes.wait()`
