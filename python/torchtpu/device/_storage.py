@@ -1,9 +1,9 @@
 """Where a `tpu` tensor's data lives.
 
 PyTorch owns a `tpu` tensor's metadata: sizes, strides, storage offset and the storage it
-shares with its views (`torch._C._acc.create_empty_tensor` makes a base whose storage holds no
-bytes; views come from the Meta kernels, which alias that storage). torchtpu owns the data: a
-`Slot` attached to the storage object holds one device buffer (`torchtpu._C.DeviceBuffer`) with
+shares with its views (the device guard's `create_empty_tensor` makes a base whose storage holds
+no bytes; views come from the Meta kernels, which alias that storage). torchtpu owns the data: a
+`Slot` kept in the storage's DataPtr context holds one device buffer (`torchtpu._C.DeviceBuffer`) with
 the storage's elements in row-major order, in some shape (`Slot.shape`). Buffers are never
 written in place: a write makes a new buffer and the slot points at it, so every view of the
 storage sees the write (PyTorch's aliasing semantics) and nothing else can.
@@ -14,7 +14,6 @@ when the last tensor sharing the storage dies.
 """
 
 from __future__ import annotations
-
 
 import torch
 
