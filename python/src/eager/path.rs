@@ -233,7 +233,7 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
     for (b, t) in outs.into_iter().zip(types) {
         buffers.push(Bound::new(py, DeviceBuffer::new(b, t.dtype, device))?);
     }
-    mark_last(py, &buffers)?;
+    mark_last(&buffers)?;
     let mut made = Vec::new();
     match &recipe.results {
         Results::New(types) => {
@@ -284,7 +284,7 @@ fn write(
             crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
             let dtype = compiled.output_types()[0].dtype;
             let b = Bound::new(py, DeviceBuffer::new(outs.remove(0), dtype, device))?;
-            mark_last(py, std::slice::from_ref(&b))?;
+            mark_last(std::slice::from_ref(&b))?;
             b
         }
     };
@@ -296,11 +296,11 @@ fn write(
 /// (`wait_last`), as for the Python path's (`_programs.mark_last`).
 static LAST: Mutex<Vec<Py<PyWeakrefReference>>> = Mutex::new(Vec::new());
 
-fn mark_last(py: Python<'_>, buffers: &[Bound<'_, DeviceBuffer>]) -> PyResult<()> {
+fn mark_last(buffers: &[Bound<'_, DeviceBuffer>]) -> PyResult<()> {
     let refs = buffers.iter().map(|b| PyWeakrefReference::new(b).map(Bound::unbind)).collect::<PyResult<Vec<_>>>()?;
+    // The old references are dropped after the lock is let go (with the GIL held).
     let old = std::mem::replace(&mut *LAST.lock().unwrap_or_else(|e| e.into_inner()), refs);
     drop(old);
-    let _ = py;
     Ok(())
 }
 
