@@ -443,41 +443,46 @@ void native_copy(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   call_kernel(python_copy, false, op, stack);
 }
 
+using BoxedKernel = void (*)(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack*);
+
+// Registers `kernel` as the tpu kernel of each aten op in `names`, for the process.
+template <BoxedKernel kernel>
+void register_aten(const std::vector<std::string>& names) {
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                              __LINE__);
+  for (const std::string& name : names) {
+    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<kernel>());
+  }
+  libraries.push_back(std::move(lib));
+}
+
+// Keeps a Python kernel (a strong reference) in `slot`, letting go of the one before.
+void keep(PyObject*& slot, const pybind11::object& kernel) {
+  Py_XDECREF(slot);
+  slot = kernel.inc_ref().ptr();
+}
+
 }  // namespace
 
 void init_dispatch(pybind11::module& m) {
   m.def("register_fallback", [](const pybind11::object& kernel) {
-    Py_XDECREF(python_kernel);
-    python_kernel = kernel.inc_ref().ptr();
+    keep(python_kernel, kernel);
     auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__,
                                                 __LINE__);
     lib->fallback(torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
     libraries.push_back(std::move(lib));
   });
   m.def("register_kernels", [](const std::vector<std::string>& names) {
-    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                                                __LINE__);
-    for (const std::string& name : names) {
-      lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
-    }
-    libraries.push_back(std::move(lib));
+    register_aten<&native_kernel>(names);
     return names.size();
   });
   m.def("register_empty", [](const pybind11::object& kernel) {
-    Py_XDECREF(python_empty);
-    python_empty = kernel.inc_ref().ptr();
-    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                                                __LINE__);
-    lib->impl("empty.memory_format", torch::CppFunction::makeFromBoxedFunction<&native_empty>());
-    libraries.push_back(std::move(lib));
+    keep(python_empty, kernel);
+    register_aten<&native_empty>({"empty.memory_format"});
   });
   m.def("register_copy", [](const pybind11::object& kernel) {
-    Py_XDECREF(python_copy);
-    python_copy = kernel.inc_ref().ptr();
-    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                                                __LINE__);
-    lib->impl("copy_", torch::CppFunction::makeFromBoxedFunction<&native_copy>());
-    libraries.push_back(std::move(lib));
+    keep(python_copy, kernel);
+    register_aten<&native_copy>({"copy_"});
   });
   m.def("install_native", [](const pybind11::capsule& capsule) {
     auto* table = static_cast<const torchtpu::NativeApi*>(PyCapsule_GetPointer(capsule.ptr(), "torchtpu._C.native_api"));
