@@ -222,18 +222,7 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             }
         }
     }
-    let program = recipe.program.get();
-    let engine = default_engine(py)?;
-    let on = engine.device(device).map_err(|e| engine_error(py, &e))?;
-    let outs =
-        py.detach(|| program.compiled.execute_buffers_on(&inputs, &[], false, on)).map_err(|e| engine_error(py, &e))?;
-    crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
-    let types = program.compiled.output_types();
-    let mut buffers = Vec::with_capacity(outs.len());
-    for (b, t) in outs.into_iter().zip(types) {
-        buffers.push(Bound::new(py, DeviceBuffer::new(b, t.dtype, device))?);
-    }
-    mark_last(&buffers)?;
+    let buffers = execute(py, &recipe.program.get().compiled, &inputs, device)?;
     let mut made = Vec::new();
     match &recipe.results {
         Results::New(types) => {
@@ -275,21 +264,32 @@ fn write(
         Write::Base => result,
         Write::Strided(scatter) => {
             let base = target.slot.borrow().buffer.bind(py).cast::<DeviceBuffer>()?.clone();
-            let engine = default_engine(py)?;
-            let on = engine.device(device).map_err(|e| engine_error(py, &e))?;
-            let compiled = &scatter.get().compiled;
             let inputs = [&base.get().buffer, &result.get().buffer];
-            let mut outs =
-                py.detach(|| compiled.execute_buffers_on(&inputs, &[], false, on)).map_err(|e| engine_error(py, &e))?;
-            crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
-            let dtype = compiled.output_types()[0].dtype;
-            let b = Bound::new(py, DeviceBuffer::new(outs.remove(0), dtype, device))?;
-            mark_last(std::slice::from_ref(&b))?;
-            b
+            execute(py, &scatter.get().compiled, &inputs, device)?.remove(0)
         }
     };
     target.slot.borrow_mut().buffer = new.into_any().unbind();
     Ok(())
+}
+
+/// Runs `compiled` on tpu:`device` without waiting; its outputs as device buffers there.
+fn execute<'py>(
+    py: Python<'py>,
+    compiled: &torchtpu_engine::CompiledGraph,
+    inputs: &[&Buffer],
+    device: usize,
+) -> PyResult<Vec<Bound<'py, DeviceBuffer>>> {
+    let engine = default_engine(py)?;
+    let on = engine.device(device).map_err(|e| engine_error(py, &e))?;
+    let outs = py.detach(|| compiled.execute_buffers_on(inputs, &[], false, on)).map_err(|e| engine_error(py, &e))?;
+    crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
+    let buffers = outs
+        .into_iter()
+        .zip(compiled.output_types())
+        .map(|(b, t)| Bound::new(py, DeviceBuffer::new(b, t.dtype, device)))
+        .collect::<PyResult<Vec<_>>>()?;
+    mark_last(&buffers)?;
+    Ok(buffers)
 }
 
 /// The last execution's outputs, held weakly: `torch.tpu.synchronize` waits for them
