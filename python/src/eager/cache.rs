@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use torchtpu_engine::ir::DType;
 
 use crate::device::DeviceBuffer;
@@ -49,12 +50,31 @@ pub enum Results {
 }
 
 pub struct Recipe {
-    pub program: Py<Program>,
+    /// The Python path's `_programs.Program`.
+    pub program: Py<PyAny>,
+    /// Its executable, compiled at the first run (a recipe learnt while recording has none yet).
+    pub compiled: PyOnceLock<Py<Program>>,
+    /// Its serial and IR outputs' byte sizes, where DeferAndFuse can record it (a traced program).
+    pub record: Option<Recordable>,
     pub sources: Vec<Source>,
     /// Per tensor leaf: the dtype its CPU scalar is uploaded as (None: a tpu tensor).
     pub leaf_dtypes: Vec<Option<DType>>,
     pub n_floats: usize,
     pub results: Results,
+}
+
+pub struct Recordable {
+    pub serial: i64,
+    pub nbytes: Vec<usize>,
+}
+
+impl Recipe {
+    pub fn compiled<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<&'a Bound<'py, Program>> {
+        let compiled = self.compiled.get_or_try_init(py, || -> PyResult<Py<Program>> {
+            Ok(self.program.bind(py).getattr("program")?.cast_into::<Program>()?.unbind())
+        })?;
+        Ok(compiled.bind(py))
+    }
 }
 
 pub enum Entry {

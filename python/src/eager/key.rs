@@ -9,6 +9,7 @@
 
 use pyo3::prelude::*;
 
+use super::defer::Pending;
 use super::slot::Slot;
 use crate::device::DeviceBuffer;
 
@@ -49,7 +50,13 @@ pub enum Arg<'a, 'py> {
 
 /// A tensor leaf of the program, in the Python path's leaf order.
 pub enum Leaf<'py> {
-    Device { buffer: Bound<'py, DeviceBuffer> },
+    Device {
+        buffer: Bound<'py, DeviceBuffer>,
+    },
+    /// A value of the open DeferAndFuse region (only while recording).
+    Pending(Bound<'py, Pending>),
+    /// A storage never written (`torch.empty`): it reads as zeros (`path::zeros`).
+    Unwritten(Bound<'py, Slot>),
     Cpu(Scalar),
 }
 
@@ -83,9 +90,9 @@ const OUT: i64 = 8;
 
 /// The key and leaves of a call, or None where the native path does not take it: an argument it
 /// does not model (a string, a CPU tensor that is not 0-d), a tpu tensor whose data is not a
-/// computed device buffer (uninitialised, DeferAndFuse's pending value, a dtype view), tensors
-/// on two devices. The Python path then runs the op and says what is wrong, if anything.
-pub fn flatten<'a, 'py>(op: u64, checks: bool, args: &'a [Arg<'a, 'py>]) -> Option<Flat<'a, 'py>> {
+/// computed device buffer (a dtype view, DeferAndFuse's pending value unless `recording`), tensors on two devices. The Python path then runs the op and says what is
+/// wrong, if anything.
+pub fn flatten<'a, 'py>(op: u64, checks: bool, recording: bool, args: &'a [Arg<'a, 'py>]) -> Option<Flat<'a, 'py>> {
     let mut key = Vec::with_capacity(8 + args.len() * 8);
     key.push(op as i64);
     key.push(checks as i64);
@@ -94,7 +101,7 @@ pub fn flatten<'a, 'py>(op: u64, checks: bool, args: &'a [Arg<'a, 'py>]) -> Opti
     for arg in args {
         match arg {
             Arg::None => flat.key.push(NONE),
-            Arg::Tensor(t) => tensor(t, &mut flat)?,
+            Arg::Tensor(t) => tensor(t, recording, &mut flat)?,
             Arg::CpuScalar { dtype, wrapped, value } => {
                 flat.key.extend([CPU, *dtype as i64, *wrapped as i64]);
                 flat.leaves.push(Leaf::Cpu(match value {
@@ -116,7 +123,7 @@ pub fn flatten<'a, 'py>(op: u64, checks: bool, args: &'a [Arg<'a, 'py>]) -> Opti
     Some(flat)
 }
 
-fn tensor<'a, 'py>(t: &'a TensorArg<'a, 'py>, flat: &mut Flat<'a, 'py>) -> Option<()> {
+fn tensor<'a, 'py>(t: &'a TensorArg<'a, 'py>, recording: bool, flat: &mut Flat<'a, 'py>) -> Option<()> {
     let slot = t.slot.as_ref()?;
     let s = slot.borrow();
     if s.code != t.dtype || s.device as usize != t.device {
@@ -137,7 +144,28 @@ fn tensor<'a, 'py>(t: &'a TensorArg<'a, 'py>, flat: &mut Flat<'a, 'py>) -> Optio
         flat.outs.push(written);
         return Some(());
     }
-    let buffer = s.buffer.bind(slot.py()).cast::<DeviceBuffer>().ok()?.clone();
+    let py = slot.py();
+    let data = s.buffer.bind(py);
+    if data.is_none() {
+        flat.leaves.push(Leaf::Unwritten(slot.clone()));
+        flat.tensors.push(written);
+        return Some(());
+    }
+    let buffer = match data.cast::<DeviceBuffer>() {
+        Ok(b) => b.clone(),
+        Err(_) => {
+            let pending = data.cast::<Pending>().ok()?;
+            match pending.borrow().computed(py) {
+                Some(b) => b.into_bound(py).cast_into::<DeviceBuffer>().ok()?,
+                None if recording => {
+                    flat.leaves.push(Leaf::Pending(pending.clone()));
+                    flat.tensors.push(written);
+                    return Some(());
+                }
+                None => return None,
+            }
+        }
+    };
     if buffer.get().donated_now() || buffer.get().device != t.device {
         return None;
     }

@@ -10,6 +10,7 @@
 
 mod abi;
 mod cache;
+mod defer;
 mod key;
 mod path;
 mod slot;
@@ -24,7 +25,7 @@ pub use slot::Slot;
 
 use crate::device::DeviceBuffer;
 use crate::{py_error, Program};
-use cache::{OutType, Results, Source, Write};
+use cache::{OutType, Recordable, Results, Source, Write};
 
 /// What the native path did with a call.
 pub enum Answer {
@@ -51,7 +52,8 @@ fn eager_native_api(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyCapsule
 }
 
 /// Binds how the Python path just ran the call of `name` to that call's pending key (see
-/// `torchtpu.device._native.learn`): `program` (the compiled one-op program), `sources` (per
+/// `torchtpu.device._native.learn`): `program` (the `_programs.Program`: its executable, if
+/// compiled yet, and where it was traced, what DeferAndFuse records), `sources` (per
 /// input: ("leaf", i) or ("const", DeviceBuffer)), `leaf_dtypes` (per tensor leaf: None for a tpu
 /// tensor, the IR dtype a CPU scalar is uploaded as), `n_floats` (float inputs after the
 /// leaves), `baked` (floats are attributes, kept per value), `kind` ("new", "inplace", "out")
@@ -62,7 +64,7 @@ fn eager_native_api(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyCapsule
 fn eager_learn(
     py: Python<'_>,
     name: &str,
-    program: Py<Program>,
+    program: Bound<'_, PyAny>,
     sources: Vec<(String, Bound<'_, PyAny>)>,
     leaf_dtypes: Vec<Option<String>>,
     n_floats: usize,
@@ -94,8 +96,18 @@ fn eager_learn(
         "out" => Results::Out(writes(results)?),
         other => return Err(bad(format!("kind {other}"))),
     };
-    let learnt = path::Learnt { program, sources, leaf_dtypes, n_floats, baked, results };
-    Ok(path::learn(name, learnt))
+    let compiled: Option<Py<Program>> = program.getattr("_compiled")?.extract()?;
+    let record = if program.getattr("gm")?.is_none() {
+        None // written by hand, not traced: it runs even while recording
+    } else {
+        Some(Recordable {
+            serial: program.getattr("serial")?.extract()?,
+            nbytes: program.getattr("ir_nbytes")?.extract()?,
+        })
+    };
+    let learnt =
+        path::Learnt { program: program.unbind(), compiled, record, sources, leaf_dtypes, n_floats, baked, results };
+    Ok(path::learn(py, name, learnt))
 }
 
 /// Per target: "whole", "base", or ("strided", the scatter's compiled program).
@@ -124,6 +136,40 @@ fn eager_native_checks(on: bool) {
     path::CHECKS.store(on, Ordering::Relaxed);
 }
 
+/// Whether the mode is DeferAndFuse: cached ops are recorded natively while `_defer.active`.
+#[pyfunction]
+fn eager_native_defer(on: bool) {
+    path::DEFER.store(on, Ordering::Relaxed);
+}
+
+/// The 0-d buffer of `value` as IR dtype `dtype` on tpu:`device`, from the cache both paths
+/// share (so a number one op uploads is the same external buffer, recorded once, for the next);
+/// None for a dtype the cache does not hold.
+#[pyfunction]
+fn eager_scalar(
+    py: Python<'_>,
+    dtype: &str,
+    value: Bound<'_, PyAny>,
+    device: usize,
+) -> PyResult<Option<Py<DeviceBuffer>>> {
+    let Some(dtype) = DType::from_name(dtype) else { return Ok(None) };
+    let value = if let Ok(f) = value.cast::<pyo3::types::PyFloat>() {
+        key::Scalar::Float(f.value())
+    } else if let Ok(i) = value.extract::<i64>() {
+        key::Scalar::Int(i)
+    } else {
+        return Ok(None); // an int past i64, a complex number
+    };
+    Ok(path::scalar_buffer(py, dtype, &value, device)?.map(Bound::unbind))
+}
+
+/// Zeros of ScalarType `code` and `shape` on tpu:`device`, shared per (dtype, shape, device) as
+/// the native path gives an unwritten storage; None past its size limit.
+#[pyfunction]
+fn eager_zeros(py: Python<'_>, code: i32, shape: Vec<i64>, device: usize) -> PyResult<Option<Py<DeviceBuffer>>> {
+    Ok(path::zeros(py, code, &shape, device)?.map(Bound::unbind))
+}
+
 /// Waits for the native path's last execution (`torch.tpu.synchronize`).
 #[pyfunction]
 fn eager_native_wait(py: Python<'_>) -> PyResult<()> {
@@ -150,6 +196,12 @@ fn eager_native_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Slot>()?;
+    m.add_class::<defer::Pending>()?;
+    m.add_class::<defer::Region>()?;
+    m.add_function(wrap_pyfunction!(defer::defer_record, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_native_defer, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_scalar, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_api, m)?)?;
     m.add_function(wrap_pyfunction!(eager_learn, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_clear, m)?)?;

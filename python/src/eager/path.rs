@@ -11,7 +11,8 @@ use pyo3::types::PyWeakrefReference;
 use torchtpu_engine::ir::DType;
 use torchtpu_runtime::Buffer;
 
-use super::cache::{self, Entry, Lookup, Pending, Recipe, Results, Source, Write, PENDING};
+use super::cache::{self, Entry, Lookup, Pending, Recipe, Recordable, Results, Source, Write, PENDING};
+use super::defer::{self, Recorded};
 use super::key::{self, Arg, Flat, Leaf, Scalar, Written};
 use super::slot::Slot;
 use super::{Answer, Made};
@@ -22,8 +23,13 @@ use crate::{default_engine, engine_error};
 /// key, as the Python path keeps programs per setting.
 pub static CHECKS: AtomicBool = AtomicBool::new(true);
 
+/// Whether the mode is DeferAndFuse (`_native.set_mode`): a cached op is recorded, not run,
+/// while `_defer.active` says ops are recorded.
+pub static DEFER: AtomicBool = AtomicBool::new(false);
+
 pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyResult<Answer> {
-    let Some(flat) = key::flatten(op, CHECKS.load(Ordering::Relaxed), args) else {
+    let recording = DEFER.load(Ordering::Relaxed) && defer::recording(py)?;
+    let Some(flat) = key::flatten(op, CHECKS.load(Ordering::Relaxed), recording, args) else {
         return Ok(Answer::Skip);
     };
     if flat.device.is_none() {
@@ -53,11 +59,88 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
         PENDING.with(|p| p.borrow_mut().push(pending));
         return Ok(Answer::Miss);
     };
-    let made = launch(py, &recipe, &flat)?;
+    let mut flat = flat;
+    if !give_zeros(py, &mut flat)? {
+        return Ok(Answer::Skip);
+    }
+    let made = if recording { record_op(py, &recipe, &flat)? } else { launch(py, &recipe, &flat)? };
     if made.is_some() {
         cache::with(|c| c.hits += 1);
     }
     Ok(made.map_or(Answer::Skip, Answer::Hit))
+}
+
+/// Gives each unwritten storage among the leaves its zeros (what `_storage.buffer_of` gives it);
+/// false where one is too large for the cached zeros (the Python path's zeros program makes it).
+fn give_zeros<'py>(py: Python<'py>, flat: &mut Flat<'_, 'py>) -> PyResult<bool> {
+    for leaf in flat.leaves.iter_mut() {
+        let Leaf::Unwritten(slot) = leaf else { continue };
+        let (code, shape, device) = {
+            let s = slot.borrow();
+            (s.code, s.shape.clone(), s.device as usize)
+        };
+        let Some(buffer) = zeros(py, code, &shape, device)? else { return Ok(false) };
+        slot.borrow_mut().buffer = buffer.clone().into_any().unbind();
+        *leaf = Leaf::Device { buffer };
+    }
+    Ok(true)
+}
+
+/// Zeros of ScalarType `code` and `shape` on tpu:`device`, uploaded once per (dtype, shape,
+/// device) and shared (buffers are immutable; the cache's reference keeps a region from donating
+/// one); None past `ZEROS_MAX_BYTES`, or for a dtype the device lacks.
+pub fn zeros<'py>(
+    py: Python<'py>,
+    code: i32,
+    shape: &[i64],
+    device: usize,
+) -> PyResult<Option<Bound<'py, DeviceBuffer>>> {
+    let Some(dtype) = dtype_of_code(code) else { return Ok(None) };
+    let bytes = shape.iter().product::<i64>().max(0) as usize * dtype.size_bytes();
+    if bytes > ZEROS_MAX_BYTES {
+        return Ok(None);
+    }
+    let key = (code, shape.to_vec(), device);
+    if let Some(b) = ZEROS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&key)) {
+        return Ok(Some(b.bind(py).clone()));
+    }
+    let engine = default_engine(py)?;
+    let data = vec![0u8; bytes];
+    let buffer = py.detach(|| engine.upload_to(&data, dtype, shape, device)).map_err(|e| engine_error(py, &e))?;
+    let b = Bound::new(py, DeviceBuffer::new(buffer, dtype, device))?;
+    let mut guard = ZEROS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = guard.get_or_insert_with(HashMap::new);
+    if map.len() >= SCALAR_LIMIT {
+        map.clear();
+    }
+    map.insert(key, b.clone().unbind());
+    Ok(Some(b))
+}
+
+/// Zeros are cached up to this size (a larger unwritten tensor gets the zeros program's output).
+pub const ZEROS_MAX_BYTES: usize = 1 << 20;
+
+type ZerosKey = (i32, Vec<i64>, usize);
+
+static ZEROS: Mutex<Option<HashMap<ZerosKey, Py<DeviceBuffer>>>> = Mutex::new(None);
+
+/// The IR dtype of PyTorch's `c10::ScalarType` code.
+fn dtype_of_code(code: i32) -> Option<DType> {
+    Some(match code {
+        0 => DType::U8,
+        1 => DType::I8,
+        2 => DType::I16,
+        3 => DType::I32,
+        4 => DType::I64,
+        5 => DType::F16,
+        6 => DType::F32,
+        7 => DType::F64,
+        9 => DType::C64,
+        10 => DType::C128,
+        11 => DType::Bool,
+        15 => DType::BF16,
+        _ => return None,
+    })
 }
 
 /// Ends the innermost pending call: a key the Python path gave no recipe for is its from now on.
@@ -92,11 +175,14 @@ pub fn copy(py: Python<'_>, dst: &Arg<'_, '_>, src: &Arg<'_, '_>) -> bool {
         if !whole(s, &sref) || sref.shape != s.sizes {
             return false;
         }
-        let Ok(b) = sref.buffer.bind(py).cast::<DeviceBuffer>() else { return false };
-        if b.get().donated_now() {
-            return false;
+        let data = sref.buffer.bind(py);
+        match data.cast::<DeviceBuffer>() {
+            Ok(b) if b.get().donated_now() => return false,
+            Ok(b) => b.clone().into_any().unbind(),
+            // DeferAndFuse: the destination holds the same pending value.
+            Err(_) if data.cast::<defer::Pending>().is_ok() => data.clone().unbind(),
+            Err(_) => return false,
         }
-        b.clone().unbind()
     };
     if dslot.is(sslot) {
         return true; // a storage copied onto itself
@@ -105,7 +191,7 @@ pub fn copy(py: Python<'_>, dst: &Arg<'_, '_>, src: &Arg<'_, '_>) -> bool {
     if !whole(d, &dref) {
         return false;
     }
-    dref.buffer = buffer.into_any();
+    dref.buffer = buffer;
     dref.shape = d.sizes.to_vec();
     true
 }
@@ -124,7 +210,9 @@ fn contiguous(sizes: &[i64], strides: &[i64]) -> bool {
 
 /// What `learn` is told by the Python path (`torchtpu.device._native.learn`).
 pub struct Learnt {
-    pub program: Py<crate::Program>,
+    pub program: Py<PyAny>,
+    pub compiled: Option<Py<crate::Program>>,
+    pub record: Option<Recordable>,
     pub sources: Vec<Source>,
     pub leaf_dtypes: Vec<Option<DType>>,
     pub n_floats: usize,
@@ -134,7 +222,7 @@ pub struct Learnt {
 
 /// Binds `learnt` to the pending key of the call of `name` now in Python, if that call is the
 /// innermost pending one and its leaves are the ones the recipe reads. Returns whether it did.
-pub fn learn(name: &str, learnt: Learnt) -> bool {
+pub fn learn(py: Python<'_>, name: &str, learnt: Learnt) -> bool {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let Some(top) = p.last_mut() else { return false };
@@ -143,8 +231,14 @@ pub fn learn(name: &str, learnt: Learnt) -> bool {
             return false;
         }
         top.learnt = true;
+        let compiled = pyo3::sync::PyOnceLock::new();
+        if let Some(c) = learnt.compiled {
+            let _ = compiled.set(py, c);
+        }
         let recipe = Entry::Run(Arc::new(Recipe {
             program: learnt.program,
+            compiled,
+            record: learnt.record,
             sources: learnt.sources,
             leaf_dtypes: learnt.leaf_dtypes,
             n_floats: learnt.n_floats,
@@ -168,6 +262,9 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
     let n_leaves = flat.leaves.len();
     if recipe.n_floats != 0 && recipe.n_floats != flat.floats.len() {
         return Ok(None);
+    }
+    if flat.leaves.iter().any(|l| matches!(l, Leaf::Pending(_) | Leaf::Unwritten(_))) {
+        return Ok(None); // never: a pending value is a leaf only while recording
     }
     let mut scalars: Vec<Bound<'_, DeviceBuffer>> = Vec::new();
     let mut inputs: Vec<&Buffer> = Vec::with_capacity(recipe.sources.len());
@@ -202,6 +299,7 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
         let buffer = match source {
             Source::Leaf(i) if *i < n_leaves => match &flat.leaves[*i] {
                 Leaf::Device { buffer } => &buffer.get().buffer,
+                Leaf::Pending(_) | Leaf::Unwritten(_) => return Ok(None),
                 Leaf::Cpu(_) => &next_scalar.next().expect("one scalar per CPU leaf").get().buffer,
             },
             Source::Leaf(_) => &next_scalar.next().expect("one scalar per float").get().buffer,
@@ -222,7 +320,7 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             }
         }
     }
-    let buffers = execute(py, &recipe.program.get().compiled, &inputs, device)?;
+    let buffers = execute(py, &recipe.compiled(py)?.get().compiled, &inputs, device)?;
     let mut made = Vec::new();
     match &recipe.results {
         Results::New(types) => {
@@ -243,6 +341,83 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             }
         }
     }
+    Ok(Some(made))
+}
+
+/// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as
+/// `_defer.record` does; None where the Python path must (no region open, or one on another
+/// device; a backward pass not yet seen; an untraced program; a write into a view).
+fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Option<Vec<Made>>> {
+    let Some(recordable) = &recipe.record else { return Ok(None) };
+    let device = flat.device.unwrap_or(0);
+    if recipe.n_floats != 0 && recipe.n_floats != flat.floats.len() {
+        return Ok(None);
+    }
+    let targets: &[Written<'_, '_>] = match &recipe.results {
+        Results::New(_) => &[],
+        Results::InPlace(writes) | Results::Out(writes) => {
+            if writes.iter().any(|w| matches!(w, Write::Strided(_))) {
+                return Ok(None);
+            }
+            if matches!(recipe.results, Results::InPlace(_)) {
+                &flat.tensors
+            } else {
+                &flat.outs
+            }
+        }
+    };
+    if !defer::backward_seen(py)? {
+        return Ok(None);
+    }
+    let Some(region) = defer::open_region(py, device)? else { return Ok(None) };
+    let mut leaves: Vec<Bound<'_, PyAny>> = Vec::with_capacity(flat.leaves.len() + flat.floats.len());
+    for (i, leaf) in flat.leaves.iter().enumerate() {
+        leaves.push(match leaf {
+            Leaf::Device { buffer } => buffer.clone().into_any(),
+            Leaf::Pending(p) => p.clone().into_any(),
+            Leaf::Unwritten(_) => return Ok(None), // given zeros before (`give_zeros`)
+            Leaf::Cpu(v) => {
+                let Some(dtype) = recipe.leaf_dtypes[i] else { return Ok(None) };
+                let Some(b) = scalar_buffer(py, dtype, v, device)? else { return Ok(None) };
+                b.into_any()
+            }
+        });
+    }
+    if recipe.n_floats != 0 {
+        for &f in &flat.floats {
+            let Some(b) = scalar_buffer(py, DType::F64, &Scalar::Float(f), device)? else { return Ok(None) };
+            leaves.push(b.into_any());
+        }
+    }
+    let program = recipe.program.bind(py);
+    let what = Recorded { program, serial: recordable.serial, nbytes: &recordable.nbytes };
+    let (outs, n) = defer::record(&region, &what, &leaves)?;
+    drop(leaves); // not a use of the inputs for the size check's live scan
+    let mut made = Vec::new();
+    match &recipe.results {
+        Results::New(types) => {
+            for (pending, t) in outs.into_iter().zip(types) {
+                let slot = Slot::new(
+                    pending.into_any().unbind(),
+                    t.shape.clone(),
+                    t.dtype.clone_ref(py),
+                    t.code,
+                    device as i64,
+                );
+                made.push(Made { slot: Py::new(py, slot)?, code: t.code, shape: t.shape.clone(), device });
+            }
+        }
+        Results::InPlace(writes) | Results::Out(writes) => {
+            for ((pending, target), w) in outs.into_iter().zip(targets).zip(writes) {
+                let mut s = target.slot.borrow_mut();
+                s.buffer = pending.into_any().unbind();
+                if matches!(w, Write::Whole) {
+                    s.shape = target.sizes.to_vec();
+                }
+            }
+        }
+    }
+    defer::after_record(py, &region, n)?;
     Ok(Some(made))
 }
 
@@ -326,9 +501,10 @@ const SCALAR_LIMIT: usize = 4096;
 
 pub fn clear_scalars() {
     *SCALARS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *ZEROS.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
-fn scalar_buffer<'py>(
+pub fn scalar_buffer<'py>(
     py: Python<'py>,
     dtype: DType,
     v: &Scalar,

@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from torchtpu import _stats
+from torchtpu import _C, _stats
 from torchtpu.device import _region, _trace
 
 # Why a region was cut (the `reason` of each record).
@@ -69,56 +69,27 @@ active = False
 region = None
 
 
-class Pending:
-    """A value of the open region: output `index` of its recorded programs. `buffer` is the
-    device buffer once the region ran (storages holding the Pending then use it)."""
-
-    __slots__ = ("region", "index", "nbytes", "buffer", "device")
-
-    def __init__(self, owner, index: int, nbytes: int):
-        self.region = owner
-        self.index = index
-        self.nbytes = nbytes
-        self.buffer = None
-        self.device = owner.device  # where its region runs, as a DeviceBuffer's `device`
-
-    def _value(self, reason: str):
-        if self.buffer is None:
-            flush(reason)
-        if self.buffer is None:
-            failed = self.region.error
-            if failed is not None:  # compiling or running its region failed: the same error
-                raise failed
-            from torchtpu.errors import InternalError
-
-            # The region ran without this value as an output: a bug.
-            raise InternalError("a pending tpu value was not computed by its region", stage="execute")
-        return self.buffer
-
-    # What callers of a DeviceBuffer use, each a cut when the value is still pending.
-    def to_host(self):
-        return self._value("host_read").to_host()
-
-    def wait(self):
-        return self._value("synchronize").wait()
+# A value of the open region, and the region (the ops recorded since the last cut): native
+# objects (`python/src/eager/defer.rs`), so that the native per-op path records a cached op
+# with no Python, into the same records this module's `record` writes. A Pending's `buffer` is
+# its device buffer once the region ran; its `to_host()` and `wait()` cut the region first.
+Pending = _C.Pending
+Region = _C.Region
 
 
-class Region:
-    """The ops recorded since the last cut."""
+def resolve(p, reason: str):
+    """The buffer of Pending `p`, cutting its region (for `reason`) where it is still pending."""
+    if p.buffer is None:
+        flush(reason)
+    if p.buffer is None:
+        failed = p.region.error if p.region is not None else None
+        if failed is not None:  # compiling or running its region failed: the same error
+            raise failed
+        from torchtpu.errors import InternalError
 
-    __slots__ = ("records", "tokens", "values", "externals", "ext_index", "started", "error", "device")
-
-    def __init__(self, device: int = 0):
-        self.device = device  # the tpu device the region's program runs on
-        self.records: list = []  # (program, wiring, first value index)
-        self.tokens: list = []  # (program serial, wiring): the key's op part
-        # Per value, its Pending. The region's reference is not counted as use: a value is
-        # live when something else (a storage, a Python variable) holds it (`_live`).
-        self.values: list = []
-        self.externals: list = []  # device buffers read, in first-use order
-        self.ext_index: dict = {}  # id(buffer) -> index in externals
-        self.started = time.perf_counter()
-        self.error = None  # why compiling or running the region failed, for its values' readers
+        # The region ran without this value as an output: a bug.
+        raise InternalError("a pending tpu value was not computed by its region", stage="execute")
+    return p.buffer
 
 
 def record(program, leaves: list, device: int = 0) -> list:
@@ -135,37 +106,21 @@ def record(program, leaves: list, device: int = 0) -> list:
     task = torch._C._current_graph_task_id()
     if task != -1 and task != _backward_task:
         _queue_backward_cut(task)
-    wiring = []
-    for b in leaves:
-        if type(b) is Pending:
-            if b.buffer is None:
-                if b.region is not r:
-                    from torchtpu.errors import InternalError
+    outs, n = _C.defer_record(r, program, leaves)
+    if n >= MAX_OPS or n % _LIVE_CHECK_EVERY == 0:
+        after_record(r, n)
+    return outs
 
-                    raise InternalError("a pending tpu value of an earlier region was never computed", stage="record")
-                wiring.append(b.index)
-                continue
-            b = b.buffer
-        k = r.ext_index.get(id(b))
-        if k is None:
-            k = r.ext_index[id(b)] = len(r.externals)
-            r.externals.append(b)
-        wiring.append(-1 - k)
-    wiring = tuple(wiring)
-    values = r.values
-    base = len(values)
-    outs = [Pending(r, base + i, nbytes) for i, nbytes in enumerate(program.ir_nbytes)]
-    values.extend(outs)
-    r.records.append((program, wiring, base))
-    r.tokens.append((program.serial, wiring))
-    n = len(r.records)
+
+def after_record(r, n: int) -> None:
+    """The size cap, checked after the n-th op of region `r` was recorded (each op at the op
+    cap; live bytes every `_LIVE_CHECK_EVERY` ops: a scan of the region's values)."""
     if n >= MAX_OPS:
         flush("size_cap", f"{n} ops (TORCHTPU_EAGER_MAX_OPS={MAX_OPS})")
     elif n % _LIVE_CHECK_EVERY == 0:
-        live = sum(values[i].nbytes for i in _live(values))
+        live = sum(v.nbytes for v in (r.values[i] for i in _live(r.values)))
         if live > MAX_LIVE_BYTES:
             flush("size_cap", f"{live} live bytes (TORCHTPU_EAGER_MAX_LIVE_BYTES={MAX_LIVE_BYTES})")
-    return outs
 
 
 def _live(values: list) -> list:
@@ -274,7 +229,7 @@ def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
         "outputs": len(live),
         "inputs": len(r.externals),
         "key": _region.key_id(key),
-        "record_ms": (time.perf_counter() - r.started) * 1e3,
+        "record_ms": r.record_ms(),
     }
     try:
         program = _run_region(r, key, live, rec, reason, where)
@@ -311,7 +266,7 @@ def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
 
     inputs = [r.externals[v] if k == "ext" else _programs.on_device(v, r.device) for k, v in program.sources]
     # The region held the last references to what it donates: nothing reads them afterwards.
-    r.externals = r.ext_index = None
+    r.drop_externals()
     wait = _modes.wait()
     t1 = time.perf_counter()
     outs = program.compiled.run_device(inputs, wait, program.donate, device=r.device)

@@ -390,11 +390,11 @@ def _run(info: OpInfo, op, args, kwargs):
         leaves = [b.on(dev) if type(b) is _CpuLeaf else b for b in leaves]
     if floats:
         leaves = leaves + [_programs.float_buffer(f, dev) for f in floats]
-    strict = _modes.state.mode == "strict"
-    out_shapes = _out_shapes(info, kwargs) if strict and info.kind == "out" else ()
-    outs = program.run(leaves, _modes.state.mode == "debug", dev)  # `_modes.wait()`
+    native = _modes.state.mode != "debug"  # strict and DeferAndFuse take the native path
+    out_shapes = _out_shapes(info, kwargs) if native and info.kind == "out" else ()
+    outs = program.run(leaves, not native, dev)  # `_modes.wait()`
     result = _results(info, args, kwargs, program, outs, leaves)
-    if strict and tensor_leaves:
+    if native and tensor_leaves:
         # A native miss waits for how this ran (`_native.py`).
         _native.learn(info, program, tensor_leaves, len(floats), baked, args, kwargs, out_shapes)
     return result

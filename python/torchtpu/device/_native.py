@@ -6,8 +6,9 @@ which keys it, finds how it ran before and launches its program with no Python. 
 not seen yet (a miss) and what it does not take run the Python path (`_dispatch.run`); after a
 miss `learn` tells Rust how the Python path ran the op, so the next call with that key is native.
 
-Only strict mode takes the native path for ops that compute (views in every mode): debug mode's
-per-op checks and DeferAndFuse's recording stay in Python.
+Strict and DeferAndFuse modes take the native path for ops that compute (views in every mode):
+in DeferAndFuse a cached op is recorded natively into the open region (`_C.Region`, the records
+`_defer.py` cuts and `_region.py` compiles). Debug mode's per-op checks stay in Python.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def install() -> None:
 
 
 def set_mode(mode: str) -> None:
-    _guard.set_native(mode == "strict")
+    _guard.set_native(mode in ("strict", "defer_and_fuse"))
+    _C.eager_native_defer(mode == "defer_and_fuse")
 
 
 def set_checks(on: bool) -> None:
@@ -68,7 +70,7 @@ def learn(info, program, leaves, n_floats: int, baked: bool, args, kwargs, out_s
             dtypes.append(None)
     kind = info.kind
     if kind == "functional":
-        results = [(dtype, _dtype_code(dtype), list(shape)) for dtype, shape in program.out_types]
+        results = [(dtype, dtype_code(dtype), list(shape)) for dtype, shape in program.out_types]
         how = "new"
     elif kind == "inplace":
         target = args[0]
@@ -88,7 +90,7 @@ def learn(info, program, leaves, n_floats: int, baked: bool, args, kwargs, out_s
         return False
     if any(w is None for w in results if how != "new"):
         return False
-    return _C.eager_learn(info.name, program.program, program.sources, dtypes, n_floats, baked, how, results)
+    return _C.eager_learn(info.name, program, program.sources, dtypes, n_floats, baked, how, results)
 
 
 def _write_of(t):
@@ -110,7 +112,8 @@ def _write_of(t):
 _codes: dict = {}
 
 
-def _dtype_code(dtype) -> int:
+def dtype_code(dtype) -> int:
+    """PyTorch's `c10::ScalarType` code of `dtype`."""
     code = _codes.get(dtype)
     if code is None:
         code = _codes[dtype] = _guard.scalar_type_code(dtype)

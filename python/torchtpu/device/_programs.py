@@ -20,7 +20,7 @@ import torch
 from torchtpu import _C, _stats
 from torchtpu import index_checks
 from torchtpu.device import _checks, _defer, _native
-from torchtpu.exporter import TORCH_DTYPES, export
+from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, export
 
 aten = torch.ops.aten
 
@@ -427,7 +427,13 @@ def _meta(shape, dtype):
 
 
 def zeros(shape, dtype, device: int = 0):
+    """Zeros of `shape` and `dtype` on tpu:`device`: up to 1 MiB the buffer the native path
+    gives an unwritten storage (shared: buffers are immutable), larger ones a zeros program's
+    output (computed on the device, not uploaded)."""
     shape = tuple(shape)
+    shared = _C.eager_zeros(_native.dtype_code(dtype), list(shape), device)
+    if shared is not None:
+        return shared
     key = ("zeros", shape, dtype)
     p = _programs.get(key) or build(key, aten.zeros.default, (list(shape),), {"dtype": dtype, "device": "meta"})
     return p.run([], device=device)[0]
@@ -492,15 +498,20 @@ def _scalar(dtype, value, make, device: int):
 
 
 def float_buffer(value: float, device: int = 0):
-    """A 0-d f64 buffer on tpu:`device` holding `value` (a float argument lifted to an input)."""
-    return _scalar(torch.float64, value, lambda: _C.device_put(torch.tensor(value, dtype=torch.float64), device), device)
+    """A 0-d f64 buffer on tpu:`device` holding `value` (a float argument lifted to an input):
+    the native path's cached buffer of that value (`_C.eager_scalar`), so that an op recorded by
+    either path reads the same external."""
+    return _C.eager_scalar("f64", float(value), device)
 
 
 def scalar_buffer(t: torch.Tensor, device: int = 0):
-    """A buffer on tpu:`device` holding the CPU 0-d tensor `t`."""
+    """A buffer on tpu:`device` holding the CPU 0-d tensor `t` (from the native path's cache,
+    as `float_buffer`; dtypes it lacks from this module's)."""
     from torchtpu.device._storage import upload
 
-    return _scalar(t.dtype, t.item(), lambda: upload(t, device), device)
+    value = t.item()
+    b = _C.eager_scalar(IR_DTYPES[t.dtype], value, device) if t.dtype in IR_DTYPES else None
+    return b if b is not None else _scalar(t.dtype, value, lambda: upload(t, device), device)
 
 
 def wait_all() -> None:
