@@ -58,10 +58,24 @@ def test_a_cached_functional_op_runs_natively(python_calls):
         (lambda: ta + 1, a + 1),  # a wrapped int: a 0-d input
         (lambda: ta * 2.5, a * 2.5),  # a float: a 0-d f64 input
         (lambda: ta.t() + tb, a.t() + b),  # a view argument: its geometry in the key
+        (lambda: torch.nn.functional.gelu(ta, approximate="tanh"), torch.nn.functional.gelu(a, approximate="tanh")),
     ]:
         out, py, hits = _warm_then_count(fn, python_calls)
         assert py == [] and hits == 1, (py, hits)
         _close(out, want)
+
+
+def test_strings_are_part_of_the_key(python_calls):
+    a, b = torch.randn(8, 8) * 4, torch.randn(8, 8)
+    ta, tb = a.to(TPU), b.to(TPU)
+    for _ in range(3):  # alternating: each string keeps its own recipe
+        for mode in ("floor", "trunc"):
+            _close(torch.div(ta, tb, rounding_mode=mode), torch.div(a, b, rounding_mode=mode))
+        for approximate in ("none", "tanh"):
+            _close(torch.nn.functional.gelu(ta, approximate=approximate), torch.nn.functional.gelu(a, approximate=approximate))
+    python_calls.clear()
+    _close(torch.div(ta, tb, rounding_mode="trunc"), torch.div(a, b, rounding_mode="trunc"))
+    assert python_calls == []
 
 
 def test_float_values_are_inputs_not_keys():

@@ -14,7 +14,7 @@ use super::key::{Arg, Scalar, TensorArg};
 use super::slot::Slot;
 use super::{path, Answer};
 
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 const TAG_NONE: i32 = 0;
 const TAG_TENSOR: i32 = 1;
@@ -24,6 +24,7 @@ const TAG_BOOL: i32 = 4;
 const TAG_FLOAT: i32 = 5;
 const TAG_ENUM: i32 = 6;
 const TAG_LIST: i32 = 7;
+const TAG_STRING: i32 = 9;
 
 const FLAG_CONJ: u32 = 1;
 const FLAG_NEG: u32 = 2;
@@ -49,6 +50,7 @@ pub struct ArgRecord {
     offset: i64,
     device: i32,
     slot: *mut PyObject,
+    text: *const c_char,
 }
 
 #[repr(C)]
@@ -233,6 +235,10 @@ unsafe fn arg_of<'a, 'py>(py: Python<'py>, r: &'a ArgRecord) -> Arg<'a, 'py> {
         TAG_FLOAT => Arg::Float(r.float_value),
         TAG_ENUM => Arg::Enum(r.int_value),
         TAG_LIST => Arg::List(r.int_value),
+        TAG_STRING if !r.text.is_null() && r.int_value >= 0 => {
+            // SAFETY: the shim points text at the string's int_value bytes, valid for the call.
+            Arg::Str(unsafe { std::slice::from_raw_parts(r.text.cast::<u8>(), r.int_value as usize) })
+        }
         _ => Arg::Other,
     }
 }

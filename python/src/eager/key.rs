@@ -2,7 +2,7 @@
 //!
 //! The key holds what the Python path's key holds (`torchtpu.device._dispatch._flatten`) and
 //! more: the op, whether index checks are on, each tensor's dtype, sizes, strides, offset,
-//! conjugate and negative bits and its storage's shape, every int, bool and enum, and a marker per
+//! conjugate and negative bits and its storage's shape, every int, bool, enum and string, and a marker per
 //! float (floats are inputs; their values stay out of the key unless the op bakes them). So two
 //! calls with one native key make one Python key, and the program the Python path chose for the
 //! first serves the second.
@@ -45,6 +45,8 @@ pub enum Arg<'a, 'py> {
     Float(f64),
     Enum(i64),
     List(i64),
+    /// A string's bytes (`approximate="tanh"`, `reduction` names, `rounding_mode`).
+    Str(&'a [u8]),
     Other,
 }
 
@@ -87,6 +89,7 @@ const FLOAT: i64 = 5;
 const ENUM: i64 = 6;
 const LIST: i64 = 7;
 const OUT: i64 = 8;
+const STR: i64 = 9;
 
 /// The key and leaves of a call, or None where the native path does not take it: an argument it
 /// does not model (a string, a CPU tensor that is not 0-d), a tpu tensor whose data is not a
@@ -117,6 +120,15 @@ pub fn flatten<'a, 'py>(op: u64, checks: bool, recording: bool, args: &'a [Arg<'
             }
             Arg::Enum(v) => flat.key.extend([ENUM, *v]),
             Arg::List(n) => flat.key.extend([LIST, *n]),
+            Arg::Str(bytes) => {
+                // The bytes themselves, eight to a key element: no two strings share a key.
+                flat.key.extend([STR, bytes.len() as i64]);
+                flat.key.extend(bytes.chunks(8).map(|c| {
+                    let mut word = [0u8; 8];
+                    word[..c.len()].copy_from_slice(c);
+                    i64::from_le_bytes(word)
+                }));
+            }
             Arg::Other => return None,
         }
     }

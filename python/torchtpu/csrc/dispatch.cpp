@@ -252,6 +252,11 @@ void record(const c10::IValue& v, uint32_t flags, std::vector<ArgRecord>& out) {
   } else if (v.isDevice()) {
     r.tag = torchtpu::kArgEnum;
     r.int_value = static_cast<int64_t>(v.toDevice().type()) * 65536 + v.toDevice().index();
+  } else if (v.isString()) {
+    const std::string& text = v.toStringRef();
+    r.tag = torchtpu::kArgString;
+    r.int_value = static_cast<int64_t>(text.size());
+    r.text = text.data();
   } else if (v.isList()) {
     c10::List<c10::IValue> items = v.toList();
     r.tag = torchtpu::kArgList;

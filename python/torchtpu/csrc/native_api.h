@@ -11,7 +11,7 @@
 
 namespace torchtpu {
 
-constexpr uint32_t kNativeApiVersion = 3;
+constexpr uint32_t kNativeApiVersion = 4;
 
 enum ArgTag : int32_t {
   kArgNone = 0,
@@ -22,7 +22,8 @@ enum ArgTag : int32_t {
   kArgFloat = 5,
   kArgEnum = 6,       // a dtype, layout, memory format or device, as an integer
   kArgList = 7,       // int_value elements follow
-  kArgOther = 8,      // anything else (strings, CPU tensors, complex numbers): not cached
+  kArgOther = 8,      // anything else (CPU tensors, complex numbers): not cached
+  kArgString = 9,     // a string (`approximate="tanh"`): int_value bytes at text
 };
 
 enum ArgFlag : uint32_t {
@@ -44,7 +45,8 @@ struct ArgRecord {
   const int64_t* strides;
   int64_t offset;
   int32_t device;
-  PyObject* slot;  // borrowed: the storage's slot, or null
+  PyObject* slot;    // borrowed: the storage's slot, or null
+  const char* text;  // a string's bytes (not NUL-terminated), valid for the call
 };
 
 struct OutRecord {
