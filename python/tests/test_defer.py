@@ -57,7 +57,7 @@ def test_ops_are_deferred_until_a_host_read_and_match_cpu():
         s = y.sum()
         # Nothing ran yet: the ops are recorded.
         assert torchtpu.stats()["executions"] == before
-        assert _defer.region is not None and len(_defer.region.records) == 5
+        assert _defer.state.region is not None and len(_defer.state.region.records) == 5
         got = s.item()  # the cut
         assert torchtpu.stats()["executions"] == before + 1  # one program for the region
     ref = ((x @ w).relu() * 2 + 1)
@@ -134,7 +134,7 @@ def test_synchronize_backward_and_mode_change_cut():
         w = torch.randn(4, 4).to(TPU).requires_grad_()
         (w.sin() * a).sum().backward()
         assert _regions()[-1]["reason"] == "backward_end"
-        assert _defer.region is None
+        assert _defer.state.region is None
         b = a * 3
     assert _regions()[-1]["reason"] == "mode_change"
     torch.testing.assert_close(b.cpu(), a.cpu() * 3)
@@ -435,3 +435,86 @@ def test_a_miss_names_what_differs_when_the_inputs_look_the_same():
     here, there = differs.split(": ", 1)[1].split(" here, ")
     assert here != there.removesuffix(" there"), differs
     assert "with 1" in here and "with 0" in there, differs
+
+
+# ---------------------------------------------------------------- per-thread state
+
+
+def _in_thread(fn):
+    """Runs `fn` on a new thread; returns its result (re-raising what it raised)."""
+    import threading
+
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def test_the_mode_and_the_open_region_are_the_calling_threads():
+    a = torch.randn(8, 8)
+    ta = a.to(TPU)
+    with E.mode("defer_and_fuse"):
+        y = ta * 2 + 1
+        assert _defer.state.region is not None and len(_defer.state.region) == 2
+
+        def other():
+            # Another thread: the default mode, no region of its own, strict ops run at once.
+            seen = (E.current_mode(), _defer.state.region)
+            return seen, (ta - 1).cpu()
+
+        (mode, region), strict_result = _in_thread(other)
+        assert mode == "strict" and region is None
+        torch.testing.assert_close(strict_result, a - 1, rtol=0, atol=0)
+        assert len(_defer.state.region) == 2  # this thread's region got nothing from it
+        torch.testing.assert_close(y.cpu(), a * 2 + 1, rtol=1e-6, atol=1e-6)
+
+    def deferred():
+        with E.mode("defer_and_fuse"):
+            z = ta * 3
+            n = len(_defer.state.region)
+            return n, z.cpu()
+
+    n, z = _in_thread(deferred)
+    assert n == 1 and E.current_mode() == "strict"
+    torch.testing.assert_close(z, a * 3, rtol=1e-6, atol=1e-6)
+
+
+def test_a_value_pending_in_another_threads_region_is_computed_when_read():
+    import threading
+
+    a = torch.randn(8, 8)
+    ta = a.to(TPU)
+    box = {}
+    recorded, finish = threading.Event(), threading.Event()
+
+    def producer():
+        with E.mode("defer_and_fuse"):
+            box["y"] = torch.tanh(ta) * 3
+            recorded.set()
+            finish.wait(timeout=60)
+            box["after"] = (box["y"] + 1).cpu()  # its region was cut by the reader: a new one
+
+    t = threading.Thread(target=producer)
+    t.start()
+    assert recorded.wait(timeout=60)
+    with E.mode("defer_and_fuse"):  # recorded here: the producer's region runs first
+        w = box["y"] - 1
+        torch.testing.assert_close(w.cpu(), torch.tanh(a) * 3 - 1, rtol=1e-6, atol=1e-6)
+    z = box["y"] * 2 + 1  # and in strict mode, from its buffer
+    torch.testing.assert_close(z.cpu(), torch.tanh(a) * 6 + 1, rtol=1e-6, atol=1e-6)
+    finish.set()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    torch.testing.assert_close(box["after"], torch.tanh(a) * 3 + 1, rtol=1e-6, atol=1e-6)
+    assert [r["reason"] for r in E.explain().regions][0] == "another_thread"

@@ -380,7 +380,7 @@ class CompiledGraph:
                 )
         from torchtpu.device import _defer
 
-        if _defer.region is not None:
+        if _defer.state.region is not None:
             # DeferAndFuse: a compiled graph is a cut where its inputs are still pending.
             with _defer.cause("compiled_graph", self.name):
                 buffers = _defer.resolved(buffers, self.name)

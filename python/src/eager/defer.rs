@@ -108,6 +108,9 @@ pub struct Region {
     /// Why compiling or running the region failed, for its values' readers.
     #[pyo3(get, set)]
     error: Option<Py<PyAny>>,
+    /// Cut (`_defer.flush`): nothing more is recorded into it.
+    #[pyo3(get, set)]
+    closed: bool,
 }
 
 #[pymethods]
@@ -124,6 +127,7 @@ impl Region {
             ext_index: HashMap::new(),
             started: Instant::now(),
             error: None,
+            closed: false,
         }
     }
 
@@ -177,30 +181,39 @@ pub fn record<'py>(
     leaves: &[Bound<'py, PyAny>],
 ) -> PyResult<(Vec<Bound<'py, Pending>>, usize)> {
     let py = region.py();
+    // Values pending in another region (another thread's) are computed first: a region reads
+    // only its own values and device buffers. That may run Python, so before anything is kept.
+    let mut resolved: Vec<Option<Bound<'py, PyAny>>> = Vec::with_capacity(leaves.len());
+    for leaf in leaves {
+        let other = leaf.cast::<Pending>().ok().filter(|p| {
+            let p = p.borrow();
+            p.buffer.is_none() && p.region.as_ref().is_none_or(|own| own.as_ptr() != region.as_ptr())
+        });
+        resolved.push(match other {
+            Some(p) => Some(Pending::_value(p, "another_thread")?.into_bound(py)),
+            None => None,
+        });
+    }
     let mut r = region.borrow_mut();
     let (Some(records), Some(tokens), Some(values), Some(externals)) =
         (r.records.as_ref(), r.tokens.as_ref(), r.values.as_ref(), r.externals.as_ref())
     else {
         return Err(crate::internal(py, "record", "an op was recorded into a region that already ran"));
     };
+    if r.closed {
+        return Err(crate::internal(py, "record", "an op was recorded into a region that was cut"));
+    }
     let (records, tokens, values, externals) =
         (records.bind(py).clone(), tokens.bind(py).clone(), values.bind(py).clone(), externals.bind(py).clone());
     let mut wiring = Vec::with_capacity(leaves.len());
-    for leaf in leaves {
-        let mut buffer = leaf.clone();
-        if let Ok(p) = leaf.cast::<Pending>() {
+    for (leaf, resolved) in leaves.iter().zip(resolved) {
+        let mut buffer = resolved.unwrap_or_else(|| leaf.clone());
+        if let Ok(p) = buffer.clone().cast_into::<Pending>() {
             let p = p.borrow();
             match &p.buffer {
                 Some(b) => buffer = b.bind(py).clone(),
                 None => {
-                    if p.region.as_ref().is_none_or(|own| own.as_ptr() != region.as_ptr()) {
-                        return Err(crate::internal(
-                            py,
-                            "record",
-                            "a pending tpu value of an earlier region was never computed",
-                        ));
-                    }
-                    wiring.push(p.index as i64);
+                    wiring.push(p.index as i64); // this region's own value (checked above)
                     continue;
                 }
             }
@@ -253,26 +266,39 @@ pub fn defer_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     MODULE.get_or_try_init(py, || py.import("torchtpu.device._defer").map(Bound::unbind)).map(|m| m.bind(py))
 }
 
-/// Whether ops are recorded now (`_defer.active`: the mode, outside a host read's own data
-/// movement).
-pub fn recording(py: Python<'_>) -> PyResult<bool> {
-    defer_module(py)?.getattr(pyo3::intern!(py, "active"))?.is_truthy()
+/// The calling thread's recording state (`torchtpu.device._state.state`, a `threading.local`).
+fn thread_state(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static STATE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    STATE
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("torchtpu.device._state")?.getattr("state")?.unbind())
+        })
+        .map(|s| s.bind(py))
 }
 
-/// The open region, opened on tpu:`device` if there is none; None where it runs on another
-/// device (the Python path cuts it first).
+/// Whether the calling thread records ops now (`state.active`: the mode, outside a host read's
+/// own data movement).
+pub fn recording(py: Python<'_>) -> PyResult<bool> {
+    thread_state(py)?.getattr(pyo3::intern!(py, "active"))?.is_truthy()
+}
+
+/// The calling thread's open region, opened on tpu:`device` if there is none (or it was cut);
+/// None where it runs on another device (the Python path cuts it first).
 pub fn open_region(py: Python<'_>, device: usize) -> PyResult<Option<Bound<'_, Region>>> {
-    let module = defer_module(py)?;
-    let region = module.getattr(pyo3::intern!(py, "region"))?;
-    if region.is_none() {
-        let r = Bound::new(py, Region::new(py, device))?;
-        module.setattr(pyo3::intern!(py, "region"), &r)?;
-        return Ok(Some(r));
+    let state = thread_state(py)?;
+    let region = state.getattr(pyo3::intern!(py, "region"))?;
+    if let Ok(r) = region.cast_into::<Region>() {
+        let (closed, on) = {
+            let b = r.borrow();
+            (b.closed, b.device)
+        };
+        if !closed {
+            return Ok((on == device).then_some(r));
+        }
     }
-    match region.cast_into::<Region>() {
-        Ok(r) if r.borrow().device == device => Ok(Some(r)),
-        _ => Ok(None),
-    }
+    let r = Bound::new(py, Region::new(py, device))?;
+    state.setattr(pyo3::intern!(py, "region"), &r)?;
+    Ok(Some(r))
 }
 
 /// Whether the backward pass running now, if any, is the one the mode already cuts at the end
@@ -286,7 +312,7 @@ pub fn backward_seen(py: Python<'_>) -> PyResult<bool> {
     if task == -1 {
         return Ok(true);
     }
-    let seen = defer_module(py)?.getattr(pyo3::intern!(py, "_backward_task"))?;
+    let seen = thread_state(py)?.getattr(pyo3::intern!(py, "backward_task"))?;
     Ok(!seen.is_none() && seen.extract::<i64>()? == task)
 }
 

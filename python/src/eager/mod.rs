@@ -136,10 +136,16 @@ fn eager_native_checks(on: bool) {
     path::CHECKS.store(on, Ordering::Relaxed);
 }
 
-/// Whether the mode is DeferAndFuse: cached ops are recorded natively while `_defer.active`.
+/// Whether the calling thread's mode is DeferAndFuse (cached ops are recorded natively while
+/// its `state.active`), or with `default`, the mode of threads that never set theirs.
 #[pyfunction]
-fn eager_native_defer(on: bool) {
-    path::DEFER.store(on, Ordering::Relaxed);
+#[pyo3(signature = (on, default = false))]
+fn eager_native_defer(on: bool, default: bool) {
+    if default {
+        path::DEFER_DEFAULT.store(on, Ordering::Relaxed);
+    } else {
+        path::DEFER_HERE.with(|d| d.set(Some(on)));
+    }
 }
 
 /// The 0-d buffer of `value` as IR dtype `dtype` on tpu:`device`, from the cache both paths
@@ -163,8 +169,8 @@ fn eager_scalar(
     Ok(path::scalar_buffer(py, dtype, &value, device)?.map(Bound::unbind))
 }
 
-/// Zeros of ScalarType `code` and `shape` on tpu:`device`, shared per (dtype, shape, device) as
-/// the native path gives an unwritten storage; None past its size limit.
+/// Zeros of ScalarType `code` and `shape` on tpu:`device`, uploaded, as the native path gives a
+/// small unwritten storage; None past its size limit.
 #[pyfunction]
 fn eager_zeros(py: Python<'_>, code: i32, shape: Vec<i64>, device: usize) -> PyResult<Option<Py<DeviceBuffer>>> {
     Ok(path::zeros(py, code, &shape, device)?.map(Bound::unbind))

@@ -23,12 +23,21 @@ use crate::{default_engine, engine_error};
 /// key, as the Python path keeps programs per setting.
 pub static CHECKS: AtomicBool = AtomicBool::new(true);
 
-/// Whether the mode is DeferAndFuse (`_native.set_mode`): a cached op is recorded, not run,
-/// while `_defer.active` says ops are recorded.
-pub static DEFER: AtomicBool = AtomicBool::new(false);
+/// Whether the mode is DeferAndFuse (`_native.set_mode`), per thread as the mode is; a thread
+/// that never set its mode has the default's. Then a cached op is recorded, not run, while the
+/// thread's `state.active` says ops are recorded.
+pub static DEFER_DEFAULT: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    pub static DEFER_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+fn defer_mode() -> bool {
+    DEFER_HERE.with(|d| d.get()).unwrap_or_else(|| DEFER_DEFAULT.load(Ordering::Relaxed))
+}
 
 pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyResult<Answer> {
-    let recording = DEFER.load(Ordering::Relaxed) && defer::recording(py)?;
+    let recording = defer_mode() && defer::recording(py)?;
     let Some(flat) = key::flatten(op, CHECKS.load(Ordering::Relaxed), recording, args) else {
         return Ok(Answer::Skip);
     };
@@ -60,7 +69,7 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
         return Ok(Answer::Miss);
     };
     let mut flat = flat;
-    if !give_zeros(py, &mut flat)? {
+    if !give_zeros(py, &mut flat, recording)? {
         return Ok(Answer::Skip);
     }
     let made = if recording { record_op(py, &recipe, &flat)? } else { launch(py, &recipe, &flat)? };
@@ -70,25 +79,40 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
     Ok(made.map_or(Answer::Skip, Answer::Hit))
 }
 
-/// Gives each unwritten storage among the leaves its zeros (what `_storage.buffer_of` gives it);
-/// false where one is too large for the cached zeros (the Python path's zeros program makes it).
-fn give_zeros<'py>(py: Python<'py>, flat: &mut Flat<'_, 'py>) -> PyResult<bool> {
+/// Gives each unwritten storage among the leaves its zeros, as `_storage.buffer_of` does: small
+/// ones uploaded (`zeros`), larger ones the Python path's zeros program's output (a device buffer,
+/// or while recording a pending value).
+fn give_zeros<'py>(py: Python<'py>, flat: &mut Flat<'_, 'py>, recording: bool) -> PyResult<bool> {
     for leaf in flat.leaves.iter_mut() {
         let Leaf::Unwritten(slot) = leaf else { continue };
         let (code, shape, device) = {
             let s = slot.borrow();
             (s.code, s.shape.clone(), s.device as usize)
         };
-        let Some(buffer) = zeros(py, code, &shape, device)? else { return Ok(false) };
-        slot.borrow_mut().buffer = buffer.clone().into_any().unbind();
-        *leaf = Leaf::Device { buffer };
+        let data = match zeros(py, code, &shape, device)? {
+            Some(buffer) => buffer.into_any(),
+            None => {
+                let dtype = slot.borrow().dtype.clone_ref(py);
+                let programs = py.import(pyo3::intern!(py, "torchtpu.device._programs"))?;
+                programs.getattr(pyo3::intern!(py, "zeros"))?.call1((shape, dtype, device))?
+            }
+        };
+        slot.borrow_mut().buffer = data.clone().unbind();
+        *leaf = match data.cast_into::<DeviceBuffer>() {
+            Ok(buffer) => Leaf::Device { buffer },
+            Err(e) => match e.into_inner().cast_into::<defer::Pending>() {
+                Ok(p) if recording => Leaf::Pending(p),
+                _ => return Ok(false),
+            },
+        };
     }
     Ok(true)
 }
 
-/// Zeros of ScalarType `code` and `shape` on tpu:`device`, uploaded once per (dtype, shape,
-/// device) and shared (buffers are immutable; the cache's reference keeps a region from donating
-/// one); None past `ZEROS_MAX_BYTES`, or for a dtype the device lacks.
+/// Zeros of ScalarType `code` and `shape` on tpu:`device`, uploaded (not kept: the storage owns
+/// them, so the device memory it frees is freed); None past `ZEROS_MAX_BYTES` (a zeros program
+/// computes larger ones on the device instead of copying them there), or for a dtype the device
+/// lacks.
 pub fn zeros<'py>(
     py: Python<'py>,
     code: i32,
@@ -100,29 +124,14 @@ pub fn zeros<'py>(
     if bytes > ZEROS_MAX_BYTES {
         return Ok(None);
     }
-    let key = (code, shape.to_vec(), device);
-    if let Some(b) = ZEROS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&key)) {
-        return Ok(Some(b.bind(py).clone()));
-    }
     let engine = default_engine(py)?;
     let data = vec![0u8; bytes];
     let buffer = py.detach(|| engine.upload_to(&data, dtype, shape, device)).map_err(|e| engine_error(py, &e))?;
-    let b = Bound::new(py, DeviceBuffer::new(buffer, dtype, device))?;
-    let mut guard = ZEROS.lock().unwrap_or_else(|e| e.into_inner());
-    let map = guard.get_or_insert_with(HashMap::new);
-    if map.len() >= SCALAR_LIMIT {
-        map.clear();
-    }
-    map.insert(key, b.clone().unbind());
-    Ok(Some(b))
+    Ok(Some(Bound::new(py, DeviceBuffer::new(buffer, dtype, device))?))
 }
 
-/// Zeros are cached up to this size (a larger unwritten tensor gets the zeros program's output).
-pub const ZEROS_MAX_BYTES: usize = 1 << 20;
-
-type ZerosKey = (i32, Vec<i64>, usize);
-
-static ZEROS: Mutex<Option<HashMap<ZerosKey, Py<DeviceBuffer>>>> = Mutex::new(None);
+/// Zeros up to this size are uploaded (a larger unwritten tensor gets the zeros program's output).
+pub const ZEROS_MAX_BYTES: usize = 4096;
 
 /// The IR dtype of PyTorch's `c10::ScalarType` code.
 fn dtype_of_code(code: i32) -> Option<DType> {
@@ -501,7 +510,6 @@ const SCALAR_LIMIT: usize = 4096;
 
 pub fn clear_scalars() {
     *SCALARS.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    *ZEROS.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 pub fn scalar_buffer<'py>(

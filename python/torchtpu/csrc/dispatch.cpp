@@ -47,7 +47,14 @@ constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 
 const torchtpu::NativeApi* api = nullptr;  // set once the device code loads (`install`)
 PyObject* python_kernel = nullptr;          // `kernel(op, *args, **kwargs)`: the Python path
-std::atomic<bool> native_on{false};         // the mode takes the native path (strict)
+// Whether the mode takes the native path (strict and DeferAndFuse, not debug): per thread, as
+// the mode is (`device/_state.py`); a thread that never set its mode has the default's.
+std::atomic<bool> native_default{false};
+thread_local int8_t native_here = -1;  // -1: the default
+
+bool native_on() {
+  return native_here < 0 ? native_default.load(std::memory_order_relaxed) : native_here == 1;
+}
 std::atomic<uint64_t> native_ops{0};        // ops the native path ran (views included)
 
 // What an operator's schema says, read once per operator.
@@ -344,7 +351,7 @@ void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, 
     return;
   }
   pybind11::gil_scoped_acquire gil;
-  if (api != nullptr && native_on.load(std::memory_order_relaxed)) {
+  if (api != nullptr && native_on()) {
     int32_t r = try_native(op, shape, stack);
     if (r == torchtpu::kHit) {
       native_ops.fetch_add(1, std::memory_order_relaxed);
@@ -431,7 +438,7 @@ void native_copy(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
         native_ops.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-      if (dst.device() == src.device() && native_on.load(std::memory_order_relaxed)) {
+      if (dst.device() == src.device() && native_on()) {
         int32_t answer = try_native(op, shape_of(op), stack);
         if (answer == torchtpu::kHit) {
           native_ops.fetch_add(1, std::memory_order_relaxed);
@@ -499,7 +506,8 @@ void init_dispatch(pybind11::module& m) {
     capsule.inc_ref();  // the table lives as long as the extension: keep its capsule
     api = table;
   });
-  m.def("set_native", [](bool on) { native_on.store(on); });
+  m.def("set_native", [](bool on) { native_here = on ? 1 : 0; });  // the calling thread's
+  m.def("set_native_default", [](bool on) { native_default.store(on); });
   m.def("native_ops", []() { return native_ops.load(); });
   m.def("tensor_slot", [](const at::Tensor& t) -> pybind11::object {
     if (!t.defined() || t.device().type() != kTpu || !t.has_storage()) {

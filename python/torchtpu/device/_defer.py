@@ -36,7 +36,7 @@ import time
 import torch
 
 from torchtpu import _C, _stats
-from torchtpu.device import _region, _trace
+from torchtpu.device import _region, _state, _trace
 
 # Why a region was cut (the `reason` of each record).
 CUT_REASONS = {
@@ -53,6 +53,7 @@ CUT_REASONS = {
     "explicit": "torchtpu.eager.flush()",
     "device_change": "an op on another tpu device than the region's, or a copy between tpu devices (a region runs on one device)",
     "collective": "a torch.distributed collective on tpu tensors (tpu_dist) read its inputs on the host",
+    "another_thread": "another thread read a value this thread's region still held pending (each thread records its own region)",
 }
 
 MAX_OPS = int(os.environ.get("TORCHTPU_EAGER_MAX_OPS", "20000"))
@@ -62,11 +63,10 @@ _LIVE_CHECK_EVERY = 512
 CACHE_ONLY_ENV = "TORCHTPU_EAGER_CACHE_ONLY"
 WARMUP_ENV = "TORCHTPU_EAGER_WARMUP_STEPS"
 
-# Whether the mode is defer_and_fuse; whether ops are recorded (the mode, outside a host read's
-# own data movement, `immediate`); the region being recorded.
-in_mode = False
-active = False
-region = None
+# The calling thread's recording state (`_state.py`): `state.in_mode` (the mode is
+# defer_and_fuse), `state.active` (ops are recorded: the mode, outside a host read's own data
+# movement, `immediate`), `state.region` (the region being recorded), `state.backward_task`.
+state = _state.state
 
 
 # A value of the open region, and the region (the ops recorded since the last cut): native
@@ -78,9 +78,14 @@ Region = _C.Region
 
 
 def resolve(p, reason: str):
-    """The buffer of Pending `p`, cutting its region (for `reason`) where it is still pending."""
+    """The buffer of Pending `p`, cutting its region (for `reason`) where it is still pending:
+    the calling thread's, or another thread's (`another_thread`) whose value this thread reads."""
     if p.buffer is None:
-        flush(reason)
+        owner = p.region
+        if owner is None or owner is state.region or owner.closed:
+            flush(reason)
+        else:
+            flush("another_thread", f"read by {threading.current_thread().name}", region=owner)
     if p.buffer is None:
         failed = p.region.error if p.region is not None else None
         if failed is not None:  # compiling or running its region failed: the same error
@@ -96,15 +101,14 @@ def record(program, leaves: list, device: int = 0) -> list:
     """Records `program` run on `leaves` (device buffers or Pending values on tpu:`device`) in
     the open region; returns Pending values for its IR outputs. A region runs on one device: an
     op on another one cuts the open region first."""
-    global region
-    r = region
+    r = state.region
     if r is not None and r.device != device:
         flush("device_change", f"an op on tpu:{device} after ops on tpu:{r.device}")
-        r = region
-    if r is None:
-        r = region = Region(device)
+        r = state.region
+    if r is None or r.closed:
+        r = state.region = Region(device)
     task = torch._C._current_graph_task_id()
-    if task != -1 and task != _backward_task:
+    if task != -1 and task != state.backward_task:
         _queue_backward_cut(task)
     outs, n = _C.defer_record(r, program, leaves)
     if n >= MAX_OPS or n % _LIVE_CHECK_EVERY == 0:
@@ -143,13 +147,13 @@ def immediate():
     """Programs inside the block run now, not recorded (a cut first where an input is still
     pending): a host read's own reshape or strided gather, which would otherwise be a region
     of one op."""
-    global active
-    was = active
-    active = False
+    s = state
+    was = s.active
+    s.active = False
     try:
         yield
     finally:
-        active = was
+        s.active = was
 
 
 # ---------------------------------------------------------------- cut reasons
@@ -200,16 +204,19 @@ def _main_thread_frame():
 # ---------------------------------------------------------------- the cut
 
 
-def flush(reason: str = "explicit", detail: str | None = None) -> dict | None:
-    """Runs the open region, if any; returns its explain record."""
-    global region
-    r = region
-    if r is None:
+def flush(reason: str = "explicit", detail: str | None = None, region=None) -> dict | None:
+    """Runs the calling thread's open region (or `region`, another thread's whose value this
+    thread needs), if any; returns its explain record. The region is closed first: nothing is
+    recorded into it from here on, whichever thread records next."""
+    r = state.region if region is None else region
+    if r is None or r.closed:
         return None
-    region = None
+    r.closed = True
+    if r is state.region:
+        state.region = None
     if not r.records:
         return None
-    given = getattr(_cause, "value", None)
+    given = getattr(_cause, "value", None) if region is None else None  # another thread's: its own reason
     if given is not None:
         reason, detail = given[0], given[1] if given[1] is not None else detail
     if reason == "backward_end":
@@ -307,7 +314,7 @@ def check_compile_allowed(what: str) -> None:
     """Under TORCHTPU_EAGER_CACHE_ONLY=1, after warm-up (TORCHTPU_EAGER_WARMUP_STEPS optimizer
     steps, 2 by default, or `torchtpu.eager.mark_warm()`), a compile in DeferAndFuse mode
     raises `torchtpu.errors.RecompileError`."""
-    if not in_mode or os.environ.get(CACHE_ONLY_ENV, "") in ("", "0"):
+    if not state.in_mode or os.environ.get(CACHE_ONLY_ENV, "") in ("", "0"):
         return
     if _warm or _steps >= _warmup_steps():
         from torchtpu.errors import RecompileError
@@ -319,34 +326,32 @@ def check_compile_allowed(what: str) -> None:
 
 # ---------------------------------------------------------------- step-boundary hooks
 
-_backward_task = None
 _hooks = None
-_multithreading = None  # autograd's multithreading switch before the mode was entered
 
 
 def _queue_backward_cut(task: int) -> None:
     """Inside backward pass `task` (a graph task not yet seen): cut when it ends."""
-    global _backward_task
-    _backward_task = task
+    state.backward_task = task
 
     def at_end():
-        global _backward_task
-        _backward_task = None
-        if in_mode:
+        # On the thread that recorded the backward: a thread in this mode runs its backward
+        # passes itself (`_state.keep_backward_on_this_thread`).
+        state.backward_task = None
+        if state.in_mode:
             flush("backward_end")
 
     torch.autograd.Variable._execution_engine.queue_callback(at_end)
 
 
 def _before_step(optimizer, args, kwargs):
-    if in_mode:
+    if state.in_mode:
         flush("optimizer_step", f"before {type(optimizer).__name__}.step")
 
 
 def _after_step(optimizer, args, kwargs):
     global _steps
     _steps += 1
-    if in_mode:
+    if state.in_mode:
         flush("optimizer_step", f"after {type(optimizer).__name__}.step")
 
 
@@ -360,22 +365,17 @@ def install_hooks() -> None:
 
 
 def set_active(on: bool) -> None:
-    """Turns recording on or off (leaving the mode runs what was recorded)."""
-    global active, in_mode, _multithreading
+    """Turns recording on or off for the calling thread (leaving the mode runs what it
+    recorded)."""
+    s = state
     if on:
         install_hooks()
-        if not in_mode:
-            # Backward passes are recorded on the calling thread: nothing runs while recording,
-            # so autograd's device thread would only add a hand-off per node (10-20% of a
-            # training step, benches/eager_device.py). Autograd's own switch, thread-local,
-            # restored when the mode is left.
-            _multithreading = torch._C._is_multithreading_enabled()
-            torch._C._set_multithreading_enabled(False)
-        active = in_mode = True
+        s.active = s.in_mode = True
         return
-    if in_mode:
-        active = in_mode = False
-        if _multithreading is not None:
-            torch._C._set_multithreading_enabled(_multithreading)
-            _multithreading = None
+    if s.in_mode:
+        s.active = s.in_mode = False
         flush("mode_change")
+
+
+if _state.DEFAULT_MODE == "defer_and_fuse":
+    install_hooks()  # threads start in the mode (`_state._ThreadState`)

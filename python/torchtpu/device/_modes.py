@@ -12,42 +12,59 @@ TORCHTPU_EAGER_MODE):
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from torchtpu.device import _state
+from torchtpu.device._state import MODE_ENV, MODES  # noqa: F401  (re-exported)
 from torchtpu.index_checks import check_indices_default
-
-MODE_ENV = "TORCHTPU_EAGER_MODE"
-MODES = ("strict", "debug", "defer_and_fuse")
 
 
 class _State:
-    __slots__ = ("_mode", "check_finite", "fallback_error", "_check_indices")
+    """The settings `torchtpu.eager` changes. The mode, `check_finite` and the fallback policy
+    are the calling thread's (`_state.py`: a thread that never set them has the defaults);
+    whether index checks are on is the process's (programs are kept per setting)."""
+
+    __slots__ = ("_check_indices",)
 
     def __init__(self):
-        mode = os.environ.get(MODE_ENV, "strict").strip().lower() or "strict"
-        if mode not in MODES:
-            raise ValueError(f"{MODE_ENV}={mode!r}: expected one of {MODES}")
-        self._mode = "strict"
-        self.mode = mode
-        self.check_finite = False
-        self.fallback_error = None  # None: follow TORCHTPU_FALLBACK
         # Index checks (`index_checks.py`): TORCHTPU_CHECK_INDICES's default, as `_programs`'s.
         self._check_indices = check_indices_default()
 
     @property
     def mode(self) -> str:
-        return self._mode
+        return _state.state.mode
 
     @mode.setter
     def mode(self, name: str) -> None:
-        # Entering DeferAndFuse starts recording; leaving it runs what was recorded.
+        # Entering DeferAndFuse starts recording on this thread; leaving it runs what was
+        # recorded. A thread in another mode than the default runs its backward passes itself:
+        # autograd's device thread has the default mode.
         from torchtpu.device import _defer, _native
 
-        self._mode = name
+        s = _state.state
+        s.mode = name
+        if name != _state.DEFAULT_MODE or name == "defer_and_fuse":
+            _state.keep_backward_on_this_thread(s)
         _defer.set_active(name == "defer_and_fuse")
+        if name == _state.DEFAULT_MODE and name != "defer_and_fuse":
+            _state.restore_backward_threads(s)
         _native.set_mode(name)
+
+    @property
+    def check_finite(self) -> bool:
+        return _state.state.check_finite
+
+    @check_finite.setter
+    def check_finite(self, on: bool) -> None:
+        _state.state.check_finite = on
+
+    @property
+    def fallback_error(self):
+        return _state.state.fallback_error
+
+    @fallback_error.setter
+    def fallback_error(self, on) -> None:
+        _state.state.fallback_error = on
 
     @property
     def check_indices(self) -> bool:

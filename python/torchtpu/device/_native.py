@@ -19,12 +19,22 @@ from torchtpu.exporter import IR_DTYPES
 
 
 def install() -> None:
-    """Hands the shim Rust's per-op path (at the first op, with the device code)."""
+    """Hands the shim Rust's per-op path (at the first op, with the device code); threads that
+    never set their mode take the default's (`_state.DEFAULT_MODE`)."""
+    from torchtpu.device import _state
+
+    _guard.set_native_default(_takes_native(_state.DEFAULT_MODE))
+    _C.eager_native_defer(_state.DEFAULT_MODE == "defer_and_fuse", default=True)
     _guard.install_native(_C.eager_native_api())
 
 
+def _takes_native(mode: str) -> bool:
+    return mode in ("strict", "defer_and_fuse")
+
+
 def set_mode(mode: str) -> None:
-    _guard.set_native(mode in ("strict", "defer_and_fuse"))
+    """The calling thread's mode is `mode` (the shim's switch and Rust's are per thread)."""
+    _guard.set_native(_takes_native(mode))
     _C.eager_native_defer(mode == "defer_and_fuse")
 
 

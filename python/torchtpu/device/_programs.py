@@ -136,11 +136,12 @@ class Program:
         program is recorded instead and its outputs are pending values (`_defer.Pending`). The
         index checks' flag, if any, is not among them: it goes to the pending checks
         (`_checks.py`)."""
-        if _defer.active and self.gm is not None:
+        if _defer.state.active and self.gm is not None:
             outs = _defer.record(self, leaves, device)
         else:
-            if _defer.region is not None:
-                leaves = _defer.resolved(leaves, self.name)
+            # A pending value among the leaves (this thread's region, or another thread's)
+            # is computed first.
+            leaves = _defer.resolved(leaves, self.name)
             inputs = [leaves[v] if k == "leaf" else on_device(v, device) for k, v in self.sources]
             outs = self.program.run_device(inputs, wait, device=device)
             if not wait:
@@ -367,7 +368,7 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
     out_types, ir_types = _types_of(gm, outputs)
     if checked is not None:
         ir_types.append((torch.bool, ()))  # one flag for the program's sites
-    if _defer.active:
+    if _defer.state.active:
         # Recorded, not run: the registry's legality checks stand in for a compile (what
         # strict mode's compile would refuse becomes a CPU fallback the same way).
         refused = _C.check_lowerable(exported.text)
@@ -427,9 +428,9 @@ def _meta(shape, dtype):
 
 
 def zeros(shape, dtype, device: int = 0):
-    """Zeros of `shape` and `dtype` on tpu:`device`: up to 1 MiB the buffer the native path
-    gives an unwritten storage (shared: buffers are immutable), larger ones a zeros program's
-    output (computed on the device, not uploaded)."""
+    """Zeros of `shape` and `dtype` on tpu:`device`: up to 4 KiB uploaded, as the native path
+    gives a small unwritten storage its zeros; larger ones a zeros program's output (computed
+    on the device, not copied there)."""
     shape = tuple(shape)
     shared = _C.eager_zeros(_native.dtype_code(dtype), list(shape), device)
     if shared is not None:

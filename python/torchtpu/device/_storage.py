@@ -184,7 +184,7 @@ _TO_CPU = ("host_read", "a copy to the CPU (.cpu(), .to('cpu'), .tolist(), .nump
 def to_host(t: torch.Tensor, why: tuple = _TO_CPU) -> torch.Tensor:
     """A CPU copy of `t`'s values (contiguous), its conjugate and negative bits resolved. In
     DeferAndFuse mode a pending value is a cut, for the reason `why` (`_defer.CUT_REASONS`)."""
-    if _defer.active:
+    if _defer.state.active:
         with _defer.cause(*why), _defer.immediate():
             out = _raw_to_host(t)
     else:

@@ -128,7 +128,7 @@ class TpuDistBackend(C10DBackend):
 
         # DeferAndFuse: outputs are written in the caller (the mode's recording is process-wide,
         # a callback thread must not record into it).
-        return _defer.in_mode or not getattr(opts, "asyncOp", True)
+        return _defer.state.in_mode or not getattr(opts, "asyncOp", True)
 
     def _collective(self, op: str, signature: str, launch, opts=None, checked: bool = True) -> Work:
         from torchtpu.device import _defer
@@ -347,7 +347,7 @@ class TpuDistBackend(C10DBackend):
 
         with _defer.cause("collective", op):
             try:
-                fut = launch(_defer.in_mode)
+                fut = launch(_defer.state.in_mode)
             except Exception as e:
                 raise self._failure(op, self._seq, e) from e
         seq = self._seq

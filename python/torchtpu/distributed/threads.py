@@ -96,7 +96,7 @@ DEFER_REFUSED = (
 def _refuse_defer() -> None:
     from torchtpu.device import _defer
 
-    if _defer.in_mode:
+    if _defer.state.in_mode:
         raise NotImplementedError(DEFER_REFUSED)
 
 

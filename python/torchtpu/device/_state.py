@@ -1,0 +1,68 @@
+"""The eager device's per-thread state: each thread has its own mode and, in DeferAndFuse mode,
+its own open region, as PyTorch keeps grad mode and autocast per thread. A thread that never set
+its mode takes the process default (TORCHTPU_EAGER_MODE, "strict" if unset). What stays
+process-wide: the program and region caches, index checks on or off (`_programs.use_checks`),
+the CPU-fallback policy's environment default, stats and `explain()`'s records.
+
+A leaf module: the modes (`_modes.py`), DeferAndFuse (`_defer.py`) and the native per-op path
+(`python/src/eager/defer.rs`, which reads `state.active`, `state.region` and
+`state.backward_task` of the calling thread) all read this one object.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+
+MODE_ENV = "TORCHTPU_EAGER_MODE"
+MODES = ("strict", "debug", "defer_and_fuse")
+
+
+def _default_mode() -> str:
+    mode = os.environ.get(MODE_ENV, "strict").strip().lower() or "strict"
+    if mode not in MODES:
+        raise ValueError(f"{MODE_ENV}={mode!r}: expected one of {MODES}")
+    return mode
+
+
+DEFAULT_MODE = _default_mode()
+
+
+class _ThreadState(threading.local):
+    """One per thread, made at the thread's first access with the default mode's state."""
+
+    def __init__(self):
+        self.mode = DEFAULT_MODE
+        self.check_finite = False
+        self.fallback_error = None  # None: follow TORCHTPU_FALLBACK
+        # DeferAndFuse: whether the mode is defer_and_fuse; whether ops are recorded (the mode,
+        # outside a host read's own data movement); the region being recorded; the backward
+        # pass whose end cuts it; autograd's multithreading switch before this thread left it.
+        self.in_mode = self.active = DEFAULT_MODE == "defer_and_fuse"
+        self.region = None
+        self.backward_task = None
+        self.multithreading = None
+        if self.in_mode:
+            keep_backward_on_this_thread(self)
+
+
+def keep_backward_on_this_thread(s) -> None:
+    """Runs this thread's backward passes on the thread itself, not on autograd's device thread
+    (whose state is the default's): autograd's own switch, thread-local, restored by
+    `restore_backward_threads`. In DeferAndFuse mode nothing runs while recording, so the device
+    thread would only add a hand-off per node (10-20% of a training step,
+    benches/eager_device.py)."""
+    if s.multithreading is None:
+        s.multithreading = torch._C._is_multithreading_enabled()
+        torch._C._set_multithreading_enabled(False)
+
+
+def restore_backward_threads(s) -> None:
+    if s.multithreading is not None:
+        torch._C._set_multithreading_enabled(s.multithreading)
+        s.multithreading = None
+
+
+state = _ThreadState()
