@@ -9,7 +9,8 @@
    is the wall time of a batch of calls followed by a sync (`torch.tpu.synchronize()` and a
    value read back to the host), so asynchronous work is counted; tpu and CPU batches are
    interleaved, medians over rounds. Target: at most 50 us above CPU eager per op.
-2. Ops per second of a loop of mixed small ops (eager_ops counted by torchtpu.stats()).
+2. Ops per second of a loop of mixed small ops (eager_ops counted by torchtpu.stats()), and
+   DeferAndFuse's recording cost per op (a `x * b + a` loop timed up to its cut).
 3. Programs compiled per training step after the first (target 0), from
    `torchtpu.stats()["eager_programs_compiled"]` around steps 2..N.
 4. Training step (forward, loss, backward, AdamW, zero_grad, loss read back) of an MLP
@@ -195,6 +196,39 @@ def measure_mixed(rounds: int, iters: int) -> dict:
             "cpu_us_per_op": cpu_t / (per_iter * iters) * 1e6}
 
 
+def measure_recording(rounds: int, iters: int) -> dict:
+    """DeferAndFuse: the cost of recording an op (a 16x16 `x = x * b + a` loop, 2 ops per
+    iteration, timed up to the cut), and of the whole loop with its cut and region run; against
+    the same loop in CPU eager, interleaved."""
+    g = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(16, 16, generator=g) for _ in range(3)]
+    tpu = [t.to("tpu") for t in cpu]
+
+    def loop(x, a, b):
+        for _ in range(iters):
+            x = x * b + a
+        return x
+
+    rec_s, run_s, cpu_s = [], [], []
+    with torchtpu.eager.mode("defer_and_fuse"):
+        loop(*tpu).cpu()  # the first region: compiled
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            x = loop(*tpu)
+            t1 = time.perf_counter()
+            x.cpu()
+            t2 = time.perf_counter()
+            rec_s.append(t1 - t0)
+            run_s.append(t2 - t0)
+            t0 = time.perf_counter()
+            loop(*cpu)
+            cpu_s.append(time.perf_counter() - t0)
+    n = 2 * iters
+    return {"ops": n, "record_us_per_op": statistics.median(rec_s) / n * 1e6,
+            "with_cut_us_per_op": statistics.median(run_s) / n * 1e6,
+            "cpu_us_per_op": statistics.median(cpu_s) / n * 1e6}
+
+
 # ------------------------------------------------------------------ 3 and 4. training steps
 
 
@@ -374,6 +408,14 @@ def main() -> None:
     print(f"| CPU eager | {mixed['cpu_ops_per_s']:,.0f} | {mixed['cpu_us_per_op']:.1f} |")
     print(f"| tpu (strict) | {mixed['tpu_ops_per_s']:,.0f} | {mixed['tpu_us_per_op']:.1f} |")
     print(f"\n{mixed['ops_per_iteration']} tpu ops per iteration, {mixed['iterations']} iterations per sample.\n")
+
+    rec = measure_recording(rounds=3 if q else 15, iters=100 if q else 400)
+    results["defer_recording"] = rec
+    print("## DeferAndFuse recording (16x16 `x = x * b + a`, us per op)\n")
+    print("| recording only | with the cut (region run, read back) | CPU eager |")
+    print("|---|---|---|")
+    print(f"| {rec['record_us_per_op']:.2f} | {rec['with_cut_us_per_op']:.2f} | {rec['cpu_us_per_op']:.2f} |")
+    print(f"\n{rec['ops']} ops per region.\n")
 
     training = [measure_training("MLP 64-256-64, batch 32", mlp_case, rounds=5 if q else 50, debug=True)]
     if not args.no_llama:

@@ -276,6 +276,26 @@ def test_index_checks_setting_is_part_of_the_key():
         tx[bad].cpu()
 
 
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_index_checks_of_native_ops_raise_at_the_next_read(mode, python_calls):
+    """A program that checks its indices runs natively too; its flag joins the pending checks,
+    read at the next host read, naming the user's line."""
+    w = torch.randn(10, 4)
+    tw = w.to(TPU)
+    good = torch.tensor([1, 9, 0])
+    with torchtpu.eager.mode(mode):
+        for _ in range(3):
+            out = torch.nn.functional.embedding(good.to(TPU), tw)
+            _close(out, torch.nn.functional.embedding(good, w))
+        bad = torch.tensor([1, 10, 0]).to(TPU)  # the same key as `good`: a native hit
+        python_calls.clear()
+        out = torch.nn.functional.embedding(bad, tw)  # the line the error names
+        line = sys._getframe().f_lineno - 1
+        assert "aten::embedding" not in python_calls and "aten::index_select" not in python_calls, python_calls
+        with pytest.raises(IndexError, match=f"test_device_native.py:{line}"):
+            out.cpu()
+
+
 def test_threads_run_cached_ops_at_once():
     a = torch.randn(16, 16)
     ta = a.to(TPU)

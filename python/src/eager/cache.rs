@@ -56,6 +56,9 @@ pub struct Recipe {
     pub compiled: PyOnceLock<Py<Program>>,
     /// Its serial and IR outputs' byte sizes, where DeferAndFuse can record it (a traced program).
     pub record: Option<Recordable>,
+    /// Its index checks' sites (`index_checks.Site`s), if it checks indices: then its last IR
+    /// output is their flag, which goes to the pending checks (`_checks.add_native`).
+    pub checks: Option<Py<PyAny>>,
     pub sources: Vec<Source>,
     /// Per tensor leaf: the dtype its CPU scalar is uploaded as (None: a tpu tensor).
     pub leaf_dtypes: Vec<Option<DType>>,
@@ -82,7 +85,7 @@ pub enum Entry {
     /// The op reads its floats as numbers: recipes are kept per value (the key with the
     /// floats' bits appended).
     Baked,
-    /// The Python path ran it and gave no recipe (it reads index checks, falls back to the
+    /// The Python path ran it and gave no recipe (it falls back to the
     /// CPU, writes in a way the recipe does not model): it goes to Python at once.
     Python,
 }

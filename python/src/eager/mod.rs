@@ -105,8 +105,18 @@ fn eager_learn(
             nbytes: program.getattr("ir_nbytes")?.extract()?,
         })
     };
-    let learnt =
-        path::Learnt { program: program.unbind(), compiled, record, sources, leaf_dtypes, n_floats, baked, results };
+    let checks = Some(program.getattr("checks")?).filter(|c| !c.is_none()).map(Bound::unbind);
+    let learnt = path::Learnt {
+        program: program.unbind(),
+        compiled,
+        record,
+        checks,
+        sources,
+        leaf_dtypes,
+        n_floats,
+        baked,
+        results,
+    };
     Ok(path::learn(py, name, learnt))
 }
 

@@ -222,6 +222,7 @@ pub struct Learnt {
     pub program: Py<PyAny>,
     pub compiled: Option<Py<crate::Program>>,
     pub record: Option<Recordable>,
+    pub checks: Option<Py<PyAny>>,
     pub sources: Vec<Source>,
     pub leaf_dtypes: Vec<Option<DType>>,
     pub n_floats: usize,
@@ -248,6 +249,7 @@ pub fn learn(py: Python<'_>, name: &str, learnt: Learnt) -> bool {
             program: learnt.program,
             compiled,
             record: learnt.record,
+            checks: learnt.checks,
             sources: learnt.sources,
             leaf_dtypes: learnt.leaf_dtypes,
             n_floats: learnt.n_floats,
@@ -329,7 +331,11 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             }
         }
     }
-    let buffers = execute(py, &recipe.compiled(py)?.get().compiled, &inputs, device)?;
+    let mut buffers = execute(py, &recipe.compiled(py)?.get().compiled, &inputs, device)?;
+    if let Some(sites) = &recipe.checks {
+        let flag = buffers.pop().expect("a checking program's last output is its flag");
+        add_check(py, flag.into_any(), sites)?;
+    }
     let mut made = Vec::new();
     match &recipe.results {
         Results::New(types) => {
@@ -400,8 +406,12 @@ fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<O
     }
     let program = recipe.program.bind(py);
     let what = Recorded { program, serial: recordable.serial, nbytes: &recordable.nbytes };
-    let (outs, n) = defer::record(&region, &what, &leaves)?;
+    let (mut outs, n) = defer::record(&region, &what, &leaves)?;
     drop(leaves); // not a use of the inputs for the size check's live scan
+    if let Some(sites) = &recipe.checks {
+        let flag = outs.pop().expect("a checking program's last output is its flag");
+        add_check(py, flag.into_any(), sites)?;
+    }
     let mut made = Vec::new();
     match &recipe.results {
         Results::New(types) => {
@@ -428,6 +438,18 @@ fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<O
     }
     defer::after_record(py, &region, n)?;
     Ok(Some(made))
+}
+
+/// Hands an index-checking program's flag (a device buffer, or while recording a pending value)
+/// to the pending checks, read at the next host read (`_checks.add_native`, which names the
+/// user's line).
+fn add_check(py: Python<'_>, flag: Bound<'_, PyAny>, sites: &Py<PyAny>) -> PyResult<()> {
+    static ADD: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let add = ADD.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("torchtpu.device._checks")?.getattr("add_native")?.unbind())
+    })?;
+    add.bind(py).call1((flag, sites))?;
+    Ok(())
 }
 
 /// Writes `result` into `target`'s storage (one after another: two targets may share one).

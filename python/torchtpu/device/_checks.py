@@ -36,6 +36,17 @@ def add(flag, sites, where: str | None) -> None:
         check()
 
 
+def add_native(flag, sites) -> None:
+    """`add` for a program the native per-op path ran (or recorded): the user's line is found
+    from the calling frames, as `Program.run` finds it."""
+    import sys
+
+    from torchtpu.device import _defer
+
+    # No Python frame above this one on an autograd device thread: no line to name then.
+    add(flag, sites, _defer.first_user_frame(sys._getframe().f_back)[0])
+
+
 class ArgumentCheck:
     """In place of index sites: a device-side check of an op's arguments (`flag`, 0-d bool: True
     when they are bad, e.g. a negative probability for `multinomial`, or `_assert_async`'s

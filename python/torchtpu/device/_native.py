@@ -62,11 +62,11 @@ def stats() -> dict:
 def learn(info, program, leaves, n_floats: int, baked: bool, args, kwargs, out_shapes) -> bool:
     """Tells Rust how `program` ran `info.op` on `leaves` (the Python path's tensor leaves, before
     upload), if the op's pending native key waits for it and the run is one Rust repeats as it
-    is: no index checks to read, outputs that are the program's results in order, and results
-    that become new tensors, whole in-place targets (or the base the program scattered into), or
+    is: outputs that are the program's results in order (then its index checks' flag, which Rust
+    hands to `_checks.add_native`), and results that become new tensors, whole in-place targets (or the base the program scattered into), or
     whole out= tensors of the results' shapes. `out_shapes` are the out= tensors' shapes before
     the run. Returns whether Rust took it."""
-    if program.checks is not None or not program.plain:
+    if not program.plain:
         return False
     from torchtpu.device import _dispatch, _storage
 
