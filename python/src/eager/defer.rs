@@ -301,19 +301,22 @@ pub fn open_region(py: Python<'_>, device: usize) -> PyResult<Option<Bound<'_, R
     Ok(Some(r))
 }
 
-/// Whether the backward pass running now, if any, is the one the mode already cuts at the end
-/// of (`_defer._queue_backward_cut`; a new one is the Python path's to queue).
-pub fn backward_seen(py: Python<'_>) -> PyResult<bool> {
+/// Inside a backward pass the mode does not cut at the end of yet (a new graph task), queues
+/// that cut (`_defer._queue_backward_cut`), as `_defer.record` does.
+pub fn note_backward(py: Python<'_>) -> PyResult<()> {
     static TASK_ID: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let task_id = TASK_ID.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
         Ok(py.import("torch")?.getattr("_C")?.getattr("_current_graph_task_id")?.unbind())
     })?;
     let task: i64 = task_id.bind(py).call0()?.extract()?;
     if task == -1 {
-        return Ok(true);
+        return Ok(());
     }
     let seen = thread_state(py)?.getattr(pyo3::intern!(py, "backward_task"))?;
-    Ok(!seen.is_none() && seen.extract::<i64>()? == task)
+    if seen.is_none() || seen.extract::<i64>()? != task {
+        defer_module(py)?.getattr(pyo3::intern!(py, "_queue_backward_cut"))?.call1((task,))?;
+    }
+    Ok(())
 }
 
 /// After an op was recorded: the size checks of `_defer.after_record` when they are due (at the

@@ -360,8 +360,8 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
 }
 
 /// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as
-/// `_defer.record` does; None where the Python path must (no region open, or one on another
-/// device; a backward pass not yet seen; an untraced program; a write into a view).
+/// `_defer.record` does; None where the Python path must (a region open on another device, an
+/// untraced program, a write into a view).
 fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Option<Vec<Made>>> {
     let Some(recordable) = &recipe.record else { return Ok(None) };
     let device = flat.device.unwrap_or(0);
@@ -381,10 +381,8 @@ fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<O
             }
         }
     };
-    if !defer::backward_seen(py)? {
-        return Ok(None);
-    }
     let Some(region) = defer::open_region(py, device)? else { return Ok(None) };
+    defer::note_backward(py)?;
     let mut leaves: Vec<Bound<'_, PyAny>> = Vec::with_capacity(flat.leaves.len() + flat.floats.len());
     for (i, leaf) in flat.leaves.iter().enumerate() {
         leaves.push(match leaf {
