@@ -11,9 +11,13 @@ the bad op fed runs that region first); keeping it here keeps it a region output
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
-from torchtpu import index_checks
+from torchtpu import _C, index_checks
+from torchtpu.device import _buffers, _state
+from torchtpu.device._frames import first_user_frame
 
 # (flag: a DeviceBuffer or a DeferAndFuse Pending, sites, the user's file:line), oldest first.
 _pending: list = []
@@ -24,9 +28,7 @@ LIMIT = 256
 
 def add(flag, sites, where: str | None) -> None:
     """A program's flag output. Debug mode raises now; otherwise at the next check."""
-    from torchtpu.device import _modes
-
-    if _modes.state.mode == "debug":
+    if _state.state.mode == "debug":
         e = _error(_read(flag), sites, where)
         if e is not None:
             raise e
@@ -39,12 +41,8 @@ def add(flag, sites, where: str | None) -> None:
 def add_native(flag, sites) -> None:
     """`add` for a program the native per-op path ran (or recorded): the user's line is found
     from the calling frames, as `Program.run` finds it."""
-    import sys
-
-    from torchtpu.device import _defer
-
     # No Python frame above this one on an autograd device thread: no line to name then.
-    add(flag, sites, _defer.first_user_frame(sys._getframe().f_back)[0])
+    add(flag, sites, first_user_frame(sys._getframe().f_back)[0])
 
 
 class ArgumentCheck:
@@ -69,11 +67,7 @@ class ArgumentCheck:
 
 def check_arguments(bad: torch.Tensor, message: str) -> None:
     """Raises `message` at the next host read if the 0-d bool tpu tensor `bad` is True."""
-    import sys
-
-    from torchtpu.device import _defer, _storage
-
-    add(_storage.slot_of(bad).buffer, ArgumentCheck(message), _defer.first_user_frame(sys._getframe(1))[0])
+    add(_buffers.slot_of(bad).buffer, ArgumentCheck(message), first_user_frame(sys._getframe(1))[0])
 
 
 def _error(flags: torch.Tensor, sites, where):
@@ -84,16 +78,12 @@ def _error(flags: torch.Tensor, sites, where):
 
 def add_tensor(flag: torch.Tensor, sites) -> None:
     """The flag output of a compiled graph run on tpu tensors (its sites know their lines)."""
-    from torchtpu.device import _storage
-
-    add(_storage.slot_of(flag).buffer, sites, None)
+    add(_buffers.slot_of(flag).buffer, sites, None)
 
 
 def _computed(flag):
     """The flag's device buffer, or None while its DeferAndFuse region has not run."""
-    from torchtpu.device._defer import Pending
-
-    if type(flag) is not Pending:
+    if type(flag) is not _C.Pending:
         return flag
     if flag.buffer is None and flag.region.error is None and flag.region.records is None:
         from torchtpu.errors import InternalError
@@ -145,10 +135,6 @@ def _any_set(flags: list) -> bool:
     """Whether any of the 0-d bool device buffers `flags` holds True: one program per chunk of
     up to LIMIT, one read each."""
     global _FALSE
-    from torchtpu import _C
-
-    from torchtpu.device._programs import on_device
-
     if _FALSE is None:
         _FALSE = _C.device_put(torch.tensor(False), 0)
     by_device: dict = {}
@@ -161,7 +147,7 @@ def _any_set(flags: list) -> bool:
             program = _OR_PROGRAMS.get(bucket)
             if program is None:
                 program = _OR_PROGRAMS[bucket] = _C.compile(_or_text(bucket), donate=False)
-            pad = [on_device(_FALSE, device)] * (bucket - len(chunk))
+            pad = [_buffers.on_device(_FALSE, device)] * (bucket - len(chunk))
             (out,) = program.run_device(chunk + pad, True, device=device)
             if bool(torch.from_dlpack(out.to_host())):
                 return True
@@ -173,11 +159,9 @@ def _or_text(n: int) -> str:
 
     from torchtpu.exporter import export
 
-    from torchtpu.device import _programs
-
     aten = torch.ops.aten
     flags = [torch.empty((), dtype=torch.bool, device="meta") for _ in range(n)]
-    with _programs._build_lock:  # make_fx's tracer is not thread-safe
+    with _state.build_lock:  # make_fx's tracer is not thread-safe
         gm = make_fx(lambda *fs: aten.any.default(aten.stack.default(list(fs))))(*flags)
     return export(gm, f"index_flags_{n}").text
 

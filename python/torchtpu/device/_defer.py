@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import linecache
 import os
 import sys
 import threading
@@ -36,7 +35,8 @@ import time
 import torch
 
 from torchtpu import _C, _stats
-from torchtpu.device import _region, _state, _trace
+from torchtpu.device import _buffers, _region, _state, _trace
+from torchtpu.device._frames import first_user_frame
 
 # Why a region was cut (the `reason` of each record).
 CUT_REASONS = {
@@ -173,22 +173,6 @@ def cause(reason: str, detail: str | None = None):
         _cause.value = prev
 
 
-def _outside_torch(filename: str) -> bool:
-    return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
-
-
-def first_user_frame(frame):
-    """(file:line, source text) of the innermost frame from `frame` out that is outside torch
-    and torchtpu (a walk of frame objects: `traceback.extract_stack` costs ~100 us, a cut's
-    budget)."""
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if _outside_torch(name):
-            return f"{name}:{frame.f_lineno}", linecache.getline(name, frame.f_lineno).strip()
-        frame = frame.f_back
-    return None, ""
-
-
 def _user_frame():
     return first_user_frame(sys._getframe(1))
 
@@ -269,17 +253,15 @@ def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
     rec["compile_ms"] = 0.0 if rec["hit"] else (time.perf_counter() - t0) * 1e3
     _stats.bump("eager_regions")
     _stats.bump("eager_ops_deferred", len(r.records))
-    from torchtpu.device import _modes, _programs
-
-    inputs = [r.externals[v] if k == "ext" else _programs.on_device(v, r.device) for k, v in program.sources]
+    inputs = [r.externals[v] if k == "ext" else _buffers.on_device(v, r.device) for k, v in program.sources]
     # The region held the last references to what it donates: nothing reads them afterwards.
     r.drop_externals()
-    wait = _modes.wait()
+    wait = state.mode == "debug"  # a cut made in debug mode (leaving the mode) waits, as its ops do
     t1 = time.perf_counter()
     outs = program.compiled.run_device(inputs, wait, program.donate, device=r.device)
     rec["run_ms"] = (time.perf_counter() - t1) * 1e3
     if not wait:
-        _programs.mark_last(outs)  # what `torch.tpu.synchronize()` waits for
+        _buffers.mark_last(outs)  # what `torch.tpu.synchronize()` waits for
     values = r.values
     for value, spec in zip(program.live, program.outputs):
         if spec.kind == "ir":

@@ -30,6 +30,7 @@ import torch
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.device import _defer, _modes, _native, _programs, _storage
+from torchtpu.device._frames import first_user_frame
 from torchtpu.device._guard import guard as _guard
 from torchtpu.errors import DeviceAssertError, DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
 from torchtpu.exporter import IR_DTYPES, Unsupported
@@ -285,7 +286,7 @@ def _type_text(t) -> str:
 
 def user_frame() -> str | None:
     """The innermost frame outside torch and torchtpu: where the user called the op."""
-    return _defer.first_user_frame(sys._getframe(1))[0]
+    return first_user_frame(sys._getframe(1))[0]
 
 
 # ---------------------------------------------------------------- the fallback kernel
@@ -333,9 +334,9 @@ def run(op, *args, **kwargs):
     if _modes.state.mode != "debug":
         return _run(info, op, args, kwargs)
     try:
-        clean = _modes.inputs_clean(args, kwargs) if _modes.state.check_finite else True
+        clean = _inputs_clean(args, kwargs) if _modes.state.check_finite else True
         result = _run(info, op, args, kwargs)
-        _modes.after_op(info, args, kwargs, result, clean)
+        _after_op(info, args, kwargs, result, clean)
         return result
     except (DeviceOpError, FallbackError, IndexOutOfRangeError, DeviceAssertError):  # a check's error names its op already
         raise
@@ -392,11 +393,11 @@ def _run(info: OpInfo, op, args, kwargs):
         leaves = leaves + [_programs.float_buffer(f, dev) for f in floats]
     native = _modes.state.mode != "debug"  # strict and DeferAndFuse take the native path
     out_shapes = _out_shapes(info, kwargs) if native and info.kind == "out" else ()
-    outs = program.run(leaves, not native, dev)  # `_modes.wait()`
+    outs = program.run(leaves, not native, dev)  # debug mode waits for each op
     result = _results(info, args, kwargs, program, outs, leaves)
     if native and tensor_leaves:
         # A native miss waits for how this ran (`_native.py`).
-        _native.learn(info, program, tensor_leaves, len(floats), baked, args, kwargs, out_shapes)
+        _teach_native(info, program, tensor_leaves, len(floats), baked, args, kwargs, out_shapes)
     return result
 
 
@@ -598,3 +599,99 @@ def _on_cpu(info: OpInfo, op, args, kwargs, reason: str):
     return back(out)
 
 
+# ---------------------------------------------------------------- what Rust learns after a miss
+
+
+def _teach_native(info, program, leaves, n_floats: int, baked: bool, args, kwargs, out_shapes) -> bool:
+    """Tells Rust how `program` ran `info.op` on `leaves` (the Python path's tensor leaves, before
+    upload), if the op's pending native key waits for it and the run is one Rust repeats as it
+    is: outputs that are the program's results in order (then its index checks' flag, which Rust
+    hands to `_checks.add_native`), and results that become new tensors, whole in-place targets
+    (or the base the program scattered into), or whole out= tensors of the results' shapes.
+    `out_shapes` are the out= tensors' shapes before the run. Returns whether Rust took it."""
+    if not program.plain:
+        return False
+    dtypes = []
+    for leaf in leaves:
+        if type(leaf) is _CpuLeaf:
+            if not leaf.scalar:
+                return False
+            dtypes.append(IR_DTYPES[leaf.t.dtype])
+        else:
+            dtypes.append(None)
+    kind = info.kind
+    if kind == "functional":
+        results = [(dtype, _native.dtype_code(dtype), list(shape)) for dtype, shape in program.out_types]
+        how = "new"
+    elif kind == "inplace":
+        target = args[0]
+        targets = target if isinstance(target, (list, tuple)) else (target,)
+        bases = program.write_base or (None,) * len(targets)
+        results = [("base", None) if base is not None else _write_of(t) for t, base in zip(targets, bases)]
+        how = "inplace"
+    elif kind == "out" and out_shapes is not None:
+        names = [info.op._schema.arguments[i].name for i in info.written]
+        results = []
+        for n, (dtype, shape), before in zip(names, program.out_types, out_shapes):
+            if tuple(before) != tuple(shape):
+                return False  # resized: the Python path's
+            results.append(_write_of(kwargs[n]))
+        how = "out"
+    else:
+        return False
+    if any(w is None for w in results if how != "new"):
+        return False
+    return _C.eager_learn(info.name, program, program.sources, dtypes, n_floats, baked, how, results)
+
+
+def _write_of(t):
+    """How a result is written into `t` (`_storage.write`): ("whole", None), ("strided", the
+    scatter program `_storage.write` ran), or None (a case the Python path keeps)."""
+    slot = _storage.slot_of(t)
+    if t.dtype is not slot.dtype:
+        return None
+    if _storage.is_whole(t, slot):
+        return ("whole", None)
+    p = _programs._programs.get(_programs.strided_write_key(slot.shape, slot.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset()))
+    if p is None or not p.plain or p.checks is not None or p.sources != [("leaf", 0), ("leaf", 1)]:
+        return None
+    return ("strided", p.program)
+
+
+# ---------------------------------------------------------------- debug mode's checks
+
+
+def _has_non_finite(t: torch.Tensor) -> bool:
+    if not (t.dtype.is_floating_point or t.dtype.is_complex) or t.numel() == 0:
+        return False
+    return not bool(torch.isfinite(_storage.to_host(t)).all())
+
+
+def _inputs_clean(args, kwargs) -> bool:
+    """Whether no tpu tensor among the arguments holds a NaN or an infinity (checked before an
+    op runs, since an in-place op overwrites its input)."""
+    return not any(_has_non_finite(t) for t in _modes.tensors((args, kwargs)))
+
+
+def _after_op(info, args, kwargs, result, inputs_were_clean: bool) -> None:
+    """Debug mode, after `info.op` ran: waits for its results; with `check_finite`, raises
+    NonFiniteError if they hold a NaN or infinity and its inputs did not."""
+    from torchtpu.errors import NonFiniteError
+
+    outs = _modes.tensors(result)
+    for t in outs:
+        slot = _storage.slot_of(t)
+        if slot.buffer is not None:
+            slot.buffer.wait()
+    if not _modes.state.check_finite or not inputs_were_clean:
+        return
+    if not any(_has_non_finite(t) for t in outs):
+        return
+    types = [_type_text(t) for t in _modes.tensors((args, kwargs))]
+    frame = user_frame()
+    raise NonFiniteError(
+        f"{info.name} on ({', '.join(types)}) produced NaN or Inf at {frame} (its inputs were finite)",
+        info.name,
+        types,
+        frame,
+    )

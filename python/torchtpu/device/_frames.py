@@ -7,11 +7,14 @@ is re-raised with its traceback cut to that one entry frame. torchtpu's own fail
 (InternalError, CompileError, PluginError, ExecutionError) and every other exception type
 (AttributeError, KeyError, TypeError, ...: bugs) keep their whole traceback, and so does every
 error under TORCHTPU_TRACEBACK=full.
+
+`first_user_frame` finds the user's line for a message (a DeferAndFuse cut, an index check).
 """
 
 from __future__ import annotations
 
 import functools
+import linecache
 import os
 
 _USER_ERRORS = (RuntimeError, ValueError, IndexError)
@@ -36,3 +39,19 @@ def user_facing(kernel):
             raise error.with_traceback(None)  # this tpu op's arguments; TORCHTPU_TRACEBACK=full shows torchtpu's frames
 
     return entry
+
+
+def _outside_torch(filename: str) -> bool:
+    return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
+
+
+def first_user_frame(frame):
+    """(file:line, source text) of the innermost frame from `frame` out that is outside torch
+    and torchtpu (a walk of frame objects: `traceback.extract_stack` costs ~100 us, a cut's
+    budget)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _outside_torch(name):
+            return f"{name}:{frame.f_lineno}", linecache.getline(name, frame.f_lineno).strip()
+        frame = frame.f_back
+    return None, ""

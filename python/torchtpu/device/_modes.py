@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _state
+from torchtpu import policy
+from torchtpu.device import _defer, _native, _programs, _state
 from torchtpu.device._state import MODE_ENV, MODES  # noqa: F401  (re-exported)
 from torchtpu.index_checks import check_indices_default
 
@@ -39,8 +40,6 @@ class _State:
         # Entering DeferAndFuse starts recording on this thread; leaving it runs what was
         # recorded. A thread in another mode than the default runs its backward passes itself:
         # autograd's device thread has the default mode.
-        from torchtpu.device import _defer, _native
-
         s = _state.state
         s.mode = name
         if name != _state.DEFAULT_MODE or name == "defer_and_fuse":
@@ -74,8 +73,6 @@ class _State:
     def check_indices(self, on: bool) -> None:
         # Programs are kept per setting (`_programs.use_checks`); flags already pending are
         # still read: they were asked for.
-        from torchtpu.device import _programs
-
         self._check_indices = bool(on)
         _programs.use_checks(self._check_indices)
 
@@ -83,20 +80,10 @@ class _State:
 state = _State()
 
 
-def debug_on() -> bool:
-    return state.mode == "debug"
-
-
-def wait() -> bool:
-    return state.mode == "debug"
-
-
 def fallback_is_error() -> bool:
     if state.fallback_error is not None:
         return state.fallback_error
-    from torchtpu.policy import fallback_is_error as env_says
-
-    return env_says()
+    return policy.fallback_is_error()
 
 
 def tensors(x, tpu_only: bool = True, out: list | None = None) -> list:
@@ -112,43 +99,3 @@ def tensors(x, tpu_only: bool = True, out: list | None = None) -> list:
         for v in x.values():
             tensors(v, tpu_only, out)
     return out
-
-
-def _has_non_finite(t: torch.Tensor) -> bool:
-    if not (t.dtype.is_floating_point or t.dtype.is_complex) or t.numel() == 0:
-        return False
-    from torchtpu.device import _storage
-
-    return not bool(torch.isfinite(_storage.to_host(t)).all())
-
-
-def inputs_clean(args, kwargs) -> bool:
-    """Whether no tpu tensor among the arguments holds a NaN or an infinity (checked before an
-    op runs, since an in-place op overwrites its input)."""
-    return not any(_has_non_finite(t) for t in tensors((args, kwargs)))
-
-
-def after_op(info, args, kwargs, result, inputs_were_clean: bool) -> None:
-    """Debug mode, after `info.op` ran: waits for its results; with `check_finite`, raises
-    NonFiniteError if they hold a NaN or infinity and its inputs did not."""
-    from torchtpu.device import _storage
-    from torchtpu.device._dispatch import _type_text, user_frame
-    from torchtpu.errors import NonFiniteError
-
-    outs = tensors(result)
-    for t in outs:
-        slot = _storage.slot_of(t)
-        if slot.buffer is not None:
-            slot.buffer.wait()
-    if not state.check_finite or not inputs_were_clean:
-        return
-    if not any(_has_non_finite(t) for t in outs):
-        return
-    types = [_type_text(t) for t in tensors((args, kwargs))]
-    frame = user_frame()
-    raise NonFiniteError(
-        f"{info.name} on ({', '.join(types)}) produced NaN or Inf at {frame} (its inputs were finite)",
-        info.name,
-        types,
-        frame,
-    )

@@ -19,7 +19,9 @@ import torch
 
 from torchtpu import _C, _stats
 from torchtpu import index_checks
-from torchtpu.device import _checks, _defer, _native
+from torchtpu.device import _buffers, _checks, _defer, _native, _state
+from torchtpu.device._buffers import input_sources, mark_last, on_device  # noqa: F401  (used here and re-exported)
+from torchtpu.device._frames import first_user_frame
 from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, export
 
 aten = torch.ops.aten
@@ -148,37 +150,11 @@ class Program:
                 mark_last(outs)
         if self.checks is not None:
             outs = list(outs)
-            _checks.add(outs.pop(), self.checks, _defer.first_user_frame(sys._getframe(1))[0])
+            _checks.add(outs.pop(), self.checks, first_user_frame(sys._getframe(1))[0])
         return outs
 
 
-def mark_last(outs: list) -> None:
-    """Records `outs` as the last asynchronous execution's outputs (`wait_all` waits for them;
-    a one-op program's or a region's, `_defer.py`)."""
-    global _last
-    _last = tuple(weakref.ref(b) for b in outs)
-
-
 _serials = itertools.count()
-
-# Copies of device-0 constants on the other devices, per constant (a module attribute uploaded
-# at build time, a cached scalar): made once per device, by the plugin, device to device.
-_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def on_device(buffer, device: int):
-    """`buffer` if it lives on tpu:`device`, else its copy there (made once and kept while
-    `buffer` lives: constants, never values that change)."""
-    if buffer.device == device:
-        return buffer
-    per = _copies.get(buffer)
-    if per is None:
-        per = _copies[buffer] = {}
-    copy = per.get(device)
-    if copy is None:
-        copy = per[device] = buffer.copy_to(device)
-    return copy
-
 
 def _compile(text: str):
     _defer.check_compile_allowed("a one-op program")
@@ -188,14 +164,6 @@ def _compile(text: str):
     _stats.bump("eager_compile_seconds", time.perf_counter() - start)
     _stats.bump("eager_cache_misses" if compiled.source == "compiled" else "eager_cache_hits")
     return compiled
-
-
-def input_sources(exported) -> list:
-    """Per IR input of an export: ("arg", positional index), or ("const", a device buffer
-    holding the module attribute, uploaded now)."""
-    from torchtpu.device._storage import upload
-
-    return [("arg", spec.index) if spec.kind == "arg" else ("const", upload(spec.value)) for spec in exported.inputs]
 
 
 def _types_of(gm, outputs) -> tuple[list, list]:
@@ -278,7 +246,7 @@ def build(
         return _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base)
 
 
-_build_lock = threading.RLock()
+_build_lock = _state.build_lock
 
 
 def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base) -> Program:
@@ -508,27 +476,16 @@ def float_buffer(value: float, device: int = 0):
 def scalar_buffer(t: torch.Tensor, device: int = 0):
     """A buffer on tpu:`device` holding the CPU 0-d tensor `t` (from the native path's cache,
     as `float_buffer`; dtypes it lacks from this module's)."""
-    from torchtpu.device._storage import upload
-
     value = t.item()
     b = _C.eager_scalar(IR_DTYPES[t.dtype], value, device) if t.dtype in IR_DTYPES else None
-    return b if b is not None else _scalar(t.dtype, value, lambda: upload(t, device), device)
+    return b if b is not None else _scalar(t.dtype, value, lambda: _buffers.upload(t, device), device)
 
 
 def wait_all() -> None:
-    """Waits for the device's enqueued work (`torch.tpu.synchronize`): the engine runs programs
-    in order on one device, so the last execution's outputs being ready means all of it is."""
-    global _last
+    """Waits for the device's enqueued work (`torch.tpu.synchronize`): the open region runs, then
+    the native path's and the Python path's last executions are waited for, then the index
+    checks of what ran are read (`_checks.py`)."""
     _defer.flush("synchronize")
     _native.wait()
-    last, _last = _last, ()
-    for ref in last:
-        b = ref()
-        if b is not None:
-            b.wait()
-    _checks.check()  # the index checks of what ran (`_checks.py`)
-
-
-# The outputs of the last asynchronous execution (what `wait_all` waits for), held weakly:
-# a dead buffer needs no waiting.
-_last: tuple = ()
+    _buffers.wait_last()
+    _checks.check()

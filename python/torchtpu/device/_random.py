@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from torchtpu.device import _programs, _storage
+from torchtpu.device import _checks, _programs, _storage
 from torchtpu.exporter import IR_DTYPES
 
 aten = torch.ops.aten
@@ -242,8 +242,6 @@ def _normal(mean, std, generator):
     z = _storage.new_tensor(tuple(shape), dtype, device=like.device.index)
     normal_(z)
     if isinstance(std, torch.Tensor):
-        from torchtpu.device import _checks
-
         _checks.check_arguments((std < 0).any(), "normal expects all elements of std >= 0.0")
     elif std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
@@ -294,8 +292,6 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     if n == 0:
         raise RuntimeError("multinomial: the distribution has no categories")
-    from torchtpu.device import _checks
-
     p = self.to(torch.float32) if self.element_size() < 4 else self
     bad_values = ((p < 0) | ~torch.isfinite(p)).any()
     _checks.check_arguments(bad_values, "probability tensor contains either `inf`, `nan` or element < 0")

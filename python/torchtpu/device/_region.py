@@ -11,6 +11,7 @@ import sys
 import torch
 
 from torchtpu import _C, _stats
+from torchtpu.device._buffers import input_sources
 
 
 class RegionProgram:
@@ -144,7 +145,6 @@ def nearest_difference(key) -> str:
 
 def _compile(r, live: tuple, key) -> RegionProgram:
     """The region's graph (dead externals first), exported and compiled."""
-    from torchtpu.device._programs import input_sources
     from torchtpu.exporter import export
 
     dead = key[2]

@@ -66,3 +66,7 @@ def restore_backward_threads(s) -> None:
 
 
 state = _ThreadState()
+
+# make_fx's tracer is not thread-safe: one trace at a time, process-wide (one-op programs,
+# index-check programs).
+build_lock = threading.RLock()

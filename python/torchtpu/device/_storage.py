@@ -23,14 +23,8 @@ from torchtpu.device._guard import guard as _guard
 from torchtpu.device._defer import Pending
 from torchtpu.exporter import IR_DTYPES
 
-# The device data of one storage: `buffer` (None until first written) of `shape`, on
-# tpu:`device` (the storage's device: every buffer it ever holds lives there). A Rust object
-# (python/src/eager/slot.rs) that the storage keeps in its DataPtr's context, so that the native
-# per-op path reads it from the storage alone.
-Slot = _C.Slot
-# A tpu tensor's slot, or None (a CPU tensor); a storage's.
-tensor_slot = _guard.tensor_slot
-storage_slot = _guard.storage_slot
+# The slot helpers, uploads and the last execution's outputs live in the leaf `_buffers.py`.
+from torchtpu.device._buffers import Slot, slot_of, slot_of_storage, storage_slot, tensor_slot, upload  # noqa: E402,F401
 
 
 def contiguous_strides(shape) -> tuple:
@@ -39,22 +33,6 @@ def contiguous_strides(shape) -> tuple:
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
-
-
-def slot_of_storage(storage) -> Slot:
-    slot = storage_slot(storage)
-    if slot is None:
-        raise RuntimeError(
-            "torchtpu: this tpu storage has no device data (it was not made by torchtpu's device kernels, "
-            "as `torch.UntypedStorage(n, device='tpu')` is not, or a tensor's storage was replaced); make a "
-            "tensor (torch.empty(n, dtype=torch.uint8, device='tpu')) and use its storage"
-        )
-    return slot
-
-
-def slot_of(t: torch.Tensor) -> Slot:
-    slot = tensor_slot(t)
-    return slot if slot is not None else slot_of_storage(t.untyped_storage())
 
 
 def checked_slot(t: torch.Tensor) -> Slot:
@@ -232,16 +210,3 @@ def to_device(t: torch.Tensor, device: int) -> torch.Tensor:
     if t.is_neg():
         out = torch.neg(out)
     return out
-
-
-def upload(cpu: torch.Tensor, device: int | None = None):
-    """A device buffer on tpu:`device` (else the current device) holding a copy of the CPU
-    tensor `cpu`."""
-    cpu = cpu.detach()
-    if cpu.dtype not in IR_DTYPES:
-        raise TypeError(f"torchtpu: dtype {cpu.dtype} is not supported on the tpu device")
-    if cpu.is_conj():
-        cpu = cpu.resolve_conj()
-    if cpu.is_neg():
-        cpu = cpu.resolve_neg()
-    return _C.device_put(cpu.contiguous(), _guard.current_device() if device is None else device)
