@@ -173,47 +173,50 @@ pub struct Recorded<'a, 'py> {
     pub nbytes: &'a [usize],
 }
 
-/// Records `what` run on `leaves` (device buffers or Pending values of the region's device) in
-/// `region`; returns the Pending values of its IR outputs and how many programs the region holds.
+/// Records `what` run on `leaves` (device buffers or Pending values on tpu:`device`) in the calling
+/// thread's open region, opened if there is none; returns the region, the Pending values of the
+/// program's IR outputs and how many programs the region holds. None where the open region runs
+/// on another device (the caller cuts it first).
 pub fn record<'py>(
-    region: &Bound<'py, Region>,
+    py: Python<'py>,
+    device: usize,
     what: &Recorded<'_, 'py>,
     leaves: &[Bound<'py, PyAny>],
-) -> PyResult<(Vec<Bound<'py, Pending>>, usize)> {
-    let py = region.py();
-    // Values pending in another region (another thread's) are computed first: a region reads
-    // only its own values and device buffers. That may run Python, so before anything is kept.
-    let mut resolved: Vec<Option<Bound<'py, PyAny>>> = Vec::with_capacity(leaves.len());
-    for leaf in leaves {
-        let other = leaf.cast::<Pending>().ok().filter(|p| {
-            let p = p.borrow();
-            p.buffer.is_none() && p.region.as_ref().is_none_or(|own| own.as_ptr() != region.as_ptr())
-        });
-        resolved.push(match other {
-            Some(p) => Some(Pending::_value(p, "another_thread")?.into_bound(py)),
-            None => None,
-        });
-    }
+) -> PyResult<Option<RecordedIn<'py>>> {
+    // Values pending in another region (another thread's) are computed first: a region reads only
+    // its own values and device buffers. That runs Python (and lets other threads run, which may
+    // cut this thread's region), so it is done until the leaves hold no such value for the region
+    // the op goes into, before anything is kept.
+    let mut leaves: Vec<Bound<'py, PyAny>> = leaves.to_vec();
+    let region = loop {
+        let open = thread_state(py)?.getattr(pyo3::intern!(py, "region"))?;
+        for leaf in leaves.iter_mut() {
+            if let Some(p) = foreign(leaf, open.as_ptr()) {
+                *leaf = Pending::_value(&p, "another_thread")?.into_bound(py);
+            }
+        }
+        let Some(region) = open_region(py, device)? else { return Ok(None) };
+        if leaves.iter().all(|leaf| foreign(leaf, region.as_ptr()).is_none()) {
+            break region;
+        }
+    };
     let mut r = region.borrow_mut();
     let (Some(records), Some(tokens), Some(values), Some(externals)) =
         (r.records.as_ref(), r.tokens.as_ref(), r.values.as_ref(), r.externals.as_ref())
     else {
         return Err(crate::internal(py, "record", "an op was recorded into a region that already ran"));
     };
-    if r.closed {
-        return Err(crate::internal(py, "record", "an op was recorded into a region that was cut"));
-    }
     let (records, tokens, values, externals) =
         (records.bind(py).clone(), tokens.bind(py).clone(), values.bind(py).clone(), externals.bind(py).clone());
     let mut wiring = Vec::with_capacity(leaves.len());
-    for (leaf, resolved) in leaves.iter().zip(resolved) {
-        let mut buffer = resolved.unwrap_or_else(|| leaf.clone());
-        if let Ok(p) = buffer.clone().cast_into::<Pending>() {
+    for leaf in &leaves {
+        let mut buffer = leaf.clone();
+        if let Ok(p) = leaf.cast::<Pending>() {
             let p = p.borrow();
-            match &p.buffer {
-                Some(b) => buffer = b.bind(py).clone(),
+            match p.computed(py) {
+                Some(b) => buffer = b.into_bound(py),
                 None => {
-                    wiring.push(p.index as i64); // this region's own value (checked above)
+                    wiring.push(p.index as i64); // this region's own value (`foreign` said so)
                     continue;
                 }
             }
@@ -244,20 +247,37 @@ pub fn record<'py>(
     }
     records.append((what.program, &wiring, base))?;
     tokens.append((what.serial, &wiring))?;
-    Ok((outs, records.len()))
+    let n = records.len();
+    drop(r);
+    Ok(Some((region, outs, n)))
 }
 
+/// `leaf` as a value still pending in another region than the one at `region` (None: a buffer,
+/// a computed value, or one of that region's).
+fn foreign<'py>(leaf: &Bound<'py, PyAny>, region: *mut pyo3::ffi::PyObject) -> Option<Bound<'py, Pending>> {
+    let p = leaf.cast::<Pending>().ok()?;
+    let b = p.borrow();
+    let other = b.buffer.is_none() && b.region.as_ref().is_none_or(|own| own.as_ptr() != region);
+    drop(b);
+    other.then(|| p.clone())
+}
+
+/// The region an op was recorded in, its Pending results and the region's program count.
+pub type RecordedIn<'py> = (Bound<'py, Region>, Vec<Bound<'py, Pending>>, usize);
+
 /// `record` for the Python path (`_defer.record`): `program` is a traced `_programs.Program`.
-/// Returns the Pending values and how many programs the region holds now.
+/// Returns the region, the Pending values and how many programs the region holds now, or None
+/// where the open region runs on another device.
 #[pyfunction]
 pub fn defer_record<'py>(
-    region: &Bound<'py, Region>,
+    py: Python<'py>,
     program: &Bound<'py, PyAny>,
     leaves: Vec<Bound<'py, PyAny>>,
-) -> PyResult<(Vec<Bound<'py, Pending>>, usize)> {
+    device: usize,
+) -> PyResult<Option<RecordedIn<'py>>> {
     let serial: i64 = program.getattr("serial")?.extract()?;
     let nbytes: Vec<usize> = program.getattr("ir_nbytes")?.extract()?;
-    record(region, &Recorded { program, serial, nbytes: &nbytes }, &leaves)
+    record(py, device, &Recorded { program, serial, nbytes: &nbytes }, &leaves)
 }
 
 /// `torchtpu.device._defer`, where the mode's state lives.

@@ -381,7 +381,6 @@ fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<O
             }
         }
     };
-    let Some(region) = defer::open_region(py, device)? else { return Ok(None) };
     defer::note_backward(py)?;
     let mut leaves: Vec<Bound<'_, PyAny>> = Vec::with_capacity(flat.leaves.len() + flat.floats.len());
     for (i, leaf) in flat.leaves.iter().enumerate() {
@@ -404,7 +403,7 @@ fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<O
     }
     let program = recipe.program.bind(py);
     let what = Recorded { program, serial: recordable.serial, nbytes: &recordable.nbytes };
-    let (mut outs, n) = defer::record(&region, &what, &leaves)?;
+    let Some((region, mut outs, n)) = defer::record(py, device, &what, &leaves)? else { return Ok(None) };
     drop(leaves); // not a use of the inputs for the size check's live scan
     if let Some(sites) = &recipe.checks {
         let flag = outs.pop().expect("a checking program's last output is its flag");

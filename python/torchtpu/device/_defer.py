@@ -80,9 +80,9 @@ Region = _C.Region
 def resolve(p, reason: str):
     """The buffer of Pending `p`, cutting its region (for `reason`) where it is still pending:
     the calling thread's, or another thread's (`another_thread`) whose value this thread reads."""
-    if p.buffer is None:
-        owner = p.region
-        if owner is None or owner is state.region or owner.closed:
+    owner = p.region
+    if p.buffer is None and owner is not None and not owner.closed:
+        if owner is state.region:
             flush(reason)
         else:
             flush("another_thread", f"read by {threading.current_thread().name}", region=owner)
@@ -101,16 +101,15 @@ def record(program, leaves: list, device: int = 0) -> list:
     """Records `program` run on `leaves` (device buffers or Pending values on tpu:`device`) in
     the open region; returns Pending values for its IR outputs. A region runs on one device: an
     op on another one cuts the open region first."""
-    r = state.region
-    if r is not None and r.device != device:
-        flush("device_change", f"an op on tpu:{device} after ops on tpu:{r.device}")
-        r = state.region
-    if r is None or r.closed:
-        r = state.region = Region(device)
     task = torch._C._current_graph_task_id()
     if task != -1 and task != state.backward_task:
         _queue_backward_cut(task)
-    outs, n = _C.defer_record(r, program, leaves)
+    got = _C.defer_record(program, leaves, device)  # opens this thread's region if none is open
+    while got is None:  # the open region runs on another device
+        r = state.region
+        flush("device_change", f"an op on tpu:{device} after ops on tpu:{r.device}")
+        got = _C.defer_record(program, leaves, device)
+    r, outs, n = got
     if n >= MAX_OPS or n % _LIVE_CHECK_EVERY == 0:
         after_record(r, n)
     return outs
