@@ -42,12 +42,12 @@ class _State:
         # autograd's device thread has the default mode.
         s = _state.state
         s.mode = name
+        _native.set_mode(name)
         if name != _state.DEFAULT_MODE or name == "defer_and_fuse":
             _state.keep_backward_on_this_thread(s)
-        _defer.set_active(name == "defer_and_fuse")
-        if name == _state.DEFAULT_MODE and name != "defer_and_fuse":
+        else:
             _state.restore_backward_threads(s)
-        _native.set_mode(name)
+        _defer.set_active(name == "defer_and_fuse")  # last: leaving the mode runs its region
 
     @property
     def check_finite(self) -> bool:
