@@ -96,7 +96,7 @@ def test_injected_fault_warns_with_a_repro_that_replays(fresh_torchtpu, monkeypa
     assert replay.returncode == 1, replay.stderr
     assert "reproduced: InternalError" in replay.stderr
     # ... and the IR beside it compiles and runs once the fault is gone.
-    from torchtpu.repro import replay as run_replay
+    from torchtpu.replay import replay as run_replay
 
     monkeypatch.delenv("TORCHTPU_INJECT_FAULT")
     assert run_replay(repro.removesuffix(".repro.py") + ".ir") == 0

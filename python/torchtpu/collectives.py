@@ -19,6 +19,8 @@ import re
 
 import torch
 
+from torchtpu.op_names import base_name
+
 # The functional collectives a graph may hold, by base name; wait_tensor completes one.
 FUNCTIONAL = (
     "_c10d_functional.all_reduce",
@@ -69,8 +71,6 @@ def in_process_group(group_name: str) -> Group | None:
 def split_reason(node) -> str | None:
     """Why a functional collective node cannot be inside the compiled program (the graph is
     split there), or None where it can."""
-    from torchtpu.exporter import base_name
-
     base = base_name(node.target)
     if base == WAIT:
         src = node.args[0] if node.args else None

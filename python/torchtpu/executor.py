@@ -98,7 +98,7 @@ def _compile_one_device(text: str, passes: str, donate: bool | None, name: str, 
 class IRProgram:
     """A program compiled straight from IR text (no FX graph): `input_types` is
     `[(torch dtype, shape)]`; calling it with a list of tensors returns its outputs.
-    Used to replay reproductions (`repro.replay`)."""
+    Used to replay reproductions (`replay.replay`)."""
 
     def __init__(self, text: str, passes: str, donate: bool | None):
         self.program = _C.compile(text, passes, donate)

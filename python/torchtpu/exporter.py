@@ -20,6 +20,7 @@ import torch.fx
 
 from torchtpu import index_checks
 from torchtpu.errors import OpArgumentError, UnsupportedError
+from torchtpu.op_names import base_name, op_name  # noqa: F401  (re-exported: callers name them here)
 
 IR_DTYPES = {
     torch.float16: "f16",
@@ -90,20 +91,6 @@ _COLLECTIVES = frozenset((
     "_c10d_functional.all_reduce", "_c10d_functional.all_gather_into_tensor", "_c10d_functional.reduce_scatter_tensor",
     "_c10d_functional.all_to_all_single", "_c10d_functional.broadcast", "_c10d_functional.wait_tensor",
 ))
-
-
-def op_name(target) -> str | None:
-    """`aten.add.Tensor` for an OpOverload, None for anything else."""
-    if isinstance(target, torch._ops.OpOverload):
-        ns, rest = target.name().split("::", 1)
-        name, _, overload = rest.partition(".")
-        return f"{ns}.{name}.{overload or 'default'}"
-    return None
-
-
-def base_name(target) -> str | None:
-    full = op_name(target)
-    return None if full is None else ".".join(full.split(".")[:2])
 
 
 def tensor_type(t, binding=None) -> str:

@@ -7,7 +7,10 @@ torchtpu bug, and writes here:
 - `NAME.ir`: the graph as exported (the compiler's input, `// passes:` and `// donate:` in its
   header), which `torchtpu-opt NAME.ir --pass-pipeline=... --emit=stablehlo` also replays;
 - `NAME.repro.py`: `python NAME.repro.py` compiles and runs that IR through `torchtpu._C` on
-  zero inputs of its declared types and exits 1 when the failure reproduces.
+  zero inputs of its declared types and exits 1 when the failure reproduces (`replay.py`).
+
+This module only writes (the failure policy calls it); replaying compiles, so it lives apart,
+above the executor, and nothing below imports it.
 
 The folder is `TORCHTPU_REPRO_DIR`, else `torchtpu-repro` under the system's temp folder.
 """
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 import traceback
 
@@ -37,7 +39,7 @@ Stage: {stage}. Replay with `python {script}` (exit status 1: the failure reprod
 import os
 import sys
 {fault}
-from torchtpu.repro import replay
+from torchtpu.replay import replay
 
 sys.exit(replay(os.path.join(os.path.dirname(os.path.abspath(__file__)), {ir!r})))
 '''
@@ -68,30 +70,3 @@ def write(name: str, ir_text: str | None, passes: str, donate: bool | None, erro
     with open(script, "w") as f:
         f.write(_SCRIPT.format(summary=summary, stage=stage, script=os.path.basename(script), ir=os.path.basename(base + ".ir"), passes=passes, fault=fault_line))
     return script
-
-
-def _header(text: str, key: str, default: str) -> str:
-    m = re.search(rf"^// {key}: (.*)$", text, re.M)
-    return m.group(1).strip() if m else default
-
-
-def replay(ir_path: str) -> int:
-    """Compiles and runs the IR at `ir_path` as the backend did; returns 1 when it fails with
-    a torchtpu error (the failure reproduced), 0 when it runs."""
-    import torch
-
-    from torchtpu.errors import TorchTPUError
-    from torchtpu.executor import compile_ir
-
-    with open(ir_path) as f:
-        text = f.read()
-    passes = _header(text, "passes", "")
-    donate = {"true": True, "false": False}.get(_header(text, "donate", "default"))
-    try:
-        run = compile_ir(text, passes, donate)
-        run([torch.zeros(shape, dtype=dtype) for dtype, shape in run.input_types])
-    except TorchTPUError as e:
-        print(f"reproduced: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    print("did not reproduce: the graph compiled and ran", file=sys.stderr)
-    return 0

@@ -1,0 +1,99 @@
+"""The Python package's layering (docs/architecture.md, "The eager device's modules"): no module
+of `torchtpu` (the device package's included) imports another that imports it back, at module
+level or inside a function, and the device's leaves import no other device module."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import torchtpu.device
+
+PACKAGE = pathlib.Path(torchtpu.device.__file__).parent
+ROOT = PACKAGE.parent
+LEAVES = {"_state", "_frames", "_guard", "_trace", "_attention", "_optim"}
+ALLOWED_BELOW = {"_buffers": {"_guard"}}
+
+
+def _imports() -> dict[str, set[str]]:
+    """Per module of the package, the package's modules it imports anywhere in its text."""
+    modules = {p.stem: p for p in PACKAGE.glob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "torchtpu.device":
+                    edges[name] |= {a.name for a in node.names if a.name in modules}
+                elif node.module.startswith("torchtpu.device."):
+                    edges[name].add(node.module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                edges[name] |= {a.name.split(".")[2] for a in node.names if a.name.startswith("torchtpu.device.")}
+        edges[name].discard(name)
+    return edges
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Per module of `torchtpu` (`device.X` for the device package's), the package's modules it
+    imports anywhere in its text."""
+    modules = {p.stem: p for p in ROOT.glob("*.py")} | {f"device.{p.stem}": p for p in PACKAGE.glob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+
+    def named(dotted: str) -> list[str]:
+        rest = dotted.removeprefix("torchtpu").lstrip(".")
+        return [rest] if rest in modules else []
+
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchtpu"):
+                targets = named(node.module)
+                if node.module in ("torchtpu", "torchtpu.device"):
+                    prefix = node.module.removeprefix("torchtpu").lstrip(".")
+                    targets = [t for a in node.names for t in named(f"torchtpu.{prefix + '.' if prefix else ''}{a.name}")]
+                edges[name] |= set(targets)
+            elif isinstance(node, ast.Import):
+                edges[name] |= {t for a in node.names for t in named(a.name)}
+        edges[name].discard(name)
+    return edges
+
+
+def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `edges` (depth-first search for a back edge), or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_device_package_has_no_import_cycle():
+    cycle = _find_cycle(_imports())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_package_has_no_import_cycle():
+    edges = _package_imports()
+    assert {"executor", "options", "policy", "repro", "replay", "device._defer"} <= set(edges)  # the walk sees them
+    cycle = _find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_leaves_import_no_device_module():
+    edges = _imports()
+    for leaf in LEAVES:
+        assert edges[leaf] == set(), (leaf, edges[leaf])
+    for module, allowed in ALLOWED_BELOW.items():
+        assert edges[module] <= allowed, (module, edges[module])
