@@ -39,9 +39,10 @@ class _Restore:
 
 
 def mode(name: str | None = None, *, check_finite: bool | None = None) -> _Restore:
-    """Sets the eager device's mode ("strict", "debug" or "defer_and_fuse") and, for debug, whether each op's
-    result is checked for NaN/Inf. Returns a context manager that restores the previous
-    setting on exit; `mode()` with no arguments changes nothing."""
+    """Sets the calling thread's eager device mode ("strict", "debug" or "defer_and_fuse") and,
+    for debug, whether each op's result is checked for NaN/Inf (other threads keep theirs; a
+    thread that never set one has TORCHTPU_EAGER_MODE's). Returns a context manager that
+    restores the previous setting on exit; `mode()` with no arguments changes nothing."""
     saved = {"mode": _modes.state.mode, "check_finite": _modes.state.check_finite}
     if name is not None:
         if name not in MODES:
