@@ -134,7 +134,7 @@ def nearest_difference(key) -> str:
     here, there = _describe(tokens[best_prefix]), _describe(o_tokens[best_prefix])
     if here == there:
         # The same text for two programs: say which is which rather than print one line twice.
-        (s, w), (os_, ow) = tokens[best_prefix], o_tokens[best_prefix]
+        s, os_ = tokens[best_prefix][0], o_tokens[best_prefix][0]  # the serials
         here += f" (program #{s})" if s != os_ else " (wired differently)"
         there += f" (program #{os_})" if s != os_ else ""
     return (
