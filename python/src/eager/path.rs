@@ -89,13 +89,15 @@ fn give_zeros<'py>(py: Python<'py>, flat: &mut Flat<'_, 'py>, recording: bool) -
             let s = slot.borrow();
             (s.code, s.shape.clone(), s.device as usize)
         };
-        let data = match zeros(py, code, &shape, device)? {
-            Some(buffer) => buffer.into_any(),
-            None => {
-                let dtype = slot.borrow().dtype.clone_ref(py);
-                let programs = py.import(pyo3::intern!(py, "torchtpu.device._programs"))?;
-                programs.getattr(pyo3::intern!(py, "zeros"))?.call1((shape, dtype, device))?
-            }
+        let given = slot.borrow().buffer.bind(py).clone();
+        let data = if !given.is_none() {
+            given // the storage is an earlier leaf too: it has its zeros already
+        } else if let Some(buffer) = zeros(py, code, &shape, device)? {
+            buffer.into_any()
+        } else {
+            let dtype = slot.borrow().dtype.clone_ref(py);
+            let programs = py.import(pyo3::intern!(py, "torchtpu.device._programs"))?;
+            programs.getattr(pyo3::intern!(py, "zeros"))?.call1((shape, dtype, device))?
         };
         slot.borrow_mut().buffer = data.clone().unbind();
         *leaf = match data.cast_into::<DeviceBuffer>() {
