@@ -25,7 +25,7 @@ pub use slot::Slot;
 
 use crate::device::DeviceBuffer;
 use crate::{py_error, Program};
-use cache::{OutType, Recordable, Results, Source, Write};
+use cache::{OutType, Recipe, Recordable, Results, Source, Write};
 
 /// What the native path did with a call.
 pub enum Answer {
@@ -52,7 +52,7 @@ fn eager_native_api(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyCapsule
 }
 
 /// Binds how the Python path just ran the call of `name` to that call's pending key (see
-/// `torchtpu.device._native.learn`): `program` (the `_programs.Program`: its executable, if
+/// `torchtpu.device._dispatch._teach_native`): `program` (the `_programs.Program`: its executable, if
 /// compiled yet, and where it was traced, what DeferAndFuse records), `sources` (per
 /// input: ("leaf", i) or ("const", DeviceBuffer)), `leaf_dtypes` (per tensor leaf: None for a tpu
 /// tensor, the IR dtype a CPU scalar is uploaded as), `n_floats` (float inputs after the
@@ -106,18 +106,21 @@ fn eager_learn(
         })
     };
     let checks = Some(program.getattr("checks")?).filter(|c| !c.is_none()).map(Bound::unbind);
-    let learnt = path::Learnt {
+    let compiled_once = pyo3::sync::PyOnceLock::new();
+    if let Some(c) = compiled {
+        let _ = compiled_once.set(py, c);
+    }
+    let recipe = Recipe {
         program: program.unbind(),
-        compiled,
+        compiled: compiled_once,
         record,
         checks,
         sources,
         leaf_dtypes,
         n_floats,
-        baked,
         results,
     };
-    Ok(path::learn(py, name, learnt))
+    Ok(path::learn(name, recipe, baked))
 }
 
 /// Per target: "whole", "base", or ("strided", the scatter's compiled program).

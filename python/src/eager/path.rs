@@ -11,7 +11,7 @@ use pyo3::types::PyWeakrefReference;
 use torchtpu_engine::ir::DType;
 use torchtpu_runtime::Buffer;
 
-use super::cache::{self, Entry, Lookup, Pending, Recipe, Recordable, Results, Source, Write, PENDING};
+use super::cache::{self, Entry, Lookup, OutType, Pending, Recipe, Results, Source, Write, PENDING};
 use super::defer::{self, Recorded};
 use super::key::{self, Arg, Flat, Leaf, Scalar, Written};
 use super::slot::Slot;
@@ -219,45 +219,20 @@ fn contiguous(sizes: &[i64], strides: &[i64]) -> bool {
     true
 }
 
-/// What `learn` is told by the Python path (`torchtpu.device._native.learn`).
-pub struct Learnt {
-    pub program: Py<PyAny>,
-    pub compiled: Option<Py<crate::Program>>,
-    pub record: Option<Recordable>,
-    pub checks: Option<Py<PyAny>>,
-    pub sources: Vec<Source>,
-    pub leaf_dtypes: Vec<Option<DType>>,
-    pub n_floats: usize,
-    pub baked: bool,
-    pub results: Results,
-}
-
-/// Binds `learnt` to the pending key of the call of `name` now in Python, if that call is the
-/// innermost pending one and its leaves are the ones the recipe reads. Returns whether it did.
-pub fn learn(py: Python<'_>, name: &str, learnt: Learnt) -> bool {
+/// Binds `recipe` (how the Python path just ran the call of `name`; `baked`: its floats are
+/// attributes, kept per value) to the pending key of that call, if it is the innermost pending
+/// one and its leaves are the ones the recipe reads. Returns whether it did.
+pub fn learn(name: &str, recipe: Recipe, baked: bool) -> bool {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let Some(top) = p.last_mut() else { return false };
-        let floats_match = if learnt.baked { learnt.n_floats == 0 } else { learnt.n_floats == top.float_bits.len() };
-        if top.learnt || top.name != name || top.n_leaves != learnt.leaf_dtypes.len() || !floats_match {
+        let floats_match = if baked { recipe.n_floats == 0 } else { recipe.n_floats == top.float_bits.len() };
+        if top.learnt || top.name != name || top.n_leaves != recipe.leaf_dtypes.len() || !floats_match {
             return false;
         }
         top.learnt = true;
-        let compiled = pyo3::sync::PyOnceLock::new();
-        if let Some(c) = learnt.compiled {
-            let _ = compiled.set(py, c);
-        }
-        let recipe = Entry::Run(Arc::new(Recipe {
-            program: learnt.program,
-            compiled,
-            record: learnt.record,
-            checks: learnt.checks,
-            sources: learnt.sources,
-            leaf_dtypes: learnt.leaf_dtypes,
-            n_floats: learnt.n_floats,
-            results: learnt.results,
-        }));
-        if learnt.baked {
+        let recipe = Entry::Run(Arc::new(recipe));
+        if baked {
             cache::insert(top.key.clone(), Entry::Baked);
             cache::insert(cache::with_values(&top.key, &top.float_bits), recipe);
         } else {
@@ -272,59 +247,26 @@ pub fn learn(py: Python<'_>, name: &str, learnt: Learnt) -> bool {
 /// device): the Python path runs it.
 fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Option<Vec<Made>>> {
     let device = flat.device.unwrap_or(0);
-    let n_leaves = flat.leaves.len();
-    if recipe.n_floats != 0 && recipe.n_floats != flat.floats.len() {
-        return Ok(None);
-    }
-    if flat.leaves.iter().any(|l| matches!(l, Leaf::Pending(_) | Leaf::Unwritten(_))) {
-        return Ok(None); // never: a pending value is a leaf only while recording
-    }
-    let mut scalars: Vec<Bound<'_, DeviceBuffer>> = Vec::new();
-    let mut inputs: Vec<&Buffer> = Vec::with_capacity(recipe.sources.len());
-    // Scalars first, so that `inputs` can borrow every buffer afterwards.
-    for source in &recipe.sources {
-        match source {
-            Source::Leaf(i) if *i < n_leaves => {
-                if let Leaf::Cpu(v) = &flat.leaves[*i] {
-                    let Some(dtype) = recipe.leaf_dtypes[*i] else { return Ok(None) };
-                    match scalar_buffer(py, dtype, v, device)? {
-                        Some(b) => scalars.push(b),
-                        None => return Ok(None),
-                    }
-                }
-            }
-            Source::Leaf(i) => {
-                let Some(&f) = flat.floats.get(*i - n_leaves) else { return Ok(None) };
-                match scalar_buffer(py, DType::F64, &Scalar::Float(f), device)? {
-                    Some(b) => scalars.push(b),
-                    None => return Ok(None),
-                }
-            }
-            Source::Const(b) => {
-                if b.get().device != device {
-                    return Ok(None);
-                }
-            }
+    let Some(values) = leaf_values(py, recipe, flat, device)? else { return Ok(None) };
+    let mut leaves: Vec<Bound<'_, DeviceBuffer>> = Vec::with_capacity(values.len());
+    for v in values {
+        match v.cast_into::<DeviceBuffer>() {
+            Ok(b) => leaves.push(b),
+            Err(_) => return Ok(None), // never: a pending value is a leaf only while recording
         }
     }
-    let mut next_scalar = scalars.iter();
+    let mut inputs: Vec<&Buffer> = Vec::with_capacity(recipe.sources.len());
     for source in &recipe.sources {
-        let buffer = match source {
-            Source::Leaf(i) if *i < n_leaves => match &flat.leaves[*i] {
-                Leaf::Device { buffer } => &buffer.get().buffer,
-                Leaf::Pending(_) | Leaf::Unwritten(_) => return Ok(None),
-                Leaf::Cpu(_) => &next_scalar.next().expect("one scalar per CPU leaf").get().buffer,
+        inputs.push(match source {
+            Source::Leaf(i) => match leaves.get(*i) {
+                Some(b) => &b.get().buffer,
+                None => return Ok(None),
             },
-            Source::Leaf(_) => &next_scalar.next().expect("one scalar per float").get().buffer,
-            Source::Const(b) => &b.get().buffer,
-        };
-        inputs.push(buffer);
+            Source::Const(b) if b.get().device == device => &b.get().buffer,
+            Source::Const(_) => return Ok(None),
+        });
     }
-    let targets: &[Written<'_, '_>] = match &recipe.results {
-        Results::New(_) => &[],
-        Results::InPlace(_) => &flat.tensors,
-        Results::Out(_) => &flat.outs,
-    };
+    let targets = targets(recipe, flat);
     if let Results::InPlace(writes) | Results::Out(writes) = &recipe.results {
         // A view's write reads its storage's buffer: it must be there before anything runs.
         for (w, t) in writes.iter().zip(targets) {
@@ -333,32 +275,17 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             }
         }
     }
-    let mut buffers = execute(py, &recipe.compiled(py)?.get().compiled, &inputs, device)?;
-    if let Some(sites) = &recipe.checks {
-        let flag = buffers.pop().expect("a checking program's last output is its flag");
-        add_check(py, flag.into_any(), sites)?;
-    }
-    let mut made = Vec::new();
+    let buffers = execute(py, &recipe.compiled(py)?.get().compiled, &inputs, device)?;
+    let outs = take_flag(py, recipe, buffers.into_iter().map(Bound::into_any).collect())?;
     match &recipe.results {
-        Results::New(types) => {
-            for (buffer, t) in buffers.into_iter().zip(types) {
-                let slot = Slot::new(
-                    buffer.into_any().unbind(),
-                    t.shape.clone(),
-                    t.dtype.clone_ref(py),
-                    t.code,
-                    device as i64,
-                );
-                made.push(Made { slot: Py::new(py, slot)?, code: t.code, shape: t.shape.clone(), device });
-            }
-        }
+        Results::New(types) => new_slots(py, outs, types, device).map(Some),
         Results::InPlace(writes) | Results::Out(writes) => {
-            for ((buffer, target), w) in buffers.into_iter().zip(targets).zip(writes) {
-                write(py, w, buffer, target, device)?;
+            for ((buffer, target), w) in outs.into_iter().zip(targets).zip(writes) {
+                write(py, w, buffer.cast_into::<DeviceBuffer>()?, target, device)?;
             }
+            Ok(Some(Vec::new()))
         }
     }
-    Ok(Some(made))
 }
 
 /// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as
@@ -366,27 +293,52 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
 /// untraced program, a write into a view).
 fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Option<Vec<Made>>> {
     let Some(recordable) = &recipe.record else { return Ok(None) };
+    if let Results::InPlace(writes) | Results::Out(writes) = &recipe.results {
+        if writes.iter().any(|w| matches!(w, Write::Strided(_))) {
+            return Ok(None);
+        }
+    }
     let device = flat.device.unwrap_or(0);
+    let Some(leaves) = leaf_values(py, recipe, flat, device)? else { return Ok(None) };
+    defer::note_backward(py)?;
+    let program = recipe.program.bind(py);
+    let what = Recorded { program, serial: recordable.serial, nbytes: &recordable.nbytes };
+    let Some((region, outs, n)) = defer::record(py, device, &what, &leaves)? else { return Ok(None) };
+    drop(leaves); // not a use of the inputs for the size check's live scan
+    let outs = take_flag(py, recipe, outs.into_iter().map(Bound::into_any).collect())?;
+    let made = match &recipe.results {
+        Results::New(types) => new_slots(py, outs, types, device)?,
+        Results::InPlace(writes) | Results::Out(writes) => {
+            for ((pending, target), w) in outs.into_iter().zip(targets(recipe, flat)).zip(writes) {
+                let mut s = target.slot.borrow_mut();
+                s.buffer = pending.unbind();
+                if matches!(w, Write::Whole) {
+                    s.shape = target.sizes.to_vec();
+                }
+            }
+            Vec::new()
+        }
+    };
+    defer::after_record(py, &region, n)?;
+    Ok(Some(made))
+}
+
+/// The program's leaves for this call, in the Python path's order: each tensor leaf's device
+/// buffer (or, while recording, pending value), each CPU scalar uploaded as the recipe says, then
+/// the floats as 0-d f64 inputs where the recipe takes them. None where this call cannot give
+/// them (a float count or scalar the recipe does not take, an unwritten storage left).
+fn leaf_values<'py>(
+    py: Python<'py>,
+    recipe: &Recipe,
+    flat: &Flat<'_, 'py>,
+    device: usize,
+) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
     if recipe.n_floats != 0 && recipe.n_floats != flat.floats.len() {
         return Ok(None);
     }
-    let targets: &[Written<'_, '_>] = match &recipe.results {
-        Results::New(_) => &[],
-        Results::InPlace(writes) | Results::Out(writes) => {
-            if writes.iter().any(|w| matches!(w, Write::Strided(_))) {
-                return Ok(None);
-            }
-            if matches!(recipe.results, Results::InPlace(_)) {
-                &flat.tensors
-            } else {
-                &flat.outs
-            }
-        }
-    };
-    defer::note_backward(py)?;
-    let mut leaves: Vec<Bound<'_, PyAny>> = Vec::with_capacity(flat.leaves.len() + flat.floats.len());
+    let mut values = Vec::with_capacity(flat.leaves.len() + recipe.n_floats);
     for (i, leaf) in flat.leaves.iter().enumerate() {
-        leaves.push(match leaf {
+        values.push(match leaf {
             Leaf::Device { buffer } => buffer.clone().into_any(),
             Leaf::Pending(p) => p.clone().into_any(),
             Leaf::Unwritten(_) => return Ok(None), // given zeros before (`give_zeros`)
@@ -400,43 +352,43 @@ fn record_op(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<O
     if recipe.n_floats != 0 {
         for &f in &flat.floats {
             let Some(b) = scalar_buffer(py, DType::F64, &Scalar::Float(f), device)? else { return Ok(None) };
-            leaves.push(b.into_any());
+            values.push(b.into_any());
         }
     }
-    let program = recipe.program.bind(py);
-    let what = Recorded { program, serial: recordable.serial, nbytes: &recordable.nbytes };
-    let Some((region, mut outs, n)) = defer::record(py, device, &what, &leaves)? else { return Ok(None) };
-    drop(leaves); // not a use of the inputs for the size check's live scan
+    Ok(Some(values))
+}
+
+/// The tensors an in-place or out= recipe writes: the first tpu leaves, or the out= tensors.
+fn targets<'f, 'a, 'py>(recipe: &Recipe, flat: &'f Flat<'a, 'py>) -> &'f [Written<'a, 'py>] {
+    match &recipe.results {
+        Results::New(_) => &[],
+        Results::InPlace(_) => &flat.tensors,
+        Results::Out(_) => &flat.outs,
+    }
+}
+
+/// A program's outputs without its index checks' flag (the last one, if it checks), which goes
+/// to the pending checks.
+fn take_flag<'py>(
+    py: Python<'py>,
+    recipe: &Recipe,
+    mut outs: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
     if let Some(sites) = &recipe.checks {
         let flag = outs.pop().expect("a checking program's last output is its flag");
-        add_check(py, flag.into_any(), sites)?;
+        add_check(py, flag, sites)?;
     }
-    let mut made = Vec::new();
-    match &recipe.results {
-        Results::New(types) => {
-            for (pending, t) in outs.into_iter().zip(types) {
-                let slot = Slot::new(
-                    pending.into_any().unbind(),
-                    t.shape.clone(),
-                    t.dtype.clone_ref(py),
-                    t.code,
-                    device as i64,
-                );
-                made.push(Made { slot: Py::new(py, slot)?, code: t.code, shape: t.shape.clone(), device });
-            }
-        }
-        Results::InPlace(writes) | Results::Out(writes) => {
-            for ((pending, target), w) in outs.into_iter().zip(targets).zip(writes) {
-                let mut s = target.slot.borrow_mut();
-                s.buffer = pending.into_any().unbind();
-                if matches!(w, Write::Whole) {
-                    s.shape = target.sizes.to_vec();
-                }
-            }
-        }
+    Ok(outs)
+}
+
+/// New result tensors' slots holding `outs` (device buffers, or pending values).
+fn new_slots(py: Python<'_>, outs: Vec<Bound<'_, PyAny>>, types: &[OutType], device: usize) -> PyResult<Vec<Made>> {
+    let mut made = Vec::with_capacity(types.len());
+    for (data, t) in outs.into_iter().zip(types) {
+        let slot = Slot::new(data.unbind(), t.shape.clone(), t.dtype.clone_ref(py), t.code, device as i64);
+        made.push(Made { slot: Py::new(py, slot)?, code: t.code, shape: t.shape.clone(), device });
     }
-    defer::after_record(py, &region, n)?;
-    Ok(Some(made))
+    Ok(made)
 }
 
 /// Hands an index-checking program's flag (a device buffer, or while recording a pending value)

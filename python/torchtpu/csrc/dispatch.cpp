@@ -344,6 +344,22 @@ struct DoneOnExit {
   }
 };
 
+// Runs the op through Rust: a hit natively, a miss through the Python path, which teaches Rust
+// the recipe (`done` ends the pending key). False where Rust does not take the call. GIL held.
+bool run_through_rust(const c10::OperatorHandle& op, const OpShape& shape, torch::jit::Stack* stack) {
+  int32_t r = try_native(op, shape, stack);
+  if (r == torchtpu::kHit) {
+    native_ops.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (r == torchtpu::kMiss) {
+    DoneOnExit done;
+    call_python(op, stack);
+    return true;
+  }
+  return false;
+}
+
 void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
   const OpShape& shape = shape_of(op);
   if (shape.view && api != nullptr) {
@@ -351,17 +367,8 @@ void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, 
     return;
   }
   pybind11::gil_scoped_acquire gil;
-  if (api != nullptr && native_on()) {
-    int32_t r = try_native(op, shape, stack);
-    if (r == torchtpu::kHit) {
-      native_ops.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    if (r == torchtpu::kMiss) {
-      DoneOnExit done;
-      call_python(op, stack);
-      return;
-    }
+  if (api != nullptr && native_on() && run_through_rust(op, shape, stack)) {
+    return;
   }
   call_python(op, stack);
 }
@@ -438,17 +445,8 @@ void native_copy(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
         native_ops.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-      if (dst.device() == src.device() && native_on()) {
-        int32_t answer = try_native(op, shape_of(op), stack);
-        if (answer == torchtpu::kHit) {
-          native_ops.fetch_add(1, std::memory_order_relaxed);
-          return;
-        }
-        if (answer == torchtpu::kMiss) {
-          DoneOnExit done;
-          call_python(op, stack);
-          return;
-        }
+      if (dst.device() == src.device() && native_on() && run_through_rust(op, shape_of(op), stack)) {
+        return;
       }
     }
   }
