@@ -234,7 +234,7 @@ impl Context {
         let t = Instant::now();
         let pm = PassManager::from_pipeline(&options.pipeline, options.pipeline_options.clone())
             .map_err(DriverError::Pipeline)?;
-        timings.passes = pm.run(&mut graph, dump).map_err(DriverError::Pipeline)?;
+        timings.passes = pm.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?;
         // A graph with a mesh is always propagated last, whatever the pipeline: lowering
         // needs every layout decided.
         let sharded = graph.mesh.is_some();
@@ -243,7 +243,7 @@ impl Context {
                 format!("{}{{reduce-scatter={}}}", PropagateSharding::NAME, options.sharding_target.reduce_scatter);
             let more =
                 PassManager::from_pipeline(&pass, options.pipeline_options.clone()).map_err(DriverError::Pipeline)?;
-            timings.passes.extend(more.run(&mut graph, dump).map_err(DriverError::Pipeline)?);
+            timings.passes.extend(more.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?);
         }
         timings.record("passes", t.elapsed());
 

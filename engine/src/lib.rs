@@ -14,6 +14,7 @@ pub mod distributed;
 mod graph_cache;
 mod host;
 pub mod legality;
+mod platform;
 mod replicated;
 mod resident;
 pub mod spmd;
@@ -21,6 +22,7 @@ pub mod spmd;
 pub use distributed::{configure_distributed, distributed_configuration, engine_started, Distributed};
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
 pub use host::HostTensor;
+pub use platform::Platform;
 pub use replicated::ReplicatedProgram;
 pub use torchtpu_compiler::analysis::memory::MemorySummary;
 pub use torchtpu_compiler::driver::{self, fault_injected, DriverError, Timings, FAULT_ENV};
@@ -130,7 +132,7 @@ pub struct Options {
     /// bigger ones are `LowerError::TooLarge` (see `DEFAULT_MAX_TENSOR_BYTES`).
     pub max_tensor_bytes: u64,
     /// What the plugin's partitioner does with layout changes; `Engine::compile` sets it from
-    /// the platform (see `sharding_target`).
+    /// the platform (`Platform::sharding_target`).
     pub sharding_target: torchtpu_compiler::sharding::Target,
     /// XLA option overrides for this graph's compile (`CompileOptions::xla_options`).
     pub xla_options: BTreeMap<String, XlaOption>,
@@ -230,21 +232,6 @@ pub fn supported_ops() -> Vec<&'static str> {
     torchtpu_compiler::registry::lowered_ops()
 }
 
-/// What a platform's XLA partitioner does with layout changes, for the sharding plan's
-/// predictions: XLA's CPU compiler has no pass that turns an all-reduce and a slice into a
-/// reduce-scatter (measured: a sum pinned to a split layout moved the whole tensor).
-pub fn sharding_target(platform: &str) -> torchtpu_compiler::sharding::Target {
-    torchtpu_compiler::sharding::Target { reduce_scatter: platform != "cpu" }
-}
-
-/// Whether a platform's executions can take donated input buffers. The CPU plugin reads every
-/// input in place from the caller's memory and never donates it (docs/runtime.md, "The per-call
-/// path"), so there an alias only makes XLA copy the output into the aliased buffer (2048^2
-/// matmul: ~10% of its time, benches/xla_options.py).
-pub fn donation_pays(platform: &str) -> bool {
-    platform != "cpu"
-}
-
 /// `TORCHTPU_MALLOC_TUNING=0` leaves the process's allocator as it was (see `Engine::new`).
 pub const MALLOC_TUNING_ENV: &str = "TORCHTPU_MALLOC_TUNING";
 
@@ -266,6 +253,8 @@ pub const HLO_SHARDING_V3: &str = "xla_enable_hlo_sharding_v3";
 /// portable and run on any of the devices (`engine/src/device.rs`); the first is the default.
 pub struct Engine {
     client: Client,
+    /// What differs by platform (donation, host memory, the partitioner, allocator tuning).
+    platform: Platform,
     device: Device,
     /// The client's addressable devices, in the plugin's order (the eager `tpu:N`).
     devices: Vec<Device>,
@@ -325,7 +314,8 @@ impl Engine {
             }
         };
         let device = client.first_device().map_err(|e| EngineError::Plugin(e.to_string()))?;
-        if client.platform_name() == "cpu" && std::env::var(MALLOC_TUNING_ENV).map_or(true, |v| v.trim() != "0") {
+        let platform = Platform::new(client.platform_name());
+        if platform.tunes_host_allocator() && std::env::var(MALLOC_TUNING_ENV).map_or(true, |v| v.trim() != "0") {
             // The CPU plugin mallocs each execution's buffers: kept for reuse instead of
             // being mapped, faulted in and zeroed afresh every call (docs/runtime.md).
             torchtpu_runtime::keep_freed_host_memory();
@@ -337,6 +327,7 @@ impl Engine {
         let devices = client.addressable_devices();
         Ok(Engine {
             client,
+            platform,
             device,
             devices,
             cache,
@@ -360,9 +351,15 @@ impl Engine {
         &self.client
     }
 
-    /// Whether graphs compiled here should alias outputs to inputs by default (`donation_pays`).
+    /// The platform the client runs on, and what the engine decides from it.
+    pub fn platform(&self) -> &Platform {
+        &self.platform
+    }
+
+    /// Whether graphs compiled here should alias outputs to inputs by default
+    /// (`Platform::donation_pays`).
     pub fn donates_by_default(&self) -> bool {
-        donation_pays(self.client.platform_name())
+        self.platform.donation_pays()
     }
 
     pub fn cache(&self) -> &ExecutableCache {
@@ -396,7 +393,7 @@ impl Engine {
         options: &Options,
         mut timings: Timings,
     ) -> Result<CompiledGraph, EngineError> {
-        let options = &Options { sharding_target: sharding_target(self.client.platform_name()), ..options.clone() };
+        let options = &Options { sharding_target: self.platform.sharding_target(), ..options.clone() };
         // Faults are injected before the caches that would skip their stage.
         if fault_injected("lower") {
             return Err(DriverError::Injected { stage: "lower" }.into());
@@ -775,12 +772,6 @@ impl CompiledGraph {
                 })
             })
             .collect()
-    }
-
-    /// `check_dlpack`, then `execute_host`.
-    pub fn execute_dlpack(&self, inputs: &[TensorView<'_>]) -> Result<Vec<Buffer>, EngineError> {
-        let memory = self.check_dlpack(inputs)?;
-        self.execute_host(&memory)
     }
 
     /// Runs on row-major host memory (`inputs[i]` holds input i, of its dense byte length)

@@ -176,7 +176,7 @@ impl DeviceBuffer {
     fn to_host(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.check_usable(py)?;
         guarded(py, "execute", || {
-            let in_host_memory = default_engine(py)?.client().platform_name() == "cpu";
+            let in_host_memory = default_engine(py)?.platform().buffers_in_host_memory();
             let read = || if in_host_memory { self.buffer.read_host_memory() } else { self.buffer.to_host() };
             let data = py.detach(read).map_err(|e| engine_error(py, &EngineError::Execute(e)))?;
             dlpack::host_capsule(py, data, self.buffer.element_type(), self.buffer.dims().to_vec())

@@ -457,7 +457,7 @@ fn compile(
             }
         }
         .map_err(|e| engine_error(py, &e))?;
-        let outputs_on_host = compiled.platform_name() == "cpu";
+        let outputs_on_host = engine.platform().buffers_in_host_memory();
         Ok(Program { compiled, outputs_on_host })
     })
 }
@@ -481,7 +481,7 @@ fn platform_name(py: Python<'_>) -> PyResult<String> {
 }
 
 /// Whether graphs alias outputs to inputs unless told (`donate=None`): not on the CPU plugin,
-/// which reads inputs in place and never donates them (`torchtpu_engine::donation_pays`).
+/// which reads inputs in place and never donates them (`torchtpu_engine::Platform::donation_pays`).
 #[pyfunction]
 fn donates_by_default(py: Python<'_>) -> PyResult<bool> {
     guarded(py, "compile", || Ok(default_engine(py)?.donates_by_default()))

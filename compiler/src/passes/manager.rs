@@ -134,16 +134,24 @@ impl PassManager {
         self.passes.iter().map(|p| p.name()).collect()
     }
 
-    /// Runs every pass in order; IR dumps go to `dump`. Returns per-pass results and timings.
     /// Whether the pipeline runs the pass `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.passes.iter().any(|p| p.name() == name)
     }
 
+    /// Runs every pass in order; IR dumps go to `dump`. Returns per-pass results and timings.
+    /// With `verify_each` the input is verified first (see [`PassManager::run_verified`]).
     pub fn run(&self, g: &mut Graph, dump: &mut dyn Write) -> Result<Vec<PassRun>, PipelineError> {
         if self.options.verify_each && !self.passes.is_empty() {
             verify(g).map_err(PipelineError::InvalidInput)?;
         }
+        self.run_verified(g, dump)
+    }
+
+    /// [`PassManager::run`] on a graph the caller has just verified (the driver verifies at
+    /// entry): the input is not verified again. With `verify_each`, the graph is verified
+    /// after each pass that changed it; one that reports no change left it as verified.
+    pub fn run_verified(&self, g: &mut Graph, dump: &mut dyn Write) -> Result<Vec<PassRun>, PipelineError> {
         let mut runs = Vec::with_capacity(self.passes.len());
         for pass in &self.passes {
             let name = pass.name();
@@ -154,7 +162,7 @@ impl PassManager {
             let changed =
                 pass.run(g).map_err(|e| PipelineError::PassFailed { pass: name.into(), reason: e.to_string() })?;
             let elapsed = start.elapsed();
-            if self.options.verify_each {
+            if self.options.verify_each && changed {
                 verify(g).map_err(|error| PipelineError::VerifyFailed { pass: name.into(), error })?;
             }
             if self.options.print_after_all || self.options.print_after.iter().any(|p| p == name) {
@@ -248,6 +256,33 @@ mod tests {
             PipelineOptions { verify_each: false, ..Default::default() },
         );
         assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
+    }
+
+    /// `Breaker`'s corruption, reported as no change: the contract is that such a pass left the
+    /// graph as it was, so the manager does not verify after it.
+    struct QuietBreaker;
+    impl Pass for QuietBreaker {
+        fn name(&self) -> &'static str {
+            "quiet-breaker"
+        }
+        fn description(&self) -> &'static str {
+            "corrupts the graph and says it changed nothing"
+        }
+        fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
+            Breaker.run(g).map(|_| false)
+        }
+    }
+
+    #[test]
+    fn only_a_pass_that_changed_the_graph_is_verified_after() {
+        let text = "graph @g(%x: f32[2, 3]) -> (f32[3, 2]) {\n  %0 = aten.permute.default(%x) {dims = [1, 0]} : f32[3, 2]\n  return %0\n}\n";
+        let mut g = parse_graph(text).unwrap();
+        let pm = PassManager::with_passes(vec![Box::new(QuietBreaker)], PipelineOptions::default());
+        assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
+        // The next pass that changes the graph is verified, and named.
+        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions::default());
+        let e = pm.run_verified(&mut g, &mut std::io::sink()).unwrap_err();
+        assert!(matches!(&e, PipelineError::VerifyFailed { pass, .. } if pass == "breaker"), "{e}");
     }
 
     #[test]
