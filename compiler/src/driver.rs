@@ -239,10 +239,9 @@ impl Context {
         // needs every layout decided.
         let sharded = graph.mesh.is_some();
         if sharded && !pm.contains(PropagateSharding::NAME) {
-            let pass =
-                format!("{}{{reduce-scatter={}}}", PropagateSharding::NAME, options.sharding_target.reduce_scatter);
-            let more =
-                PassManager::from_pipeline(&pass, options.pipeline_options.clone()).map_err(DriverError::Pipeline)?;
+            // Built with its typed target, not written as pipeline text and parsed back.
+            let pass = PropagateSharding::for_target(options.sharding_target);
+            let more = PassManager::with_passes(vec![Box::new(pass)], options.pipeline_options.clone());
             timings.passes.extend(more.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?);
         }
         timings.record("passes", t.elapsed());

@@ -25,6 +25,11 @@ impl PropagateSharding {
     pub const OPTIONS: &'static [(&'static str, &'static str)] =
         &[("reduce-scatter", "true (default) or false: whether the target's partitioner reduce-scatters")];
 
+    /// The pass for `target`, built directly (the driver's, with the target the engine gives).
+    pub fn for_target(target: Target) -> PropagateSharding {
+        PropagateSharding { target }
+    }
+
     pub fn create(opts: &PassOptions) -> Result<Box<dyn Pass>, String> {
         let mut pass = PropagateSharding::default();
         for (k, v) in opts {
