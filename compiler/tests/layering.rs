@@ -1,7 +1,7 @@
 //! The structure docs/architecture.md describes, checked on the sources: lowering does not
 //! reach into the passes, no lowering rule picks its behaviour by reading its op's name (the
 //! registry's parameter says it), and the Python extension reaches the compiler only through
-//! the engine.
+//! the engine, naming neither its driver nor its IR.
 
 use std::path::{Path, PathBuf};
 
@@ -52,4 +52,12 @@ fn no_rule_reads_its_op_name() {
 fn the_extension_reaches_the_compiler_only_through_the_engine() {
     let bad = offenders("python/src", &["torchtpu_compiler"]);
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn the_extension_only_marshals() {
+    // No driver runs and no IR rewriting in the extension: the engine's `text`, `Options`
+    // (with `MeshAnnotation`) and `Engine` are its whole interface to the compiler.
+    let bad = offenders("python/src", &["driver::", "ir::"]);
+    assert!(bad.is_empty(), "python/src names the compiler's driver or IR; give the engine a function: {bad:#?}");
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use torchtpu_compiler::ir::{Attr, Graph, TensorType};
 use torchtpu_runtime::{Buffer, CompileOptions, Device, Executable};
 
-use crate::{fault_injected, Engine, EngineError, Options, Timings};
+use crate::{fault_injected, DriverError, Engine, EngineError, Options, Timings};
 
 /// A compiled replicated program and the devices of its replicas, in replica order.
 pub struct ReplicatedProgram {
@@ -21,6 +21,17 @@ pub struct ReplicatedProgram {
 }
 
 impl Engine {
+    /// `compile_replicated` from IR text.
+    pub fn compile_replicated_text(
+        &self,
+        text: &str,
+        options: &Options,
+        devices: &[usize],
+    ) -> Result<ReplicatedProgram, EngineError> {
+        let graph = torchtpu_compiler::ir::parse_graph(text).map_err(DriverError::Parse)?;
+        self.compile_replicated(&graph, options, devices)
+    }
+
     /// Compiles `graph` to run once per device of `devices` (indices into the client's
     /// addressable devices; replica r on `devices[r]`). Every replica id the graph's
     /// collectives name must be below the replica count. Through the graph cache and the
@@ -122,7 +133,7 @@ impl ReplicatedProgram {
             if row.len() != self.inputs.len() {
                 return Err(EngineError::Arity { expected: self.inputs.len(), got: row.len() });
             }
-            crate::device::check_buffer_types(row, &self.inputs, &format!(" (replica {r})"))?;
+            crate::execute::check_buffer_types(row, &self.inputs, &format!(" (replica {r})"))?;
             for (index, b) in row.iter().enumerate() {
                 if !b.is_on(device).map_err(EngineError::Execute)? {
                     return Err(EngineError::Input {

@@ -70,7 +70,7 @@ fn donated_inputs_are_taken_and_kept_ones_are_not() {
     isolated_cache();
     let engine = default_engine().unwrap();
     // Aliased: the output pairs with the first f32[4] input, %x.
-    let options = Options { donate_inputs: true, ..Options::default() };
+    let options = Options::default().donating(true);
     let program = engine.compile(&parse_graph(AXPY).unwrap(), &options).unwrap();
     let x = engine.upload(&f32_bytes(&[1.0, 2.0, 3.0, 4.0]), DType::F32, &[4]).unwrap();
     let y = engine.upload(&f32_bytes(&[10.0, 20.0, 30.0, 40.0]), DType::F32, &[4]).unwrap();

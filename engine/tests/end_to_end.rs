@@ -243,7 +243,7 @@ fn donated_inputs_alias_outputs_and_results_stay_right() {
     // into the next call or into the caller's memory.
     let g = parse_graph(DONATING_BN).unwrap();
     let options = torchtpu_engine::Options::default();
-    assert!(options.donate_inputs, "the engine donates by default");
+    assert!(options.compiler.donate_inputs, "the engine donates by default");
     let (_, hlo) = torchtpu_engine::lower(&g, &options, torchtpu_compiler::lower::Format::Text).unwrap();
     let text = hlo.text().unwrap();
     assert!(text.contains("%arg0: tensor<2x4xf32> {tf.aliasing_output = 0 : i32}"), "{text}");
@@ -307,7 +307,7 @@ fn a_compile_says_where_its_program_came_from_and_carries_its_estimate() {
     let ir = "graph @fresh(%x: f32[3, 7]) -> (f32[3, 7]) {\n  %0 = aten.exp.default(%x) : f32[3, 7]\n  %1 = aten.neg.default(%0) : f32[3, 7]\n  return %1\n}\n";
     isolated_cache();
     let engine = torchtpu_engine::default_engine().unwrap();
-    let options = torchtpu_engine::Options { pipeline: "cse".into(), ..Default::default() };
+    let options = torchtpu_engine::Options::with_pipeline("cse");
     let first = engine.compile_text(ir, &options).unwrap();
     let second = engine.compile_text(ir, &options).unwrap();
     assert!(matches!(first.source().name(), "compiled" | "disk"), "{:?}", first.source());

@@ -33,7 +33,7 @@ fn the_engine_refuses_tensors_over_its_limit_before_compiling() {
         Ok(_) => panic!("compiled a 512 GiB graph"),
     }
     // The limit is an option (and part of the graph cache key).
-    let small = Options { max_tensor_bytes: 16, ..Options::default() };
+    let small = Options::default().with_max_tensor_bytes(16);
     let g = parse_graph(&unary("f32[8]")).unwrap();
     assert!(matches!(
         engine.compile(&g, &small),

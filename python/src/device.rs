@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use torchtpu_engine::ir::DType;
+use torchtpu_engine::DType;
 use torchtpu_engine::EngineError;
 use torchtpu_runtime::{Buffer, ElementType};
 

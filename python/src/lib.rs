@@ -24,9 +24,9 @@ use pyo3::types::{PyBytes, PyCapsule, PyDict};
 use pyo3::IntoPyObjectExt;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
-use torchtpu_engine::driver::{self, DriverError, Format, PipelineError};
-use torchtpu_engine::ir::{print_graph, DType};
-use torchtpu_engine::{EngineError, ErrorKind, MemorySummary, Timings, DEFAULT_PIPELINE};
+use torchtpu_engine::{
+    text, DType, EngineError, ErrorKind, MemorySummary, MeshAnnotation, TensorType, TextFault, DEFAULT_PIPELINE,
+};
 
 /// The `torchtpu.errors` exception for `kind` (unsupported, compile, plugin, execution,
 /// internal, ir, input, options) with its structured `fields`.
@@ -87,24 +87,19 @@ fn input_error(py: Python<'_>, e: &EngineError) -> PyErr {
     py_error(py, "input", &e.to_string(), &[("index", index)])
 }
 
-/// For text the user hands in (`canonical_ir`, `run_pipeline`): a parse or verifier error is
-/// `torchtpu.errors.IRError` (a ValueError, with line and col), a bad pipeline an
-/// `OptionsError` (a ValueError); anything else is internal.
-fn user_text_error(py: Python<'_>, e: &DriverError) -> PyErr {
-    let position = |line: Option<u32>, col: Option<u32>| {
-        [("line", line.and_then(|l| some(py, l))), ("col", col.and_then(|c| some(py, c)))]
-    };
-    match e {
-        DriverError::Parse(p) => {
-            py_error(py, "ir", &e.to_string(), &position(u32::try_from(p.line).ok(), u32::try_from(p.col).ok()))
-        }
-        DriverError::Verify(v) => {
-            py_error(py, "ir", &e.to_string(), &position(v.loc.map(|l| l.line), v.loc.map(|l| l.col)))
-        }
-        DriverError::Pipeline(
-            PipelineError::UnknownPass { .. } | PipelineError::Malformed { .. } | PipelineError::BadOptions { .. },
-        ) => py_error(py, "options", &e.to_string(), &[]),
-        e => internal(py, e.stage(), &e.to_string()),
+/// For text the user hands in (`canonical_ir`, `run_pipeline`, the `passes` option): a parse
+/// or verifier error is `torchtpu.errors.IRError` (a ValueError, with line and col), a bad
+/// pipeline an `OptionsError` (a ValueError); anything else as `engine_error` says.
+fn user_text_error(py: Python<'_>, e: &EngineError) -> PyErr {
+    match e.text_fault() {
+        Some(TextFault::Ir { line, col }) => py_error(
+            py,
+            "ir",
+            &e.to_string(),
+            &[("line", line.and_then(|l| some(py, l))), ("col", col.and_then(|c| some(py, c)))],
+        ),
+        Some(TextFault::Pipeline) => py_error(py, "options", &e.to_string(), &[]),
+        None => engine_error(py, e),
     }
 }
 
@@ -137,27 +132,20 @@ fn default_engine(py: Python<'_>) -> PyResult<&'static torchtpu_engine::Engine> 
 /// Parses IR text, verifies it, and prints it back in canonical form.
 #[pyfunction]
 fn canonical_ir(py: Python<'_>, text: &str) -> PyResult<String> {
-    guarded(py, "parse", || {
-        let g = torchtpu_engine::with_driver(|cx| cx.check_text(text, &mut Timings::default()))
-            .map_err(|e| user_text_error(py, &e))?;
-        Ok(print_graph(&g))
-    })
+    guarded(py, "parse", || text::canonical_ir(text).map_err(|e| user_text_error(py, &e)))
 }
 
 /// Runs a pass pipeline (`"canonicalize,cse,dce"`) over IR text and returns the result.
 #[pyfunction]
 fn run_pipeline(py: Python<'_>, text: &str, pipeline: &str) -> PyResult<String> {
-    guarded(py, "passes", || {
-        let options = driver::Options {
-            analyze: false,
-            donate_inputs: false,
-            emit: None,
-            ..driver::Options::with_pipeline(pipeline)
-        };
-        let c = torchtpu_engine::with_driver(|cx| cx.compile_text(text, &options, &mut std::io::sink()))
-            .map_err(|e| user_text_error(py, &e))?;
-        Ok(print_graph(&c.graph))
-    })
+    guarded(py, "passes", || text::run_pipeline(text, pipeline).map_err(|e| user_text_error(py, &e)))
+}
+
+/// Checks a pass pipeline (syntax, pass names, their options) without running it: a bad one
+/// is `torchtpu.errors.OptionsError`.
+#[pyfunction]
+fn check_pipeline(py: Python<'_>, pipeline: &str) -> PyResult<()> {
+    guarded(py, "passes", || text::check_pipeline(pipeline).map_err(|e| user_text_error(py, &e)))
 }
 
 /// Lowers IR text (after `pipeline`) to StableHLO text, in one driver run; with `with_ir`,
@@ -170,15 +158,10 @@ fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: Option<bool>, wi
             Some(d) => d,
             None => default_engine(py)?.donates_by_default(),
         };
-        let options =
-            torchtpu_engine::Options { donate_inputs: donate, ..torchtpu_engine::Options::with_pipeline(pipeline) };
-        let c = torchtpu_engine::with_driver(|cx| {
-            cx.compile_text(text, &options.driver(Some(Format::Text)), &mut std::io::sink())
-        })
-        .map_err(|e| engine_error(py, &EngineError::Compiler(e)))?;
-        let hlo = c.hlo.as_ref().and_then(|h| h.text()).unwrap_or_default().to_string();
+        let options = torchtpu_engine::Options::with_pipeline(pipeline).donating(donate);
+        let (ir, hlo) = text::lower_text(text, &options).map_err(|e| engine_error(py, &e))?;
         if with_ir {
-            Ok((print_graph(&c.graph), hlo).into_pyobject(py)?.into_any().unbind())
+            Ok((ir, hlo).into_pyobject(py)?.into_any().unbind())
         } else {
             Ok(hlo.into_pyobject(py)?.into_any().unbind())
         }
@@ -220,7 +203,7 @@ struct Program {
     outputs_on_host: bool,
 }
 
-fn types_of(ts: &[torchtpu_engine::ir::TensorType]) -> Vec<(String, Vec<i64>)> {
+fn types_of(ts: &[TensorType]) -> Vec<(String, Vec<i64>)> {
     ts.iter().map(|t| (t.dtype.name().to_string(), t.static_dims().unwrap_or_default())).collect()
 }
 
@@ -440,23 +423,13 @@ fn compile(
 ) -> PyResult<Program> {
     guarded(py, "compile", || {
         let engine = default_engine(py)?;
-        let options = torchtpu_engine::Options {
-            donate_inputs: donate.unwrap_or_else(|| engine.donates_by_default()),
-            xla_options: xla_options.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into())).collect(),
-            ..torchtpu_engine::Options::with_pipeline(pipeline)
-        };
-        let compiled = match mesh {
-            None => py.detach(|| engine.compile_text(text, &options)),
-            Some(mesh) => {
-                let mut graph = torchtpu_engine::ir::parse_graph(text)
-                    .map_err(|e| engine_error(py, &EngineError::Compiler(DriverError::Parse(e))))?;
-                let inputs = input_shardings.unwrap_or_else(|| vec![None; graph.inputs().len()]);
-                sharding::annotate(&mut graph, mesh, inputs, output_shardings)
-                    .map_err(|m| py_error(py, "sharding", &m, &[]))?;
-                py.detach(|| engine.compile(&graph, &options))
-            }
+        let mut options = torchtpu_engine::Options::with_pipeline(pipeline)
+            .donating(donate.unwrap_or_else(|| engine.donates_by_default()));
+        options.xla_options = xla_options.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into())).collect();
+        if let Some(axes) = mesh {
+            options = options.with_mesh(MeshAnnotation { axes, inputs: input_shardings, outputs: output_shardings });
         }
-        .map_err(|e| engine_error(py, &e))?;
+        let compiled = py.detach(|| engine.compile_text(text, &options)).map_err(|e| engine_error(py, &e))?;
         let outputs_on_host = engine.platform().buffers_in_host_memory();
         Ok(Program { compiled, outputs_on_host })
     })
@@ -590,6 +563,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FAULT_ENV", torchtpu_engine::FAULT_ENV)?;
     m.add_function(wrap_pyfunction!(canonical_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(check_pipeline, m)?)?;
+    m.add("DEFAULT_PIPELINE", DEFAULT_PIPELINE)?;
     m.add_function(wrap_pyfunction!(list_passes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_ir, m)?)?;

@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 
-use torchtpu_engine::{DriverError, EngineError, ReplicatedProgram as Compiled};
+use torchtpu_engine::ReplicatedProgram as Compiled;
 use torchtpu_runtime::Buffer;
 
 use crate::device::DeviceBuffer;
@@ -29,11 +29,9 @@ pub fn compile_replicated(
 ) -> PyResult<ReplicatedProgram> {
     guarded(py, "compile", || {
         let engine = default_engine(py)?;
-        let graph = torchtpu_engine::ir::parse_graph(text)
-            .map_err(|e| engine_error(py, &EngineError::Compiler(DriverError::Parse(e))))?;
         let options = torchtpu_engine::Options::with_pipeline(pipeline);
         let compiled =
-            py.detach(|| engine.compile_replicated(&graph, &options, &devices)).map_err(|e| engine_error(py, &e))?;
+            py.detach(|| engine.compile_replicated_text(text, &options, &devices)).map_err(|e| engine_error(py, &e))?;
         Ok(ReplicatedProgram { compiled, devices })
     })
 }

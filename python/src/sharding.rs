@@ -1,66 +1,15 @@
-//! SPMD programs from Python: a mesh and per-input layouts put onto parsed IR before it is
-//! compiled, and the sharding plan (layouts, origins, collectives) as dicts for
-//! `torchtpu.sharding.explain` and `torchtpu.stats()`.
+//! SPMD programs from Python: the wire forms of a mesh and its layouts (the engine annotates
+//! the graph with them, `torchtpu_engine::MeshAnnotation`), and the sharding plan (layouts,
+//! origins, collectives) as dicts for `torchtpu.sharding.explain` and `torchtpu.stats()`.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use torchtpu_engine::driver::ShardingPlan;
-use torchtpu_engine::ir::{Graph, Mesh, OpName, Origin, Sharding, Value};
+use torchtpu_engine::{Sharding, ShardingPlan};
 
 /// `(axis, size)` pairs as given by `torchtpu.Mesh.axes`.
 pub type WireMesh = Vec<(String, i64)>;
 /// Per input: None (replicated, unannotated) or the axes of each dim.
 pub type WireShardings = Vec<Option<Vec<Vec<String>>>>;
-
-/// Puts `mesh` and the inputs' layouts (user annotations) on `g`, checking each against its
-/// input's type, and pins the outputs given a layout in `outputs` (a backward graph's
-/// gradients, in their parameters' layouts) with a `tpu.sharding_constraint` each. A graph
-/// that already declares a mesh (a `sharding_constraint` in it) must declare the same one.
-pub fn annotate(
-    g: &mut Graph,
-    mesh: WireMesh,
-    inputs: WireShardings,
-    outputs: Option<WireShardings>,
-) -> Result<(), String> {
-    let mesh = Mesh { axes: mesh };
-    mesh.check()?;
-    if let Some(declared) = &g.mesh {
-        if *declared != mesh {
-            return Err(format!(
-                "the graph's constraints use the {declared}, its inputs the {mesh}: one mesh per graph"
-            ));
-        }
-    }
-    if inputs.len() != g.inputs().len() {
-        return Err(format!("{} input shardings for {} inputs", inputs.len(), g.inputs().len()));
-    }
-    for (i, (v, dims)) in g.input_values().into_iter().zip(inputs).enumerate() {
-        let Some(dims) = dims else { continue };
-        let s = Sharding { dims, partial: Vec::new(), origin: Origin::User };
-        s.check(&mesh, g.value_type(v)).map_err(|m| format!("input {i}: {m}"))?;
-        g.set_sharding(v, s);
-    }
-    if let Some(outputs) = outputs {
-        if outputs.len() != g.outputs().len() {
-            return Err(format!("{} output shardings for {} outputs", outputs.len(), g.outputs().len()));
-        }
-        let mut pinned = g.outputs().to_vec();
-        for (k, dims) in outputs.into_iter().enumerate() {
-            let Some(dims) = dims else { continue };
-            let v = pinned[k];
-            let ty = g.value_type(v).clone();
-            let s = Sharding { dims, partial: Vec::new(), origin: Origin::User };
-            s.check(&mesh, &ty).map_err(|m| format!("output {k}: {m}"))?;
-            let op = OpName::new("tpu", "sharding_constraint", None);
-            let id = g.add_op(op, vec![v], Default::default(), vec![ty]);
-            pinned[k] = Value::new(id, 0);
-            g.set_sharding(pinned[k], s);
-        }
-        g.set_outputs(pinned);
-    }
-    g.mesh = Some(mesh);
-    Ok(())
-}
 
 fn layout_dict<'py>(py: Python<'py>, s: &Sharding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);

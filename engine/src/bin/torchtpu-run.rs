@@ -121,7 +121,7 @@ fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let engine = default_engine()?;
     let start_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let options = Options { max_tensor_bytes: args.max_tensor_bytes, ..Options::with_pipeline(&args.pass_pipeline) };
+    let options = Options::with_pipeline(&args.pass_pipeline).with_max_tensor_bytes(args.max_tensor_bytes);
     let compiled = engine.compile(&graph, &options)?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
     let inputs: Vec<HostTensor> = compiled.input_types().iter().map(input_for).collect::<Result<_>>()?;

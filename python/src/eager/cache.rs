@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use torchtpu_engine::ir::DType;
+use torchtpu_engine::DType;
 
 use crate::device::DeviceBuffer;
 use crate::Program;

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use torchtpu_engine::ir::DType;
+use torchtpu_engine::DType;
 
 pub use slot::Slot;
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
-use torchtpu_engine::ir::DType;
+use torchtpu_engine::DType;
 use torchtpu_runtime::Buffer;
 
 use super::cache::{self, Entry, Lookup, OutType, Pending, Recipe, Results, Source, Write, PENDING};

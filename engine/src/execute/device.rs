@@ -1,54 +1,12 @@
 //! Device-resident execution for the eager `tpu` device and for compiled graphs whose inputs
 //! already live on the device: buffers in, buffers out, nothing copied through the host.
 //! One-device programs are portable executables, so each runs on the device the caller names
-//! (`tpu:N` is the client's N-th addressable device) and its outputs live there.
+//! (`tpu:N` is the client's N-th addressable device, `Engine::device`) and its outputs live there.
 
 use torchtpu_runtime::{Buffer, Device};
 
-use crate::ir::{DType, TensorType};
-use crate::{element_type, fault_injected, CompiledGraph, Engine, EngineError};
-
-impl Engine {
-    /// The client's addressable devices, in the plugin's order: device `i` is the eager `tpu:i`.
-    pub fn devices(&self) -> &[Device] {
-        &self.devices
-    }
-
-    /// Device `index`, or an input error naming how many there are.
-    pub fn device(&self, index: usize) -> Result<&Device, EngineError> {
-        self.devices.get(index).ok_or_else(|| EngineError::Input {
-            index: 0,
-            expected: format!("a device index below {}", self.devices.len()),
-            got: format!("device {index}"),
-        })
-    }
-
-    /// Copies a dense row-major host array of `dtype` and shape `dims` to the first device.
-    pub fn upload(&self, data: &[u8], dtype: DType, dims: &[i64]) -> Result<Buffer, EngineError> {
-        self.upload_to(data, dtype, dims, 0)
-    }
-
-    /// Copies a dense row-major host array of `dtype` and shape `dims` to device `device`.
-    pub fn upload_to(&self, data: &[u8], dtype: DType, dims: &[i64], device: usize) -> Result<Buffer, EngineError> {
-        let target = self.device(device)?;
-        let ty = element_type(dtype);
-        let expected = torchtpu_runtime::dense_byte_size(ty, dims).map_err(EngineError::Execute)?;
-        if data.len() != expected {
-            return Err(EngineError::Input {
-                index: 0,
-                expected: format!("{expected} bytes for {dtype:?}{dims:?}"),
-                got: format!("{} bytes", data.len()),
-            });
-        }
-        self.client.buffer_from_host(data, ty, dims, target).map_err(EngineError::Execute)
-    }
-
-    /// A copy of `buffer` on device `device` (another device than its own: PJRT refuses a copy
-    /// onto the same one), made by the plugin device to device (`PJRT_Buffer_CopyToDevice`).
-    pub fn copy_to_device(&self, buffer: &Buffer, device: usize) -> Result<Buffer, EngineError> {
-        buffer.copy_to_device(self.device(device)?).map_err(EngineError::Execute)
-    }
-}
+use crate::ir::TensorType;
+use crate::{element_type, fault_injected, CompiledGraph, EngineError};
 
 impl CompiledGraph {
     /// Runs on device buffers (each checked against the compiled input type) and returns the
