@@ -11,8 +11,9 @@ use torchtpu_compiler::lower::{Format, StableHlo};
 use torchtpu_runtime::{CompileOptions, XlaOption};
 
 use crate::annotate::annotate;
+use crate::graph_cache::GraphAnalyses;
 use crate::program::{dense_bytes, Spmd};
-use crate::{default_engine, graph_key, CompiledGraph, Engine, EngineError, MemorySummary, Options, CPU_DEVICES_ENV};
+use crate::{default_engine, graph_key, CompiledGraph, Engine, EngineError, Options, CPU_DEVICES_ENV};
 
 thread_local! {
     // An MLIR context is not thread-safe and costs milliseconds to make: one per thread.
@@ -83,7 +84,8 @@ impl Engine {
         if fault_injected("lower") {
             return Err(DriverError::Injected { stage: "lower" }.into());
         }
-        let Lowered { code, memory, mut plan, graph_cache_hit } = self.lowered(graph, options, &mut timings)?;
+        let Lowered { code, analyses: GraphAnalyses { memory, sharding }, graph_cache_hit } =
+            self.lowered(graph, options, &mut timings)?;
         let spmd = match &graph.mesh {
             None => None,
             Some(mesh) => {
@@ -97,16 +99,10 @@ impl Engine {
                         devices.len()
                     )));
                 }
-                // A graph-cache hit skipped the analyses: the plan is cheap to recompute.
-                let plan = match plan.take() {
-                    Some(p) => p,
-                    None => {
-                        with_driver(|cx| cx.compile_graph(graph.clone(), &options.driver(None), &mut std::io::sink()))?
-                            .analyses
-                            .sharding
-                            .expect("a graph with a mesh has a sharding plan")
-                    }
-                };
+                let plan = sharding.ok_or_else(|| EngineError::Bug {
+                    stage: "analyses",
+                    message: format!("graph {} has a mesh but no sharding plan", graph.name),
+                })?;
                 Some(Spmd {
                     plan,
                     devices: devices[..n as usize].to_vec(),
@@ -166,19 +162,18 @@ impl Engine {
     }
 }
 
-/// A graph as StableHLO bytecode, from the graph cache or the driver (`Engine::lowered`).
+/// A graph as StableHLO bytecode and its analyses, from the graph cache or the driver
+/// (`Engine::lowered`).
 pub(crate) struct Lowered {
     pub(crate) code: Arc<Vec<u8>>,
-    pub(crate) memory: MemorySummary,
-    /// The sharding plan, when the driver ran (a cache hit skipped the analyses).
-    pub(crate) plan: Option<torchtpu_compiler::driver::ShardingPlan>,
+    pub(crate) analyses: GraphAnalyses,
     pub(crate) graph_cache_hit: bool,
 }
 
 impl Engine {
     /// The graph cache first: a graph seen before (same canonical IR and options) skips the
-    /// passes and the lowering, and its entry keeps the memory estimate. Else the driver, once,
-    /// its result stored. PJRT gets bytecode: about 10x cheaper to write than text.
+    /// passes and the lowering, and its entry keeps every analysis (memory estimate, sharding
+    /// plan). Else the driver, once, its result stored. PJRT gets bytecode: about 10x cheaper to write than text.
     pub(crate) fn lowered(
         &self,
         graph: &Graph,
@@ -187,23 +182,22 @@ impl Engine {
     ) -> Result<Lowered, EngineError> {
         let t = Instant::now();
         let key = graph_key(&print_graph(graph), &options.cache_component());
-        let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, MemorySummary::from_meta(&e.meta)?)));
+        let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, GraphAnalyses::from_meta(&e.meta)?)));
         timings.record("graph_cache", t.elapsed());
-        if let Some((code, memory)) = cached {
-            return Ok(Lowered { code, memory, plan: None, graph_cache_hit: true });
+        if let Some((code, analyses)) = cached {
+            return Ok(Lowered { code, analyses, graph_cache_hit: true });
         }
-        // A miss, or an entry without a readable estimate (written before entries had one):
-        // lower again and store both.
+        // A miss, or an entry whose analyses do not read back: lower again and store both.
         let c = with_driver(|cx| {
             cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
         })?;
         let seconds = c.timings.total().as_secs_f64();
         timings.stages.extend(c.timings.stages);
         timings.passes = c.timings.passes;
-        let memory = c.analyses.memory.unwrap_or_default();
+        let analyses = GraphAnalyses { memory: c.analyses.memory.unwrap_or_default(), sharding: c.analyses.sharding };
         let code = c.hlo.expect("the driver lowers when asked to emit").code;
-        let entry = self.graphs.put_entry_named(&key, code, &memory.to_meta(), Some(&graph.name), seconds);
-        Ok(Lowered { code: entry.code, memory, plan: c.analyses.sharding, graph_cache_hit: false })
+        let entry = self.graphs.put_entry_named(&key, code, &analyses.to_meta(), Some(&graph.name), seconds);
+        Ok(Lowered { code: entry.code, analyses, graph_cache_hit: false })
     }
 }
 

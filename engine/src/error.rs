@@ -30,6 +30,9 @@ pub enum EngineError {
     /// `DriverError::Injected`).
     #[error("fault injected at stage '{stage}' ({FAULT_ENV})")]
     Injected { stage: &'static str },
+    /// A torchtpu bug the engine caught (an analysis missing where the graph needs it).
+    #[error("torchtpu bug at stage '{stage}': {message}")]
+    Bug { stage: &'static str, message: String },
 }
 
 /// What an error means to a caller deciding between falling back, raising and reporting a
@@ -76,7 +79,7 @@ impl EngineError {
             EngineError::Execute(_) => ErrorKind::Execution,
             EngineError::Input { .. } | EngineError::Arity { .. } => ErrorKind::Input,
             EngineError::Sharding(_) => ErrorKind::Sharding,
-            EngineError::Injected { stage } => ErrorKind::Internal { stage },
+            EngineError::Injected { stage } | EngineError::Bug { stage, .. } => ErrorKind::Internal { stage },
         }
     }
 }

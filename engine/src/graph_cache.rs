@@ -5,19 +5,21 @@
 //! LRU eviction shared with the executable level; `docs/cache.md`). This file only says what
 //! the key is made of and what the payload holds.
 //!
-//! Payload: the length of `meta` (u64, little-endian), `meta` (UTF-8; the engine stores the
-//! compiler's memory estimate there, so a hit carries it), then the bytecode. The store
+//! Payload: the length of `meta` (u64, little-endian), `meta` (UTF-8: the analyses a compile
+//! needs besides the code, as JSON, `GraphAnalyses`, so a hit runs no pipeline), then the bytecode. The store
 //! checksums all of it; a damaged entry is a miss that is removed and reported, never trusted.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
+use torchtpu_compiler::driver::{MemorySummary, ShardingPlan};
 use torchtpu_runtime::store::{fingerprint, named_digest, sha256_hex, Components, NewEntry, Read, Slot};
 use torchtpu_runtime::{CacheDigest, DiskCache, Level, Store};
 
-/// Encoding version of [`graph_key`].
-const KEY_VERSION: &str = "v1";
+/// Encoding version of [`graph_key`] (v2: the sidecar is `GraphAnalyses` as JSON).
+const KEY_VERSION: &str = "v2";
 /// What the payload is.
 const FORMAT: &str = "mlir-bytecode";
 
@@ -28,6 +30,27 @@ pub struct GraphCacheStats {
     pub misses: u64,
     /// Damaged disk entries that were discarded.
     pub discarded: u64,
+}
+
+/// The driver's analyses a compile needs besides the code, kept in an entry's sidecar: the
+/// memory estimate and, for a graph with a mesh, its sharding plan (how inputs are split and
+/// outputs assembled). A hit thus needs no pass to run again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphAnalyses {
+    pub memory: MemorySummary,
+    pub sharding: Option<ShardingPlan>,
+}
+
+impl GraphAnalyses {
+    pub fn to_meta(&self) -> String {
+        serde_json::to_string(self).expect("analyses are plain data")
+    }
+
+    /// The analyses `to_meta` wrote; None for a sidecar that is not (an entry of an older
+    /// layout or a damaged one: the caller lowers again and overwrites it).
+    pub fn from_meta(meta: &str) -> Option<GraphAnalyses> {
+        serde_json::from_str(meta).ok()
+    }
 }
 
 /// One graph-cache entry: the lowered bytecode and its sidecar (`meta`, e.g. the compiler's
@@ -248,6 +271,26 @@ mod tests {
         assert_eq!(entries.len(), 1, "{entries:?}");
         assert_eq!(entries[0].level, Level::Graph);
         entries[0].path.clone()
+    }
+
+    #[test]
+    fn analyses_round_trip_through_the_sidecar_and_an_old_one_is_no_entry() {
+        use torchtpu_compiler::ir::{Mesh, Origin, Sharding};
+        let split = Sharding { dims: vec![vec!["dp".into()], vec![]], partial: vec![], origin: Origin::User };
+        let a = GraphAnalyses {
+            memory: MemorySummary { peak_bytes: 96, peak_at: Some("%0 (a;b\\c=\"d\")".into()), ..Default::default() },
+            sharding: Some(ShardingPlan {
+                mesh: Mesh { axes: vec![("dp".into(), 2)] },
+                inputs: vec![split.clone()],
+                outputs: vec![Sharding { origin: Origin::Rule("dot".into()), ..split }],
+                collectives: vec![],
+                total_bytes_per_device: 48,
+            }),
+        };
+        assert_eq!(GraphAnalyses::from_meta(&a.to_meta()), Some(a));
+        // v1 sidecars were `key=value;` pairs: not analyses, so the graph is lowered again.
+        assert_eq!(GraphAnalyses::from_meta("peak_bytes=1;"), None);
+        assert_eq!(GraphAnalyses::from_meta(""), None);
     }
 
     #[test]

@@ -147,3 +147,20 @@ graph @big(%arg0: f32[64] sharding<[{"x"}]>) -> (f32[64]) {
     assert_eq!(err.kind(), ErrorKind::Sharding);
     assert!(err.to_string().contains("needs 64 devices"), "{err}");
 }
+
+/// A graph-cache hit of an SPMD graph carries its sharding plan in the entry: no pass runs,
+/// and the program is the one the driver planned.
+#[test]
+fn an_spmd_graph_cache_hit_runs_no_pipeline() {
+    isolated_cache();
+    let engine = torchtpu_engine::default_engine().unwrap();
+    // Its own graph name, so no other test of this file fills the entry first.
+    let text = MLP.replace("@mlp", "@mlp_hit");
+    let first = engine.compile(&parse_graph(&text).unwrap(), &Default::default()).unwrap();
+    let second = engine.compile(&parse_graph(&text).unwrap(), &Default::default()).unwrap();
+    assert!(second.graph_cache_hit());
+    let stages: Vec<&str> = second.timings().stages.iter().map(|(s, _)| *s).collect();
+    assert!(second.timings().passes.is_empty() && !stages.contains(&"passes"), "{stages:?}");
+    assert_eq!(second.sharding(), first.sharding());
+    assert_eq!(second.sharding().unwrap().collectives.len(), 1);
+}

@@ -309,7 +309,7 @@ pub fn node_name(g: &Graph, id: NodeId) -> String {
 
 /// An estimate as data that outlives its graph (the driver's result, a graph-cache entry's
 /// sidecar): the node at the peak by its printed name, and what donation changes.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MemorySummary {
     pub peak_bytes: u64,
     /// The node at the peak as printed (`node_name`); None for a graph without ops.
@@ -376,67 +376,6 @@ impl MemorySummary {
             s.push_str("; symbolic dims counted as 0 bytes");
         }
         s
-    }
-
-    /// `key=value;` pairs (what a graph-cache entry keeps beside its code); `from_meta` reads
-    /// them back.
-    pub fn to_meta(&self) -> String {
-        let mut s = format!(
-            "peak_bytes={};input_bytes={};output_bytes={};allocated_bytes={};buffers={};has_symbolic={};\
-             donated_inputs={};donated_bytes={};peak_bytes_without_donation={};",
-            self.peak_bytes,
-            self.input_bytes,
-            self.output_bytes,
-            self.allocated_bytes,
-            self.buffers,
-            self.has_symbolic,
-            self.donated_inputs,
-            self.donated_bytes,
-            self.peak_bytes_without_donation
-        );
-        if let Some(p) = &self.peak_at {
-            // Escaped: a name holds no ';' today, but the format must not depend on it.
-            s.push_str(&format!("peak_at={};", p.replace('\\', "\\\\").replace(';', "\\;")));
-        }
-        s
-    }
-
-    /// The summary `to_meta` wrote; None when a field is missing or malformed.
-    pub fn from_meta(meta: &str) -> Option<MemorySummary> {
-        let mut fields: HashMap<&str, String> = HashMap::new();
-        let mut rest = meta;
-        while !rest.is_empty() {
-            let eq = rest.find('=')?;
-            let key = &rest[..eq];
-            let mut value = String::new();
-            let mut chars = rest[eq + 1..].char_indices();
-            let mut end = None;
-            while let Some((i, c)) = chars.next() {
-                match c {
-                    '\\' => value.push(chars.next()?.1),
-                    ';' => {
-                        end = Some(eq + 1 + i + 1);
-                        break;
-                    }
-                    c => value.push(c),
-                }
-            }
-            fields.insert(key, value);
-            rest = &rest[end?..];
-        }
-        let num = |k: &str| fields.get(k)?.parse::<u64>().ok();
-        Some(MemorySummary {
-            peak_bytes: num("peak_bytes")?,
-            peak_at: fields.get("peak_at").cloned(),
-            input_bytes: num("input_bytes")?,
-            output_bytes: num("output_bytes")?,
-            allocated_bytes: num("allocated_bytes")?,
-            buffers: usize::try_from(num("buffers")?).ok()?,
-            has_symbolic: fields.get("has_symbolic")?.parse().ok()?,
-            donated_inputs: usize::try_from(num("donated_inputs")?).ok()?,
-            donated_bytes: num("donated_bytes")?,
-            peak_bytes_without_donation: num("peak_bytes_without_donation")?,
-        })
     }
 }
 
@@ -506,15 +445,10 @@ mod tests {
     }
 
     #[test]
-    fn summaries_round_trip_through_their_meta_line() {
+    fn a_summary_names_its_peak_and_what_donation_saves() {
         let g = parse("graph @g(%x: f32[2, 4], %mean: f32[4]) -> (f32[2, 4], f32[4]) {\n  %0 = aten.relu.default(%x) : f32[2, 4]\n  %1 = aten.mul.Tensor(%mean) {other = 0.9} : f32[4]\n  return %0, %1\n}\n").unwrap();
         let s = MemorySummary::with_donation(&g, &[0, 1]).unwrap();
         assert_eq!((s.donated_inputs, s.donated_bytes, s.peak_bytes_without_donation), (2, 48, 96));
         assert_eq!(s.peak_at.as_deref(), Some("%0 (aten.relu.default)"));
-        assert_eq!(MemorySummary::from_meta(&s.to_meta()), Some(s.clone()));
-        let odd = MemorySummary { peak_at: Some("a;b\\c=d".into()), ..s };
-        assert_eq!(MemorySummary::from_meta(&odd.to_meta()), Some(odd));
-        assert_eq!(MemorySummary::from_meta(""), None);
-        assert_eq!(MemorySummary::from_meta("peak_bytes=1;"), None);
     }
 }

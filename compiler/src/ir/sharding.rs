@@ -11,7 +11,7 @@ use std::fmt;
 use super::types::{Dim, TensorType};
 
 /// A named, row-major grid of devices.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Mesh {
     pub axes: Vec<(String, i64)>,
 }
@@ -74,7 +74,7 @@ impl fmt::Display for Mesh {
 }
 
 /// Where a value's sharding came from (what `torchtpu.sharding.explain` reports).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Origin {
     /// A user annotation: `torchtpu.shard` on an input, or `sharding_constraint`.
     User,
@@ -111,7 +111,7 @@ impl Origin {
 }
 
 /// How one value is laid out over the mesh.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Sharding {
     /// Per tensor dim, the mesh axes that split it, major to minor (empty: whole on every device).
     pub dims: Vec<Vec<String>>,

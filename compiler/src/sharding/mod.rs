@@ -15,7 +15,7 @@ use crate::ir::{Attr, Graph, Mesh, NodeKind, Origin, Sharding, TensorType, Value
 
 /// One collective the propagation planned (a `tpu.reshard` or a user's constraint; local
 /// slices, which move nothing, are not collectives).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PlannedCollective {
     /// The layout node in the IR after the passes (`%12`).
     pub node: String,
@@ -31,7 +31,7 @@ pub struct PlannedCollective {
 
 /// The sharding analysis of a propagated graph: every input's and output's layout, the
 /// collectives, and the bytes each device receives per call.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ShardingPlan {
     pub mesh: Mesh,
     pub inputs: Vec<Sharding>,
