@@ -1,7 +1,7 @@
 //! The structure docs/architecture.md describes, checked on the sources: lowering does not
 //! reach into the passes, no lowering rule picks its behaviour by reading its op's name (the
 //! registry's parameter says it), and the Python extension reaches the compiler only through
-//! the engine, naming neither its driver nor its IR.
+//! the engine, naming neither its driver nor its IR; the disk store imports nothing around it.
 
 use std::path::{Path, PathBuf};
 
@@ -60,4 +60,15 @@ fn the_extension_only_marshals() {
     // (with `MeshAnnotation`) and `Engine` are its whole interface to the compiler.
     let bad = offenders("python/src", &["driver::", "ir::"]);
     assert!(bad.is_empty(), "python/src names the compiler's driver or IR; give the engine a function: {bad:#?}");
+}
+
+#[test]
+fn the_disk_store_is_a_leaf() {
+    // The store keeps opaque payloads under keys: it names nothing of the runtime around it
+    // (PJRT client, plugin, runtime errors), only itself.
+    let bad: Vec<String> = offenders("runtime/src/store", &["crate::"])
+        .into_iter()
+        .filter(|l| l.split("crate::").skip(1).any(|rest| !rest.starts_with("store")))
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
 }

@@ -7,8 +7,8 @@ use sha2::{Digest, Sha256};
 use crate::client::Client;
 use crate::error::Result;
 use crate::options::CompileOptions;
-use crate::plugin_file::hex;
-use crate::store::{named_digest, Components};
+pub use crate::store::CacheDigest;
+use crate::store::{hex, named_digest, Components};
 
 /// torchtpu's version, part of every persistent key.
 pub const TORCHTPU_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -30,23 +30,6 @@ pub struct CacheKey<'a> {
     pub plugin_sha256: &'a str,
     /// [`TORCHTPU_VERSION`].
     pub torchtpu_version: &'a str,
-}
-
-/// SHA-256 of a [`CacheKey`]'s encoding.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheDigest(pub [u8; 32]);
-
-impl CacheDigest {
-    /// Lower-case hex, 64 characters.
-    pub fn hex(&self) -> String {
-        hex(&self.0)
-    }
-}
-
-impl std::fmt::Debug for CacheDigest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CacheDigest({})", self.hex())
-    }
 }
 
 impl<'a> CacheKey<'a> {

@@ -233,22 +233,22 @@ impl DiskCache {
             graph_name: meta.graph_name.clone(),
             compile_seconds: meta.compile_seconds,
         };
-        self.store.put(&slot, payload, &new)
+        self.store.put(&slot, payload, &new).map_err(Into::into)
     }
 
     /// Every entry of both levels, most recently used first (see [`Store::entries`]).
     pub fn entries(&self) -> Result<Vec<EntryInfo>> {
-        self.store.entries()
+        self.store.entries().map_err(Into::into)
     }
 
     /// The one entry (either level) whose key starts with `prefix`.
     pub fn find(&self, prefix: &str) -> Result<EntryInfo> {
-        self.store.find(prefix)
+        self.store.find(prefix).map_err(Into::into)
     }
 
     /// Totals over both levels, and per level.
     pub fn summary(&self) -> Result<CacheSummary> {
-        self.store.summary()
+        self.store.summary().map_err(Into::into)
     }
 
     /// Whether the cache folder exists at all.
@@ -296,17 +296,17 @@ impl DiskCache {
     /// Removes entries (both levels) unused for longer than `older_than`, then evicts
     /// least-recently-used ones until everything fits in `max_size`.
     pub fn prune(&self, max_size: Option<u64>, older_than: Option<std::time::Duration>) -> Result<PruneReport> {
-        self.store.prune(max_size, older_than)
+        self.store.prune(max_size, older_than).map_err(Into::into)
     }
 
     /// Evicts least-recently-used entries (never `protect`) until everything fits.
     pub fn evict_to(&self, max_bytes: u64, protect: Option<&Path>) -> Result<PruneReport> {
-        self.store.evict_to(max_bytes, protect)
+        self.store.evict_to(max_bytes, protect).map_err(Into::into)
     }
 
     /// Removes every entry (both levels), leftover and plugin-hash memo.
     pub fn clear(&self) -> Result<PruneReport> {
-        self.store.clear()
+        self.store.clear().map_err(Into::into)
     }
 
     /// Records a warning (kept until [`DiskCache::take_warnings`], at most 100).

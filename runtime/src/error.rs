@@ -49,7 +49,7 @@ pub enum RuntimeError {
     #[error("cannot allocate {bytes} bytes of host memory")]
     HostAlloc { bytes: usize },
 
-    /// A file-system operation of the persistent cache failed.
+    /// A file-system operation of the persistent cache failed (`StoreError::Io`).
     #[error("cannot {action} {}: {source}", path.display())]
     CacheIo {
         action: &'static str,
@@ -75,6 +75,15 @@ pub enum RuntimeError {
     /// The plugin returned a buffer whose element type this runtime does not model.
     #[error("PJRT buffer has element type {0} (PJRT_Buffer_Type), which this runtime does not support")]
     UnsupportedElementType(i32),
+}
+
+impl From<crate::store::StoreError> for RuntimeError {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::Io { action, path, source } => RuntimeError::CacheIo { action, path, source },
+            crate::store::StoreError::Key(message) => RuntimeError::InvalidArgument(message),
+        }
+    }
 }
 
 impl RuntimeError {

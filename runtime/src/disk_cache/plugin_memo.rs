@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Result;
 use crate::plugin::Plugin;
-use crate::plugin_file::{hex, FileStamp};
+use crate::plugin_file::FileStamp;
+use crate::store::hex;
 
 use crate::store::files::{read_if_exists, write_atomic};
 

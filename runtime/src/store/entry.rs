@@ -7,8 +7,8 @@
 
 use sha2::{Digest, Sha256};
 
+use super::key::{hex, CacheDigest};
 use super::Level;
-use crate::cache_key::CacheDigest;
 
 /// Version of this format (the store's layout version: entries of another version live in
 /// another folder and are never read); a reader rejects others.
@@ -59,11 +59,7 @@ pub fn decode<'a>(level: Level, file: &'a [u8], expected_key: Option<&CacheDiges
     }
     if let Some(key) = expected_key {
         if file[56..88] != key.0 {
-            return Err(format!(
-                "stored under key {} but its header names {}",
-                key.hex(),
-                crate::plugin_file::hex(&file[56..88])
-            ));
+            return Err(format!("stored under key {} but its header names {}", key.hex(), hex(&file[56..88])));
         }
     }
     let payload = &file[HEADER_LEN..];

@@ -6,15 +6,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Result, RuntimeError};
+pub use super::error::io_err;
+use super::error::Result;
 
 /// Temporary files start with this, so listings skip them and stale ones can be swept.
 pub const TMP_PREFIX: &str = ".tmp-";
-
-pub fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError {
-    let path = path.to_path_buf();
-    move |source| RuntimeError::CacheIo { action, path, source }
-}
 
 /// A temporary name next to `dest`, unique across processes and threads.
 fn temp_path(dest: &Path) -> PathBuf {

@@ -7,8 +7,27 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
-use crate::cache_key::CacheDigest;
-use crate::plugin_file::hex;
+/// SHA-256 of a key's encoding: what names an entry at every level.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CacheDigest(pub [u8; 32]);
+
+impl CacheDigest {
+    /// Lower-case hex, 64 characters.
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl std::fmt::Debug for CacheDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CacheDigest({})", self.hex())
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// SHA-256 over `parts`, each named and length-prefixed. The first part should name the key
 /// and its encoding version (e.g. `("torchtpu-graph-cache-key", b"v1")`).

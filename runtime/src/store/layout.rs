@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::error::Result;
+use super::error::Result;
 
 use super::files::{io_err, TMP_PREFIX};
 use super::{Level, LAYOUT_VERSION};

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::cache_key::CacheDigest;
-use crate::error::{Result, RuntimeError};
+use super::error::{Result, StoreError};
+use super::key::CacheDigest;
 
 use super::entry;
 use super::files::{read_if_exists, remove_if_exists};
@@ -195,14 +195,14 @@ impl Store {
     pub fn find(&self, prefix: &str) -> Result<EntryInfo> {
         let p = prefix.trim().to_ascii_lowercase();
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(RuntimeError::InvalidArgument(format!("{prefix:?} is not a key prefix (expected hex digits)")));
+            return Err(StoreError::Key(format!("{prefix:?} is not a key prefix (expected hex digits)")));
         }
         let matches: Vec<ScannedEntry> =
             scan(self.root())?.entries.into_iter().filter(|e| e.key.starts_with(&p)).collect();
         match matches.as_slice() {
             [one] => Ok(Self::info(one)),
-            [] => Err(RuntimeError::InvalidArgument(format!("no cache entry has a key starting with {p}"))),
-            many => Err(RuntimeError::InvalidArgument(format!(
+            [] => Err(StoreError::Key(format!("no cache entry has a key starting with {p}"))),
+            many => Err(StoreError::Key(format!(
                 "{} entries have keys starting with {p}; give more characters",
                 many.len()
             ))),

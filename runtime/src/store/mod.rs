@@ -14,6 +14,7 @@
 //! entries, least recently used first.
 
 pub mod entry;
+pub mod error;
 pub mod files;
 pub mod key;
 pub mod layout;
@@ -27,10 +28,10 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::cache_key::CacheDigest;
-use crate::error::Result;
+use error::Result;
 
-pub use key::{fingerprint, named_digest, sha256_hex, Components};
+pub use error::StoreError;
+pub use key::{fingerprint, hex, named_digest, sha256_hex, CacheDigest, Components};
 pub use layout::{EntryPaths, CACHE_DIR_ENV, CACHE_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV};
 pub use maintain::{BadEntry, CacheSummary, EntryInfo, LevelSummary, PruneReport, SkippedEntry, VerifyReport};
 pub use meta::EntryMeta;
