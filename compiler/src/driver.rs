@@ -17,7 +17,7 @@ pub use crate::passes::{PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELIN
 use crate::analysis::memory;
 use crate::ir::{parse_graph, verify, Graph};
 use crate::lower::{Lowering, MAX_TENSOR_BYTES};
-use crate::passes::{PassManager, PropagateSharding};
+use crate::passes::PassManager;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -235,15 +235,11 @@ impl Context {
         let pm = PassManager::from_pipeline(&options.pipeline, options.pipeline_options.clone())
             .map_err(DriverError::Pipeline)?;
         timings.passes = pm.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?;
-        // A graph with a mesh is always propagated last, whatever the pipeline: lowering
-        // needs every layout decided.
+        // The passes the graph requires that the pipeline left out (`propagate-sharding` for a
+        // graph with a mesh), built with the typed target, not written as pipeline text.
+        let required = pm.required_after(&graph, &options.sharding_target);
+        timings.passes.extend(required.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?);
         let sharded = graph.mesh.is_some();
-        if sharded && !pm.contains(PropagateSharding::NAME) {
-            // Built with its typed target, not written as pipeline text and parsed back.
-            let pass = PropagateSharding::for_target(options.sharding_target);
-            let more = PassManager::with_passes(vec![Box::new(pass)], options.pipeline_options.clone());
-            timings.passes.extend(more.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?);
-        }
         timings.record("passes", t.elapsed());
 
         let t = Instant::now();

@@ -17,8 +17,8 @@ class Options:
     # Write each graph's IR (as exported and after the passes) and StableHLO here.
     dump_dir: str | None = None
     # The pass pipeline run before lowering (torchtpu-opt --pass-pipeline syntax; a list of
-    # pass names is joined with commas).
-    passes: str = "canonicalize,fold-constants,assign-layouts,cse,dce,schedule-memory"
+    # pass names is joined with commas). The default is the compiler's own.
+    passes: str = _C.DEFAULT_PIPELINE
     # Alias outputs to inputs of their type so PJRT reuses the (per-call, private) input
     # buffers: mutated inputs such as batch norm's running statistics, and any input whose
     # buffer an output of its type can take. Default (None): where the platform can donate,
@@ -96,9 +96,9 @@ class Options:
                 raise OptionsError(f"torchtpu option 'dump_dir' must be a path, got {options['dump_dir']!r}")
             options["dump_dir"] = os.fspath(options["dump_dir"])
         opts = Options(**options)
-        names = {name for name, _ in _C.list_passes()}
-        for entry in opts.passes.split(","):
-            name = entry.split("{")[0].strip()
-            if name and name not in names:
-                raise OptionsError(f"unknown pass {name!r} in passes={opts.passes!r}; available: {sorted(names)}")
+        # The compiler parses the pipeline (syntax, pass names, their options) without running it.
+        try:
+            _C.check_pipeline(opts.passes)
+        except OptionsError as e:
+            raise OptionsError(f"torchtpu option passes={opts.passes!r}: {e}") from None
         return opts

@@ -18,7 +18,7 @@
 //! Left alone: convolutions the lowering runs as patches times a matmul (they read NCHW
 //! patches), graphs over a device mesh (sharding rules name NCHW dims), symbolic shapes.
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, TensorType, Value};
 use crate::lower::convolution_runs_as_matmul;
 use crate::registry::{self, LayoutRule};
@@ -35,9 +35,9 @@ const NHWC_POSITION: [i64; 4] = [0, 3, 1, 2];
 #[derive(Default)]
 pub struct AssignLayouts;
 
-impl AssignLayouts {
-    pub const NAME: &'static str = "assign-layouts";
-    pub const DESCRIPTION: &'static str =
+impl PassDecl for AssignLayouts {
+    const NAME: &'static str = "assign-layouts";
+    const DESCRIPTION: &'static str =
         "run convolutions and the elementwise ops, batch norms, reductions and pooling around them channels-last (NHWC), with transposes only at the region's edges";
 }
 
@@ -253,7 +253,6 @@ impl Rewriter<'_> {
 }
 
 impl Pass for AssignLayouts {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         if g.mesh.is_some() {
             return Ok(false);

@@ -13,16 +13,16 @@
 
 use super::dce::remove_dead_nodes;
 use super::patterns::{splat_value, Scalar};
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::verifier::{normalize_dim, normalize_permutation};
 use crate::ir::{Attr, Graph, NodeId, NodeKind, Value};
 
 #[derive(Default)]
 pub struct Canonicalize;
 
-impl Canonicalize {
-    pub const NAME: &'static str = "canonicalize";
-    pub const DESCRIPTION: &'static str =
+impl PassDecl for Canonicalize {
+    const NAME: &'static str = "canonicalize";
+    const DESCRIPTION: &'static str =
         "simplify algebraic identities (x*1, x+0, ...), double transposes, reshape chains and no-op views";
 }
 
@@ -40,7 +40,6 @@ enum Rewrite {
 const MAX_REWRITES_PER_NODE: usize = 16;
 
 impl Pass for Canonicalize {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         // One sweep in canonical order suffices: a rewrite only redirects uses to values
         // defined earlier, so producers are already simplified when a node is visited and its

@@ -2,7 +2,7 @@
 //! operands and result types is replaced by the earlier one. Random and effectful ops are
 //! never merged.
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::{Graph, Node, NodeId, NodeKind, Value};
 use crate::registry::{has_side_effects, is_nondeterministic};
 use std::collections::hash_map::DefaultHasher;
@@ -12,9 +12,9 @@ use std::hash::{Hash, Hasher};
 #[derive(Default)]
 pub struct Cse;
 
-impl Cse {
-    pub const NAME: &'static str = "cse";
-    pub const DESCRIPTION: &'static str =
+impl PassDecl for Cse {
+    const NAME: &'static str = "cse";
+    const DESCRIPTION: &'static str =
         "merge nodes that compute the same op on the same operands with the same attributes";
 }
 
@@ -33,7 +33,6 @@ fn same(a: &Node, b: &Node) -> bool {
 }
 
 impl Pass for Cse {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         // Candidates by hash; nodes are compared in place, nothing is cloned.

@@ -1,15 +1,15 @@
 //! Dead code elimination: removes op nodes whose results nothing reads.
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::{Graph, NodeKind};
 use crate::registry::has_side_effects;
 
 #[derive(Default)]
 pub struct Dce;
 
-impl Dce {
-    pub const NAME: &'static str = "dce";
-    pub const DESCRIPTION: &'static str = "remove nodes whose results are unused and that have no side effects";
+impl PassDecl for Dce {
+    const NAME: &'static str = "dce";
+    const DESCRIPTION: &'static str = "remove nodes whose results are unused and that have no side effects";
 }
 
 /// Removes dead, effect-free op nodes; one sweep in reverse canonical order also removes
@@ -29,7 +29,6 @@ pub(crate) fn remove_dead_nodes(g: &mut Graph) -> usize {
 }
 
 impl Pass for Dce {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         Ok(remove_dead_nodes(g) > 0)
     }

@@ -6,7 +6,7 @@
 
 use super::dce::remove_dead_nodes;
 use super::patterns::{const_tensor, ConstTensor, Scalar};
-use super::{Pass, PassError, PassOptions};
+use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::types::DType;
 use crate::ir::verifier::{normalize_dim, normalize_permutation};
 use crate::ir::{Attr, Graph, NodeId, NodeKind, OpName, Value};
@@ -23,16 +23,18 @@ impl Default for FoldConstants {
 }
 
 impl FoldConstants {
-    pub const NAME: &'static str = "fold-constants";
-    pub const DESCRIPTION: &'static str =
-        "evaluate small constant subgraphs at compile time into tpu.constant literals";
-    pub const OPTIONS: &'static [(&'static str, &'static str)] =
-        &[("max-elements", "largest result (in elements) that is folded; default 256, at most 16777216")];
     /// Folding builds every element in memory: a bigger bound would let one option value
     /// make the compiler allocate without limit.
     pub const MAX_ELEMENTS_LIMIT: i64 = 1 << 24;
+}
 
-    pub fn create(opts: &PassOptions) -> Result<Box<dyn Pass>, String> {
+impl PassDecl for FoldConstants {
+    const NAME: &'static str = "fold-constants";
+    const DESCRIPTION: &'static str = "evaluate small constant subgraphs at compile time into tpu.constant literals";
+    const OPTIONS: &'static [(&'static str, &'static str)] =
+        &[("max-elements", "largest result (in elements) that is folded; default 256, at most 16777216")];
+
+    fn with_options(opts: &PassOptions) -> Result<Self, String> {
         let mut pass = FoldConstants::default();
         for (k, v) in opts {
             match k.as_str() {
@@ -48,12 +50,11 @@ impl FoldConstants {
                 _ => return Err(format!("unknown option '{k}' (accepted: max-elements)")),
             }
         }
-        Ok(Box::new(pass))
+        Ok(pass)
     }
 }
 
 impl Pass for FoldConstants {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let mut changed = false;

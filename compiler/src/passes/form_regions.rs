@@ -6,7 +6,7 @@
 //! marked graph lowers to the same StableHLO); it is the grouping the eager DeferAndFuse mode
 //! is to reuse, and `torchtpu-opt --pass-pipeline=form-regions` shows it.
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, NodeKind};
 use crate::registry::{self, Traits};
 use petgraph::unionfind::UnionFind;
@@ -16,9 +16,9 @@ use std::collections::{HashMap, HashSet};
 #[derive(Default)]
 pub struct FormRegions;
 
-impl FormRegions {
-    pub const NAME: &'static str = "form-regions";
-    pub const DESCRIPTION: &'static str =
+impl PassDecl for FormRegions {
+    const NAME: &'static str = "form-regions";
+    const DESCRIPTION: &'static str =
         "mark connected single-use elementwise chains (and the reduction ending them) as regions";
 }
 
@@ -41,7 +41,6 @@ fn kind(g: &Graph, id: NodeId) -> Option<bool> {
 }
 
 impl Pass for FormRegions {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let candidates: HashSet<NodeId> = order.iter().copied().filter(|&id| kind(g, id).is_some()).collect();

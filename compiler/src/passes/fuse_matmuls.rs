@@ -5,16 +5,16 @@
 //! small ones (better use of the CPU's vector units and one pass over `x`); the price is the
 //! concatenation of the weights, which runs on every call when they are graph inputs.
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Dim, Graph, NodeId, OpName, TensorType, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Default)]
 pub struct FuseMatmuls;
 
-impl FuseMatmuls {
-    pub const NAME: &'static str = "fuse-matmuls";
-    pub const DESCRIPTION: &'static str =
+impl PassDecl for FuseMatmuls {
+    const NAME: &'static str = "fuse-matmuls";
+    const DESCRIPTION: &'static str =
         "merge independent matmuls that share their left operand into one matmul plus slices";
 }
 
@@ -78,7 +78,6 @@ fn ancestors(g: &Graph, start: &[Value], stop: &HashSet<NodeId>, limit: &mut usi
 }
 
 impl Pass for FuseMatmuls {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let mut groups: HashMap<(Value, bool, String), Vec<Member>> = HashMap::new();

@@ -11,17 +11,16 @@
 //! would emit the same StableHLO the decomposed ops do, and XLA fuses those loops itself
 //! (docs/passes.md).
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, Value};
 use std::collections::BTreeMap;
 
 #[derive(Default)]
 pub struct FuseSoftmax;
 
-impl FuseSoftmax {
-    pub const NAME: &'static str = "fuse-softmax";
-    pub const DESCRIPTION: &'static str =
-        "rewrite hand-written softmax / log-softmax into the fused, max-subtracted ops";
+impl PassDecl for FuseSoftmax {
+    const NAME: &'static str = "fuse-softmax";
+    const DESCRIPTION: &'static str = "rewrite hand-written softmax / log-softmax into the fused, max-subtracted ops";
 }
 
 fn is_op(g: &Graph, v: Value, base: &str) -> Option<NodeId> {
@@ -76,7 +75,6 @@ fn fused(g: &mut Graph, name: &str, x: Value, d: i64, replace: NodeId) {
 }
 
 impl Pass for FuseSoftmax {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let order = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let mut changed = false;

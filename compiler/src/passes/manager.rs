@@ -1,7 +1,8 @@
 //! Runs a pipeline of registered passes with verification, IR printing and timing.
 
-use super::{lookup, Pass, PassOptions, REGISTRY};
+use super::{lookup, Pass, PassDecl, PassOptions, REGISTRY};
 use crate::ir::{print_graph, verify, Graph, VerifyError};
+use crate::sharding::Target;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -59,7 +60,8 @@ pub struct PassRun {
 }
 
 pub struct PassManager {
-    passes: Vec<Box<dyn Pass>>,
+    /// Each pass with its declared name.
+    passes: Vec<(&'static str, Box<dyn Pass>)>,
     options: PipelineOptions,
 }
 
@@ -112,9 +114,9 @@ impl PassManager {
                 let info = lookup(name)
                     .ok_or_else(|| PipelineError::UnknownPass { name: name.into(), available: available() })?;
                 let opts = opts.map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?;
-                passes.push(
-                    (info.create)(&opts).map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?,
-                );
+                let pass =
+                    (info.create)(&opts).map_err(|reason| PipelineError::BadOptions { pass: name.into(), reason })?;
+                passes.push((info.name, pass));
             }
         }
         for name in options.print_before.iter().chain(&options.print_after) {
@@ -125,18 +127,35 @@ impl PassManager {
         Ok(PassManager { passes, options })
     }
 
-    /// A manager over passes built elsewhere (embedders, tests).
-    pub fn with_passes(passes: Vec<Box<dyn Pass>>, options: PipelineOptions) -> PassManager {
-        PassManager { passes, options }
+    /// An empty pipeline, to add passes built elsewhere to ([`PassManager::then`]).
+    pub fn new(options: PipelineOptions) -> PassManager {
+        PassManager { passes: Vec::new(), options }
+    }
+
+    /// This pipeline, then `pass` (built directly, with typed fields).
+    pub fn then<P: PassDecl>(mut self, pass: P) -> PassManager {
+        self.passes.push((P::NAME, Box::new(pass)));
+        self
+    }
+
+    /// The passes `g` requires (`PassDecl::required`, for `target`) that this pipeline does
+    /// not run, in registry order, with this pipeline's options.
+    pub fn required_after(&self, g: &Graph, target: &Target) -> PassManager {
+        let passes = REGISTRY
+            .iter()
+            .filter(|info| !self.contains(info.name))
+            .filter_map(|info| Some((info.name, (info.required)(g, target)?)))
+            .collect();
+        PassManager { passes, options: self.options.clone() }
     }
 
     pub fn pass_names(&self) -> Vec<&'static str> {
-        self.passes.iter().map(|p| p.name()).collect()
+        self.passes.iter().map(|(name, _)| *name).collect()
     }
 
     /// Whether the pipeline runs the pass `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.passes.iter().any(|p| p.name() == name)
+        self.passes.iter().any(|(n, _)| *n == name)
     }
 
     /// Runs every pass in order; IR dumps go to `dump`. Returns per-pass results and timings.
@@ -153,8 +172,7 @@ impl PassManager {
     /// after each pass that changed it; one that reports no change left it as verified.
     pub fn run_verified(&self, g: &mut Graph, dump: &mut dyn Write) -> Result<Vec<PassRun>, PipelineError> {
         let mut runs = Vec::with_capacity(self.passes.len());
-        for pass in &self.passes {
-            let name = pass.name();
+        for &(name, ref pass) in &self.passes {
             if self.options.print_before_all || self.options.print_before.iter().any(|p| p == name) {
                 write!(dump, "// -----// IR Dump Before {name} //----- //\n{}\n", print_graph(g))?;
             }
@@ -215,6 +233,26 @@ mod tests {
     }
 
     #[test]
+    fn a_graph_with_a_mesh_requires_propagation_unless_the_pipeline_runs_it() {
+        let meshed = parse_graph("graph @g(%x: f32[4] sharding<[{\"dp\"}]>) -> (f32[4]) {\n  mesh<[\"dp\"=2]>\n  %0 = aten.neg.default(%x) : f32[4]\n  return %0\n}\n").unwrap();
+        let target = Target { reduce_scatter: false };
+        let pm = PassManager::from_pipeline("cse,dce", PipelineOptions::default()).unwrap();
+        assert_eq!(pm.required_after(&meshed, &target).pass_names(), vec!["propagate-sharding"]);
+        assert!(pm.required_after(&parse_graph(G).unwrap(), &target).pass_names().is_empty());
+        let runs_it = PassManager::from_pipeline("cse,propagate-sharding", PipelineOptions::default()).unwrap();
+        assert!(runs_it.required_after(&meshed, &target).pass_names().is_empty());
+    }
+
+    #[test]
+    fn every_default_pass_is_registered_once() {
+        let mut names: Vec<&str> = REGISTRY.iter().map(|p| p.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len());
+        assert!(PassManager::from_pipeline(DEFAULT_PIPELINE, PipelineOptions::default()).is_ok());
+    }
+
+    #[test]
     fn runs_report_change_and_time() {
         let mut g = parse_graph(G).unwrap();
         let pm = PassManager::from_pipeline("cse,dce,cse", PipelineOptions::default()).unwrap();
@@ -225,14 +263,13 @@ mod tests {
     }
 
     /// A pass that corrupts the IR: gives a permute an invalid permutation.
+    #[derive(Default)]
     struct Breaker;
+    impl PassDecl for Breaker {
+        const NAME: &'static str = "breaker";
+        const DESCRIPTION: &'static str = "corrupts the graph";
+    }
     impl Pass for Breaker {
-        fn name(&self) -> &'static str {
-            "breaker"
-        }
-        fn description(&self) -> &'static str {
-            "corrupts the graph"
-        }
         fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
             let id = g.topo_order().unwrap()[1];
             g.node_attrs_mut(id).insert("dims".into(), Attr::IntList(vec![0, 0]));
@@ -244,30 +281,26 @@ mod tests {
     fn verification_after_each_pass_names_the_culprit() {
         let text = "graph @g(%x: f32[2, 3]) -> (f32[3, 2]) {\n  %0 = aten.permute.default(%x) {dims = [1, 0]} : f32[3, 2]\n  return %0\n}\n";
         let mut g = parse_graph(text).unwrap();
-        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions::default());
+        let pm = PassManager::new(PipelineOptions::default()).then(Breaker);
         let e = pm.run(&mut g, &mut std::io::sink()).unwrap_err();
         assert_eq!(
             e.to_string(),
             "IR is invalid after pass 'breaker': node %0 (aten.permute.default): dims [0, 0] is not a permutation of rank 2"
         );
         let mut g = parse_graph(text).unwrap();
-        let pm = PassManager::with_passes(
-            vec![Box::new(Breaker)],
-            PipelineOptions { verify_each: false, ..Default::default() },
-        );
+        let pm = PassManager::new(PipelineOptions { verify_each: false, ..Default::default() }).then(Breaker);
         assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
     }
 
     /// `Breaker`'s corruption, reported as no change: the contract is that such a pass left the
     /// graph as it was, so the manager does not verify after it.
+    #[derive(Default)]
     struct QuietBreaker;
+    impl PassDecl for QuietBreaker {
+        const NAME: &'static str = "quiet-breaker";
+        const DESCRIPTION: &'static str = "corrupts the graph and says it changed nothing";
+    }
     impl Pass for QuietBreaker {
-        fn name(&self) -> &'static str {
-            "quiet-breaker"
-        }
-        fn description(&self) -> &'static str {
-            "corrupts the graph and says it changed nothing"
-        }
         fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
             Breaker.run(g).map(|_| false)
         }
@@ -277,10 +310,10 @@ mod tests {
     fn only_a_pass_that_changed_the_graph_is_verified_after() {
         let text = "graph @g(%x: f32[2, 3]) -> (f32[3, 2]) {\n  %0 = aten.permute.default(%x) {dims = [1, 0]} : f32[3, 2]\n  return %0\n}\n";
         let mut g = parse_graph(text).unwrap();
-        let pm = PassManager::with_passes(vec![Box::new(QuietBreaker)], PipelineOptions::default());
+        let pm = PassManager::new(PipelineOptions::default()).then(QuietBreaker);
         assert!(pm.run(&mut g, &mut std::io::sink()).is_ok());
         // The next pass that changes the graph is verified, and named.
-        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions::default());
+        let pm = PassManager::new(PipelineOptions::default()).then(Breaker);
         let e = pm.run_verified(&mut g, &mut std::io::sink()).unwrap_err();
         assert!(matches!(&e, PipelineError::VerifyFailed { pass, .. } if pass == "breaker"), "{e}");
     }
@@ -290,7 +323,7 @@ mod tests {
         // Verified, the input never reaches `Breaker` (which would otherwise be blamed).
         let text = "graph @g(%x: f32[2, 3]) -> (f32[2, 3]) {\n  %0 = aten.permute.default(%x) {dims = [0, 0]} : f32[2, 3]\n  return %0\n}\n";
         let mut g = parse_graph(text).unwrap();
-        let pm = PassManager::with_passes(vec![Box::new(Breaker)], PipelineOptions::default());
+        let pm = PassManager::new(PipelineOptions::default()).then(Breaker);
         let e = pm.run(&mut g, &mut std::io::sink()).unwrap_err();
         assert!(matches!(e, PipelineError::InvalidInput(_)), "{e}");
         assert_eq!(

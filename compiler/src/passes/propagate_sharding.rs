@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::{Pass, PassError, PassOptions};
+use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
 use crate::registry;
 use crate::sharding::rules::{replicated, OpView};
@@ -19,18 +19,20 @@ pub struct PropagateSharding {
 }
 
 impl PropagateSharding {
-    pub const NAME: &'static str = "propagate-sharding";
-    pub const DESCRIPTION: &'static str =
-        "give every value a layout over the mesh from the annotations and the registry's sharding rules; insert reshards";
-    pub const OPTIONS: &'static [(&'static str, &'static str)] =
-        &[("reduce-scatter", "true (default) or false: whether the target's partitioner reduce-scatters")];
-
     /// The pass for `target`, built directly (the driver's, with the target the engine gives).
     pub fn for_target(target: Target) -> PropagateSharding {
         PropagateSharding { target }
     }
+}
 
-    pub fn create(opts: &PassOptions) -> Result<Box<dyn Pass>, String> {
+impl PassDecl for PropagateSharding {
+    const NAME: &'static str = "propagate-sharding";
+    const DESCRIPTION: &'static str =
+        "give every value a layout over the mesh from the annotations and the registry's sharding rules; insert reshards";
+    const OPTIONS: &'static [(&'static str, &'static str)] =
+        &[("reduce-scatter", "true (default) or false: whether the target's partitioner reduce-scatters")];
+
+    fn with_options(opts: &PassOptions) -> Result<Self, String> {
         let mut pass = PropagateSharding::default();
         for (k, v) in opts {
             match (k.as_str(), v.as_str()) {
@@ -40,7 +42,13 @@ impl PropagateSharding {
                 _ => return Err(format!("unknown option '{k}'")),
             }
         }
-        Ok(Box::new(pass))
+        Ok(pass)
+    }
+
+    /// Lowering needs every layout of a graph with a mesh decided: such a graph is propagated
+    /// whatever the pipeline, for the target the engine gives.
+    fn required(g: &Graph, target: &Target) -> Option<Self> {
+        g.mesh.is_some().then(|| PropagateSharding::for_target(*target))
     }
 }
 
@@ -145,7 +153,6 @@ impl Propagation<'_> {
 }
 
 impl Pass for PropagateSharding {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let Some(mesh) = g.mesh.clone() else { return Ok(false) };
         let order = g.topo_order().map_err(|_| PassError("the graph has a cycle".into()))?;

@@ -4,7 +4,7 @@
 //! (ties: the earlier node of the current order). The result is kept only when its estimated
 //! peak is lower than the current order's, so the pass never makes the estimate worse.
 
-use super::{Pass, PassError};
+use super::{Pass, PassDecl, PassError};
 use crate::analysis::memory::{assign_buffers, estimate_order};
 use crate::ir::{Graph, NodeId, NodeKind};
 use petgraph::Direction;
@@ -13,13 +13,12 @@ use std::collections::HashMap;
 #[derive(Default)]
 pub struct ScheduleMemory;
 
-impl ScheduleMemory {
-    pub const NAME: &'static str = "schedule-memory";
-    pub const DESCRIPTION: &'static str = "reorder independent nodes to lower the estimated peak of live bytes";
+impl PassDecl for ScheduleMemory {
+    const NAME: &'static str = "schedule-memory";
+    const DESCRIPTION: &'static str = "reorder independent nodes to lower the estimated peak of live bytes";
 }
 
 impl Pass for ScheduleMemory {
-    pass_identity!();
     fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
         let current = g.topo_order().map_err(|_| PassError("graph has a cycle".into()))?;
         let before = estimate_order(g, &current).map_err(|_| PassError("graph has a cycle".into()))?;
