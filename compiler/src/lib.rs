@@ -12,6 +12,7 @@
 //! - `testing`: `torchtpu-opt`'s `--split-input-file` and `--verify-diagnostics`.
 
 pub mod analysis;
+pub mod catalog;
 pub mod driver;
 pub mod ir;
 pub mod lower;

@@ -14,5 +14,5 @@ pub fn convolution_runs_as_matmul(input_spatial: &[i64], kernel_spatial: &[i64],
 
 /// The ATen ops the lowering covers (`aten.add`, ...), without overloads.
 pub fn supported_ops() -> Vec<&'static str> {
-    torchtpu_compiler::registry::lowered_ops()
+    torchtpu_compiler::lower::table::lowered_ops()
 }

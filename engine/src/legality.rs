@@ -1,8 +1,8 @@
-//! The op registry and its legality checks, for the backend's partitioner: which nodes of a
+//! The op catalog (vocabulary and each layer's rules) and the legality checks, for the backend's partitioner: which nodes of a
 //! graph the lowering takes, asked once per graph before anything is compiled.
 
+pub use torchtpu_compiler::catalog;
 pub use torchtpu_compiler::lower::Refusal;
-pub use torchtpu_compiler::registry;
 
 use torchtpu_compiler::ir::{parse_graph, ParseError};
 

@@ -4,23 +4,23 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use torchtpu_engine::legality::{self, registry};
+use torchtpu_engine::legality::{self, catalog};
 
 /// One dict per registry entry: name, traits (list), lowered (bool), rule, param,
 /// decomposition ("none", "lowering" or "python").
 #[pyfunction]
 pub fn op_registry(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
     crate::guarded(py, "lower", || {
-        registry::all()
+        catalog::entries()
             .iter()
-            .map(|d| {
+            .map(|o| {
                 let e = PyDict::new(py);
-                e.set_item("name", d.name)?;
-                e.set_item("traits", d.traits.names())?;
-                e.set_item("lowered", d.is_lowered())?;
-                e.set_item("rule", d.lowering.map(|l| l.rule_name))?;
-                e.set_item("param", d.lowering.and_then(|l| l.param))?;
-                e.set_item("decomposition", d.decomposition.name())?;
+                e.set_item("name", o.def.name)?;
+                e.set_item("traits", o.def.traits.names())?;
+                e.set_item("lowered", o.is_lowered())?;
+                e.set_item("rule", o.lowering.map(|l| l.rule_name))?;
+                e.set_item("param", o.lowering.and_then(|l| l.param))?;
+                e.set_item("decomposition", o.def.decomposition.name())?;
                 Ok(e)
             })
             .collect()

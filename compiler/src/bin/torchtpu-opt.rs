@@ -116,8 +116,8 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<()> {
     match args.list_ops {
-        Some(ListOps::Text) => return emit(args, &torchtpu_compiler::registry::listing()),
-        Some(ListOps::Markdown) => return emit(args, &torchtpu_compiler::registry::markdown()),
+        Some(ListOps::Text) => return emit(args, &torchtpu_compiler::catalog::listing()),
+        Some(ListOps::Markdown) => return emit(args, &torchtpu_compiler::catalog::markdown()),
         None => {}
     }
     if args.list_passes {

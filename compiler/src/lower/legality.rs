@@ -1,10 +1,10 @@
-//! Legality before emission: whether the registry's lowering takes a node, decided from the
+//! Legality before emission: whether the lowering table takes a node, decided from the
 //! node's op, attributes and types alone, before anything is emitted. A refused node is
 //! `LowerError::Unsupported` with the check's reason; the backend asks for every node of a
 //! graph at once (`check_graph`) and runs the refused ones eagerly while the rest compiles.
 
+use super::table::{lowering, Lowering};
 use crate::ir::{Attr, DType, Graph, Node, NodeId, NodeKind, SourceLoc, TensorType};
-use crate::registry::{self, Lowering};
 
 /// A legality check: `Err(reason)` refuses the node's form ("round with decimals != 0").
 pub type LegalFn = fn(&Check) -> Result<(), String>;
@@ -76,7 +76,7 @@ pub fn check_node(g: &Graph, id: NodeId) -> Result<Option<&'static Lowering>, Re
     let node = g.node(id);
     let NodeKind::Op(op) = &node.kind else { return Ok(None) };
     let refuse = |reason| Refusal { node: id, op: op.base(), reason, loc: node.loc };
-    let Some(lowering) = registry::lookup(op).and_then(|d| d.lowering.as_ref()) else { return Err(refuse(None)) };
+    let Some(lowering) = lowering(op) else { return Err(refuse(None)) };
     if let Some(legal) = lowering.legal {
         let check = Check { node, operands: node.operands.iter().map(|v| g.value_type(*v)).collect() };
         legal(&check).map_err(|reason| refuse(Some(reason)))?;

@@ -1,5 +1,5 @@
 //! Lowering: the IR to an MLIR module whose `func.func @main` holds StableHLO, built with
-//! melior. The op registry (`crate::registry`) gives each op its family rule (`ops/`), the
+//! melior. The lowering side table (`table.rs`, keyed by the vocabulary's `OpId`) gives each op its family rule (`ops/`), the
 //! rule's parameter and a legality check (`legality.rs`) run before anything is emitted; an op
 //! without a lowering, or a form its check refuses, is `LowerError::Unsupported { op, node }`,
 //! never a panic. Rules follow PyTorch semantics (see `docs/lowering.md`).
@@ -10,6 +10,7 @@ pub mod legality;
 mod node;
 pub(crate) mod ops;
 mod promote;
+pub mod table;
 
 pub use emitter::{element_type, tensor_type};
 pub use error::LowerError;

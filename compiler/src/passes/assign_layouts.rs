@@ -7,7 +7,7 @@
 //! resnet18 training step at batch 16: about 100 transposes in the forward, as many in the
 //! backward). This pass makes the layout logical instead. It grows regions of rank-4 values
 //! from the convolutions through the ops whose registry entry has a layout rule
-//! (`registry::LayoutRule`: elementwise ops, batch norm, reductions, max pooling), rewrites
+//! (`layout_rules::LayoutRule`: elementwise ops, batch norm, reductions, max pooling), rewrites
 //! every op of a region to NHWC (convolutions and pooling by `channels_last`, batch norms by
 //! `channel_dim = 3`,
 //! reductions by renumbered dims, broadcast operands reshaped to rank 4 and permuted), and
@@ -18,10 +18,10 @@
 //! Left alone: convolutions the lowering runs as patches times a matmul (they read NCHW
 //! patches), graphs over a device mesh (sharding rules name NCHW dims), symbolic shapes.
 
+use super::layout_rules::{layout_rule, LayoutRule};
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, TensorType, Value};
 use crate::lower::convolution_runs_as_matmul;
-use crate::registry::{self, LayoutRule};
 use petgraph::unionfind::UnionFind;
 use petgraph::visit::NodeIndexable;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -85,7 +85,7 @@ struct Role {
 /// Whether `id` can take part in a region, and how.
 fn role(g: &Graph, id: NodeId) -> Option<Role> {
     let node = g.node(id);
-    let rule = registry::lookup(node.op()?)?.layout_rule()?;
+    let rule = layout_rule(node.op()?)?;
     let all_static = node.operands.iter().all(|&v| static_dims(g, v).is_some())
         && node.results.iter().all(|t| t.static_dims().is_some());
     if !all_static || node.operands.is_empty() {

@@ -14,6 +14,7 @@ mod fold_constants;
 mod form_regions;
 mod fuse_matmuls;
 mod fuse_softmax;
+pub mod layout_rules;
 mod manager;
 pub mod patterns;
 mod propagate_sharding;

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
-use crate::registry;
 use crate::sharding::rules::{replicated, OpView};
+use crate::sharding::table::sharding_rule;
 use crate::sharding::{is_layout_op, layout_of, reshard, Reshard, Target};
 
 #[derive(Default)]
@@ -134,7 +134,7 @@ impl Propagation<'_> {
                 mesh: &self.mesh,
                 target: self.target,
             };
-            match registry::lookup(op).and_then(|d| d.sharding) {
+            match sharding_rule(op) {
                 // Rules read their first operand; an op without one (unverified IR) has none.
                 Some(rule) if !operands.is_empty() || rule.name == "factory" => (rule.rule)(&view, rule.name),
                 _ => replicated(&view, Origin::NoRule),

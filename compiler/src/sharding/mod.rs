@@ -9,6 +9,7 @@
 //! the prediction can be checked against its optimised program.
 
 pub mod rules;
+pub mod table;
 
 use crate::ir::printer::ValueNames;
 use crate::ir::{Attr, Graph, Mesh, NodeKind, Origin, Sharding, TensorType, Value};

@@ -1,0 +1,369 @@
+//! The lowering side table: for each op of the vocabulary that lowers, its family rule (and
+//! its name, for listings), what the rule is parameterised by, and its legality check. Keyed
+//! by `OpId` (`registry::SideTable`); the order is the vocabulary's.
+
+use super::legality::LegalFn;
+use super::ops::{
+    collective, elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, random, reduce, shape,
+    sort, RuleFn,
+};
+use crate::ir::OpName;
+use crate::registry::{OpId, SideTable};
+
+/// How an op is lowered to StableHLO.
+#[derive(Clone, Copy)]
+pub struct Lowering {
+    /// The family rule that emits it, and its name (`elementwise::unary`) for listings.
+    pub rule: RuleFn,
+    pub rule_name: &'static str,
+    /// What the family rule is parameterised by: the StableHLO/CHLO op it emits
+    /// (`stablehlo.exponential`), a comparison direction (`LT`) or the variant (`isnan`).
+    pub param: Option<&'static str>,
+    /// Refuses forms the rule does not lower (`round` with `decimals != 0`) before anything is
+    /// emitted, from the node's attributes and types alone.
+    pub legal: Option<LegalFn>,
+}
+
+/// One line of the table: an op and its lowering.
+pub struct Entry {
+    pub op: &'static str,
+    pub lowering: Lowering,
+}
+
+impl Entry {
+    /// The legality check of this lowering.
+    const fn legal(mut self, legal: LegalFn) -> Entry {
+        self.lowering.legal = Some(legal);
+        self
+    }
+}
+
+/// Lowered by `rule` (the table's `rule!` gives the function and its name).
+const fn lowered(op: &'static str, (rule, rule_name): (RuleFn, &'static str)) -> Entry {
+    Entry { op, lowering: Lowering { rule, rule_name, param: None, legal: None } }
+}
+
+/// Lowered by the family `rule`, parameterised by `param`.
+const fn lowered_with(op: &'static str, (rule, rule_name): (RuleFn, &'static str), param: &'static str) -> Entry {
+    Entry { op, lowering: Lowering { rule, rule_name, param: Some(param), legal: None } }
+}
+
+/// A rule function and its name, for `lowered`.
+macro_rules! rule {
+    ($module:ident :: $f:ident) => {
+        ($module::$f as RuleFn, concat!(stringify!($module), "::", stringify!($f)))
+    };
+}
+
+static LOWERINGS: SideTable<Lowering> = SideTable::new(|| TABLE.iter().map(|e| (e.op, &e.lowering)).collect());
+
+/// The lowering of `op` (any overload), or None: the op runs eagerly.
+pub fn lowering(op: &OpName) -> Option<&'static Lowering> {
+    LOWERINGS.of(op)
+}
+
+/// The lowering of the op `id`.
+pub fn lowering_of(id: OpId) -> Option<&'static Lowering> {
+    LOWERINGS.get(id)
+}
+
+/// Whether `op` is lowered at all (a form of it may still be refused by its legality check).
+pub fn is_lowered(op: &OpName) -> bool {
+    lowering(op).is_some()
+}
+
+/// The ops with a lowering (`namespace.name`), in vocabulary order: what the backend compiles.
+pub fn lowered_ops() -> Vec<&'static str> {
+    TABLE.iter().map(|e| e.op).collect()
+}
+
+// One line per op: the table reads as a table.
+#[rustfmt::skip]
+static TABLE: &[Entry] = &[
+    // elementwise unary
+    lowered_with("aten.abs", rule!(elementwise::unary), "stablehlo.abs").legal(elementwise::not_of_bool),
+    lowered_with("aten.neg", rule!(elementwise::unary), "stablehlo.negate").legal(elementwise::not_of_bool),
+    lowered_with("aten.ceil", rule!(elementwise::unary), "stablehlo.ceil"),
+    lowered_with("aten.floor", rule!(elementwise::unary), "stablehlo.floor"),
+    lowered_with("aten.round", rule!(elementwise::unary), "stablehlo.round_nearest_even").legal(elementwise::round_legal),
+    lowered("aten.trunc", rule!(elementwise::trunc)),
+    lowered("aten.sign", rule!(elementwise::sign)).legal(elementwise::sign_legal),
+    lowered_with("aten.sqrt", rule!(elementwise::unary), "stablehlo.sqrt"),
+    lowered_with("aten.rsqrt", rule!(elementwise::unary), "stablehlo.rsqrt"),
+    lowered_with("aten.exp", rule!(elementwise::unary), "stablehlo.exponential"),
+    lowered("aten.exp2", rule!(elementwise::exp2)),
+    lowered_with("aten.expm1", rule!(elementwise::unary), "stablehlo.exponential_minus_one"),
+    lowered_with("aten.log", rule!(elementwise::unary), "stablehlo.log"),
+    lowered_with("aten.log2", rule!(elementwise::log_base), "2"),
+    lowered_with("aten.log10", rule!(elementwise::log_base), "10"),
+    lowered_with("aten.log1p", rule!(elementwise::unary), "stablehlo.log_plus_one"),
+    lowered_with("aten.sin", rule!(elementwise::unary), "stablehlo.sine"),
+    lowered_with("aten.cos", rule!(elementwise::unary), "stablehlo.cosine"),
+    lowered_with("aten.tan", rule!(elementwise::unary), "stablehlo.tan"),
+    lowered_with("aten.asin", rule!(elementwise::unary), "chlo.asin"),
+    lowered_with("aten.acos", rule!(elementwise::unary), "chlo.acos"),
+    lowered("aten.atan", rule!(elementwise::atan)),
+    lowered_with("aten.sinh", rule!(elementwise::unary), "chlo.sinh"),
+    lowered_with("aten.cosh", rule!(elementwise::unary), "chlo.cosh"),
+    lowered_with("aten.tanh", rule!(elementwise::unary), "stablehlo.tanh"),
+    lowered_with("aten.asinh", rule!(elementwise::unary), "chlo.asinh"),
+    lowered_with("aten.acosh", rule!(elementwise::unary), "chlo.acosh"),
+    lowered_with("aten.atanh", rule!(elementwise::unary), "chlo.atanh"),
+    lowered_with("aten.sigmoid", rule!(elementwise::unary), "stablehlo.logistic"),
+    lowered_with("aten.erf", rule!(elementwise::unary), "chlo.erf"),
+    lowered_with("aten.erfc", rule!(elementwise::unary), "chlo.erfc"),
+    lowered_with("aten.erfinv", rule!(elementwise::unary), "chlo.erf_inv"),
+    lowered_with("aten.lgamma", rule!(elementwise::unary), "chlo.lgamma"),
+    lowered_with("aten.digamma", rule!(elementwise::unary), "chlo.digamma"),
+    lowered("aten.reciprocal", rule!(elementwise::reciprocal)),
+    lowered("aten.relu", rule!(elementwise::relu)),
+    lowered("aten.gelu", rule!(elementwise::gelu_rule)),
+    lowered("aten.silu", rule!(elementwise::silu)),
+    lowered("aten.logical_not", rule!(elementwise::logical_not)),
+    lowered_with("aten.bitwise_not", rule!(elementwise::unary), "stablehlo.not"),
+    // elementwise binary
+    lowered_with("aten.add", rule!(elementwise::binary), "stablehlo.add"),
+    lowered_with("aten.sub", rule!(elementwise::binary), "stablehlo.subtract").legal(elementwise::subtract_legal),
+    lowered("aten.rsub", rule!(elementwise::rsub)).legal(elementwise::subtract_legal),
+    lowered_with("aten.mul", rule!(elementwise::binary), "stablehlo.multiply"),
+    lowered_with("aten.div", rule!(elementwise::binary), "stablehlo.divide"),
+    lowered("aten.floor_divide", rule!(elementwise::floor_divide)),
+    lowered_with("aten.pow", rule!(elementwise::binary), "stablehlo.power"),
+    lowered_with("aten.maximum", rule!(elementwise::extremum), "max"),
+    lowered_with("aten.minimum", rule!(elementwise::extremum), "min"),
+    lowered_with("aten.atan2", rule!(elementwise::binary), "stablehlo.atan2"),
+    lowered_with("aten.fmod", rule!(elementwise::binary), "stablehlo.remainder"),
+    lowered("aten.remainder", rule!(elementwise::remainder)),
+    lowered_with("aten.bitwise_and", rule!(elementwise::binary), "stablehlo.and"),
+    lowered_with("aten.bitwise_or", rule!(elementwise::binary), "stablehlo.or"),
+    lowered_with("aten.bitwise_xor", rule!(elementwise::binary), "stablehlo.xor"),
+    lowered_with("aten.eq", rule!(elementwise::compare), "EQ"),
+    lowered_with("aten.ne", rule!(elementwise::compare), "NE"),
+    lowered_with("aten.lt", rule!(elementwise::compare), "LT").legal(elementwise::ordered_legal),
+    lowered_with("aten.le", rule!(elementwise::compare), "LE").legal(elementwise::ordered_legal),
+    lowered_with("aten.gt", rule!(elementwise::compare), "GT").legal(elementwise::ordered_legal),
+    lowered_with("aten.ge", rule!(elementwise::compare), "GE").legal(elementwise::ordered_legal),
+    lowered_with("aten.logical_and", rule!(elementwise::logical), "stablehlo.and"),
+    lowered_with("aten.logical_or", rule!(elementwise::logical), "stablehlo.or"),
+    lowered_with("aten.logical_xor", rule!(elementwise::logical), "stablehlo.xor"),
+    lowered("aten.where", rule!(elementwise::where_)),
+    lowered_with("aten.clamp", rule!(elementwise::clamp), "min_max"),
+    lowered_with("aten.clamp_min", rule!(elementwise::clamp), "min"),
+    lowered_with("aten.clamp_max", rule!(elementwise::clamp), "max"),
+    lowered("aten.hardtanh", rule!(elementwise::hardtanh)),
+    lowered_with("aten.isnan", rule!(elementwise::classify), "isnan"),
+    lowered_with("aten.isinf", rule!(elementwise::classify), "isinf"),
+    lowered_with("aten.isfinite", rule!(elementwise::classify), "isfinite"),
+    lowered("aten._to_copy", rule!(elementwise::convert)),
+    lowered("aten.to", rule!(elementwise::convert)),
+    lowered("aten.alias", rule!(elementwise::identity)),
+    lowered("aten.clone", rule!(elementwise::identity)),
+    lowered("aten.contiguous", rule!(elementwise::identity)),
+    lowered("aten.detach", rule!(elementwise::identity)),
+    lowered("aten.lift_fresh_copy", rule!(elementwise::identity)),
+    lowered("aten.complex", rule!(elementwise::complex)),
+    // reductions
+    lowered_with("aten.sum", rule!(reduce::simple), "sum"),
+    lowered_with("aten.mean", rule!(reduce::simple), "mean").legal(reduce::mean_legal),
+    lowered_with("aten.prod", rule!(reduce::simple), "prod"),
+    lowered_with("aten.amax", rule!(reduce::simple), "max"),
+    lowered_with("aten.amin", rule!(reduce::simple), "min"),
+    lowered_with("aten.any", rule!(reduce::simple), "or"),
+    lowered_with("aten.all", rule!(reduce::simple), "and"),
+    lowered_with("aten.argmax", rule!(reduce::arg), "argmax"),
+    lowered_with("aten.argmin", rule!(reduce::arg), "argmin"),
+    lowered_with("aten.max", rule!(reduce::arg), "max"),
+    lowered_with("aten.min", rule!(reduce::arg), "min"),
+    lowered("aten.var", rule!(reduce::var)).legal(reduce::float_result),
+    // linear algebra
+    lowered("aten.mm", rule!(linalg::mm)),
+    lowered("aten.bmm", rule!(linalg::mm)),
+    lowered("aten.addmm", rule!(linalg::addmm)),
+    lowered("aten.linalg_solve_triangular", rule!(linalg::solve_triangular)).legal(linalg::solve_triangular_legal),
+    lowered_with("aten.triangular_solve", rule!(linalg::solve_triangular), "legacy").legal(linalg::solve_triangular_legal),
+    // shapes and data movement
+    lowered("aten.view", rule!(shape::reshape)),
+    lowered("aten.reshape", rule!(shape::reshape)),
+    lowered("aten._unsafe_view", rule!(shape::reshape)),
+    lowered("aten.squeeze", rule!(shape::reshape)),
+    lowered("aten.unsqueeze", rule!(shape::reshape)),
+    lowered("aten.flatten", rule!(shape::reshape)),
+    lowered("aten.permute", rule!(shape::permute)),
+    lowered("aten.transpose", rule!(shape::transpose)),
+    lowered("aten.t", rule!(shape::transpose)),
+    lowered("aten.expand", rule!(shape::expand)),
+    lowered("aten.broadcast_to", rule!(shape::expand)),
+    lowered("aten.slice", rule!(shape::slice)),
+    lowered("aten.select", rule!(shape::select)),
+    lowered("aten.cat", rule!(shape::cat)),
+    lowered("aten.stack", rule!(shape::stack)),
+    lowered_with("aten.split_with_sizes", rule!(shape::split), "split"),
+    lowered_with("aten.split", rule!(shape::split), "split"),
+    lowered_with("aten.chunk", rule!(shape::split), "split"),
+    lowered_with("aten.unbind", rule!(shape::split), "unbind"),
+    lowered("aten.flip", rule!(shape::flip)),
+    lowered("aten.constant_pad_nd", rule!(shape::constant_pad)),
+    // factories
+    lowered_with("aten.full", rule!(factory::fill), "fill_value"),
+    lowered_with("aten.full_like", rule!(factory::fill), "fill_value"),
+    lowered_with("aten.new_full", rule!(factory::fill), "fill_value"),
+    lowered_with("aten.zeros", rule!(factory::fill), "0"),
+    lowered_with("aten.zeros_like", rule!(factory::fill), "0"),
+    lowered_with("aten.new_zeros", rule!(factory::fill), "0"),
+    lowered_with("aten.ones", rule!(factory::fill), "1"),
+    lowered_with("aten.ones_like", rule!(factory::fill), "1"),
+    lowered_with("aten.new_ones", rule!(factory::fill), "1"),
+    lowered_with("aten.empty", rule!(factory::fill), "0"),
+    lowered_with("aten.empty_like", rule!(factory::fill), "0"),
+    lowered_with("aten.new_empty", rule!(factory::fill), "0"),
+    lowered_with("aten.empty_permuted", rule!(factory::fill), "0"),
+    lowered_with("aten.empty_strided", rule!(factory::fill), "0"),
+    lowered_with("aten.new_empty_strided", rule!(factory::fill), "0"),
+    lowered_with("aten.scalar_tensor", rule!(factory::fill), "s"),
+    lowered("aten.arange", rule!(factory::arange)),
+    lowered("tpu.constant", rule!(factory::constant)).legal(factory::literal_legal),
+    // neural-network ops
+    lowered_with("aten._softmax", rule!(nn::softmax), "softmax"),
+    lowered_with("aten._log_softmax", rule!(nn::softmax), "log"),
+    lowered("aten.native_layer_norm", rule!(nn::layer_norm)),
+    lowered_with("aten._native_batch_norm_legit_no_training", rule!(nn::batch_norm), "no_training"),
+    lowered_with("aten._native_batch_norm_legit_functional", rule!(nn::batch_norm), "functional"),
+    lowered_with("aten._native_batch_norm_legit", rule!(nn::batch_norm), "legit"),
+    lowered("aten.native_dropout", rule!(nn::dropout)),
+    lowered("aten.convolution", rule!(nn::convolution)).legal(nn::convolution_legal),
+    lowered("aten.max_pool2d_with_indices", rule!(nn::max_pool2d)),
+    lowered("aten.avg_pool2d", rule!(nn::avg_pool2d)),
+    lowered("aten.avg_pool2d_backward", rule!(nn::avg_pool2d_backward)),
+    // indexing
+    lowered("aten.embedding", rule!(indexing::embedding)),
+    lowered("aten.index_select", rule!(indexing::index_select)),
+    lowered("aten.gather", rule!(indexing::gather)),
+    lowered_with("aten.scatter", rule!(indexing::scatter), "replace").legal(indexing::scatter_legal),
+    lowered_with("aten.scatter_add", rule!(indexing::scatter), "add"),
+    lowered("aten.scatter_reduce", rule!(indexing::scatter_reduce)).legal(indexing::scatter_reduce_legal),
+    lowered("aten.index_reduce", rule!(indexing::index_reduce)).legal(indexing::index_reduce_legal),
+    lowered("aten.index_put", rule!(indexing::index_put)).legal(indexing::index_put_legal),
+    lowered("aten._unsafe_index_put", rule!(indexing::index_put)).legal(indexing::index_put_legal),
+    lowered("aten.index", rule!(indexing::index)).legal(indexing::index_legal),
+    lowered("aten._unsafe_index", rule!(indexing::index)).legal(indexing::index_legal),
+    lowered_with("aten.slice_scatter", rule!(indexing::slice_scatter), "slice"),
+    lowered_with("aten.select_scatter", rule!(indexing::slice_scatter), "select"),
+    lowered_with("aten.cumsum", rule!(indexing::cumsum), "sum"),
+    lowered_with("aten.cumprod", rule!(indexing::cumsum), "prod"),
+    lowered("aten.as_strided", rule!(indexing::as_strided)),
+    lowered("aten.as_strided_scatter", rule!(indexing::as_strided_scatter)),
+    lowered("aten.put", rule!(indexing::put)),
+    lowered("aten.masked_scatter", rule!(indexing::masked_scatter)),
+    lowered("aten.nonzero_static", rule!(indexing::nonzero_static)),
+    lowered("aten.logcumsumexp", rule!(indexing::logcumsumexp)).legal(reduce::float_result),
+    lowered("aten.histc", rule!(indexing::histc)).legal(prims::not_bool_legal),
+    lowered("prims.as_strided_scatter", rule!(indexing::as_strided_scatter)),
+    // prims left by PyTorch's reference decompositions, special functions
+    lowered_with("prims.sum", rule!(prims::reduction), "sum"),
+    lowered_with("prims.var", rule!(prims::reduction), "var").legal(reduce::float_result),
+    lowered("prims.broadcast_in_dim", rule!(prims::broadcast_in_dim)),
+    lowered("prims.where", rule!(prims::where_)),
+    lowered("prims.div", rule!(prims::div)).legal(prims::not_bool_legal),
+    lowered("prims.fma", rule!(prims::fma)).legal(prims::not_bool_legal),
+    lowered("prims.convert_element_type", rule!(elementwise::convert)),
+    lowered_with("prims.abs", rule!(elementwise::unary), "stablehlo.abs").legal(elementwise::not_of_bool),
+    lowered_with("prims.neg", rule!(elementwise::unary), "stablehlo.negate").legal(elementwise::not_of_bool),
+    lowered_with("prims.erfc", rule!(elementwise::unary), "chlo.erfc"),
+    lowered_with("prims.bessel_i1e", rule!(elementwise::unary), "chlo.bessel_i1e"),
+    lowered("prims.signbit", rule!(prims::signbit)),
+    lowered("aten.signbit", rule!(prims::signbit)),
+    lowered_with("prims.fmax", rule!(prims::fminmax), "max"),
+    lowered_with("aten.fmax", rule!(prims::fminmax), "max"),
+    lowered_with("prims.fmin", rule!(prims::fminmax), "min"),
+    lowered_with("aten.fmin", rule!(prims::fminmax), "min"),
+    lowered_with("prims.shift_left", rule!(prims::binary), "stablehlo.shift_left"),
+    lowered_with("prims.shift_right_arithmetic", rule!(prims::binary), "stablehlo.shift_right_arithmetic"),
+    lowered_with("prims.zeta", rule!(prims::binary), "chlo.zeta"),
+    lowered("prims.hypot", rule!(prims::hypot)),
+    lowered("aten.hypot", rule!(prims::hypot)),
+    lowered("aten.polygamma", rule!(prims::polygamma)),
+    lowered_with("prims.erfcx", rule!(prims::special_unary), "erfcx"),
+    lowered_with("aten.special_erfcx", rule!(prims::special_unary), "erfcx"),
+    lowered_with("prims.ndtri", rule!(prims::special_unary), "ndtri"),
+    lowered_with("aten.special_ndtri", rule!(prims::special_unary), "ndtri"),
+    lowered_with("prims.spherical_bessel_j0", rule!(prims::special_unary), "spherical_bessel_j0"),
+    lowered_with("aten.special_spherical_bessel_j0", rule!(prims::special_unary), "spherical_bessel_j0"),
+    lowered_with("prims.bessel_i1", rule!(prims::special_unary), "bessel_i1"),
+    lowered_with("aten.special_modified_bessel_i1", rule!(prims::special_unary), "bessel_i1"),
+    lowered_with("prims.bessel_i0", rule!(prims::special_unary), "bessel_i0"),
+    lowered_with("prims.bessel_i0e", rule!(prims::special_unary), "bessel_i0e"),
+    lowered_with("aten.i0", rule!(prims::special_unary), "bessel_i0"),
+    lowered_with("aten.special_i0e", rule!(prims::special_unary), "bessel_i0e"),
+    lowered_with("aten.special_modified_bessel_i0", rule!(prims::special_unary), "bessel_i0"),
+    lowered("prims.nextafter", rule!(prims::nextafter)),
+    lowered("aten.nextafter", rule!(prims::nextafter)),
+    lowered_with("prims.gcd", rule!(prims::gcd), "gcd").legal(prims::integer_legal),
+    lowered_with("aten.gcd", rule!(prims::gcd), "gcd").legal(prims::integer_legal),
+    lowered_with("aten.lcm", rule!(prims::gcd), "lcm").legal(prims::integer_legal),
+    lowered("aten.angle", rule!(prims::angle)),
+    lowered("aten.copy", rule!(prims::copy)),
+    // Fourier transforms and complex parts
+    lowered("aten._fft_r2c", rule!(fft::r2c)),
+    lowered("aten._fft_c2r", rule!(fft::c2r)),
+    lowered("aten._fft_c2c", rule!(fft::c2c)),
+    lowered("aten._conj", rule!(fft::conj)),
+    lowered("aten._conj_physical", rule!(fft::conj)),
+    lowered("aten.conj_physical", rule!(fft::conj)),
+    lowered_with("aten.real", rule!(fft::part), "real"),
+    lowered_with("aten.imag", rule!(fft::part), "imag"),
+    lowered("aten.view_as_real", rule!(fft::view_as_real)),
+    lowered("aten.view_as_complex", rule!(fft::view_as_complex)),
+    // orthogonal polynomials
+    lowered_with("aten.special_chebyshev_polynomial_t", rule!(polynomial::polynomial), "chebyshev_polynomial_t"),
+    lowered_with("aten.special_chebyshev_polynomial_u", rule!(polynomial::polynomial), "chebyshev_polynomial_u"),
+    lowered_with("aten.special_chebyshev_polynomial_v", rule!(polynomial::polynomial), "chebyshev_polynomial_v"),
+    lowered_with("aten.special_chebyshev_polynomial_w", rule!(polynomial::polynomial), "chebyshev_polynomial_w"),
+    lowered_with("aten.special_shifted_chebyshev_polynomial_t", rule!(polynomial::polynomial), "shifted_chebyshev_polynomial_t"),
+    lowered_with("aten.special_shifted_chebyshev_polynomial_u", rule!(polynomial::polynomial), "shifted_chebyshev_polynomial_u"),
+    lowered_with("aten.special_shifted_chebyshev_polynomial_v", rule!(polynomial::polynomial), "shifted_chebyshev_polynomial_v"),
+    lowered_with("aten.special_shifted_chebyshev_polynomial_w", rule!(polynomial::polynomial), "shifted_chebyshev_polynomial_w"),
+    lowered_with("aten.special_hermite_polynomial_h", rule!(polynomial::polynomial), "hermite_polynomial_h"),
+    lowered_with("aten.special_hermite_polynomial_he", rule!(polynomial::polynomial), "hermite_polynomial_he"),
+    lowered_with("aten.special_laguerre_polynomial_l", rule!(polynomial::polynomial), "laguerre_polynomial_l"),
+    lowered_with("aten.special_legendre_polynomial_p", rule!(polynomial::polynomial), "legendre_polynomial_p"),
+    // sorting
+    lowered("aten.sort", rule!(sort::sort)),
+    lowered("aten.topk", rule!(sort::topk)),
+    lowered("aten.kthvalue", rule!(sort::kthvalue)),
+    lowered_with("aten.median", rule!(sort::median), "median"),
+    lowered_with("aten.nanmedian", rule!(sort::median), "nanmedian"),
+    lowered_with("aten.searchsorted", rule!(sort::searchsorted), "searchsorted").legal(sort::searchsorted_legal),
+    lowered_with("aten.bucketize", rule!(sort::searchsorted), "bucketize"),
+    lowered_with("aten.cummax", rule!(sort::cumulative_extreme), "max"),
+    lowered_with("aten.cummin", rule!(sort::cumulative_extreme), "min"),
+    // layouts of SPMD programs (effects, so that CSE keeps constraints whose layouts differ)
+    lowered("tpu.sharding_constraint", rule!(layout::sharding_constraint)),
+    lowered("tpu.reshard", rule!(layout::sharding_constraint)),
+    // cross-replica collectives of replicated programs (PyTorch's functional collectives)
+    lowered("c10d.all_reduce", rule!(collective::all_reduce)).legal(collective::reducing_legal),
+    lowered("c10d.reduce_scatter", rule!(collective::reduce_scatter)).legal(collective::reducing_legal),
+    lowered("c10d.all_gather", rule!(collective::all_gather)).legal(collective::gather_legal),
+    lowered("c10d.all_to_all", rule!(collective::all_to_all)).legal(collective::gather_legal),
+    lowered("c10d.broadcast", rule!(collective::broadcast)).legal(collective::broadcast_legal),
+    // device random draws with explicit state. Pure, not `random`: every result is a function
+    // of the state operand alone (the same state gives the same numbers, the advanced state is
+    // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are
+    // both correct; the hidden-generator trait would only forbid those.
+    lowered("tpu.rng_uniform", rule!(random::uniform)).legal(random::uniform_legal),
+    lowered("tpu.rng_normal", rule!(random::normal)).legal(random::normal_legal),
+    lowered("tpu.rng_integers", rule!(random::integers)).legal(random::integers_legal),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lowering_names_a_declared_op_once() {
+        // Building the side table panics on an undeclared or repeated op.
+        assert_eq!(LOWERINGS.len(), TABLE.len());
+        let exp = lowering(&OpName::parse("aten.exp.default").unwrap()).unwrap();
+        assert_eq!((exp.rule_name, exp.param), ("elementwise::unary", Some("stablehlo.exponential")));
+        assert!(lowering(&OpName::parse("aten.no_such_op").unwrap()).is_none());
+    }
+}
