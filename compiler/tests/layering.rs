@@ -85,3 +85,22 @@ fn the_ir_and_its_op_vocabulary_import_nothing_above_them() {
         assert!(bad.is_empty(), "{bad:#?}");
     }
 }
+
+#[test]
+fn op_names_are_written_once_in_the_lowering() {
+    // Rules and the emitter name ops by `lower::names` constants, which the engine's
+    // `emitted_names` test checks against the installed plugin's dialects. An op-name literal
+    // is a quoted `dialect.name` and nothing more (`"sdy.sharding = ..."` is attribute text).
+    let is_op_literal = |rest: &str| {
+        let end = rest.find('"').unwrap_or(0);
+        end > 0 && rest[..end].bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    let bad: Vec<String> = offenders("compiler/src/lower", &["\"stablehlo.", "\"chlo.", "\"sdy."])
+        .into_iter()
+        .filter(|l| !l.contains("lower/names.rs"))
+        .filter(|l| {
+            ["\"stablehlo.", "\"chlo.", "\"sdy."].iter().any(|d| l.split(d).skip(1).any(|rest| is_op_literal(rest)))
+        })
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}

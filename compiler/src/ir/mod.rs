@@ -12,7 +12,7 @@ pub mod verifier;
 
 pub use attr::{Attr, Elements, Literal};
 pub use graph::{Graph, Node, NodeId, NodeKind, OpName, SourceLoc, Value};
-pub use parser::{parse_graph, ParseError};
+pub use parser::{parse_graph, parse_layout, ParseError};
 pub use printer::print_graph;
 pub use scalar::Scalar;
 pub use sharding::{Mesh, Origin, Sharding};

@@ -245,6 +245,20 @@ pub fn parse_graph(src: &str) -> Result<Graph, ParseError> {
     Ok(p.graph)
 }
 
+/// A layout in the text form's `[{"dp"}, {}]` (one axis set per dim): what a layout op's
+/// `sharding` attribute holds.
+pub fn parse_layout(src: &str) -> Result<Vec<Vec<String>>, ParseError> {
+    let mut lex = Lexer { src: src.as_bytes(), i: 0, line: 1, col: 1 };
+    let (tok, pos) = lex.next()?;
+    let mut p = Parser { lex, tok, pos, values: HashMap::new(), graph: Graph::new("") };
+    p.expect_punct("[")?;
+    let dims = p.list("]", |p| p.axis_set())?;
+    if !matches!(p.tok, Tok::Eof) {
+        return Err(p.expected("the end of the layout"));
+    }
+    Ok(dims)
+}
+
 type PResult<T> = Result<T, ParseError>;
 
 impl<'a> Parser<'a> {

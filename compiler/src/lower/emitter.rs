@@ -6,6 +6,7 @@
 use super::error::{RuleError, RuleResult};
 use crate::ir::DType;
 use crate::ir::Scalar;
+use crate::lower::names::hlo;
 use melior::ir::attribute::{DenseElementsAttribute, DenseI64ArrayAttribute};
 use melior::ir::operation::OperationBuilder;
 use melior::ir::r#type::{IntegerType, RankedTensorType};
@@ -181,7 +182,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             (d, _) => return Err(RuleError::Unsupported(format!("constants of dtype {d}"))),
         };
-        let c = self.build("stablehlo.constant", &[], &[scalar_ty], &[("value", attr)], Vec::new())?[0];
+        let c = self.build(hlo::CONSTANT, &[], &[scalar_ty], &[("value", attr)], Vec::new())?[0];
         let scalar = Tv { v: c, dtype, dims: vec![] };
         if dims.is_empty() {
             Ok(scalar)
@@ -192,7 +193,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     /// A constant tensor from an attribute literal (`dense<...> : tensor<...>`).
     pub fn literal(&self, dtype: DType, dims: &[i64], attr: Attribute<'c>) -> RuleResult<Tv<'c, 'a>> {
-        let v = self.build("stablehlo.constant", &[], &[self.ty(dtype, dims)], &[("value", attr)], Vec::new())?[0];
+        let v = self.build(hlo::CONSTANT, &[], &[self.ty(dtype, dims)], &[("value", attr)], Vec::new())?[0];
         Ok(Tv { v, dtype, dims: dims.to_vec() })
     }
 
@@ -207,7 +208,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         if x.dtype.is_complex() && to == DType::Bool {
             let (re, im) = self.complex_parts(x)?;
             let nonzero = |p: &Tv<'c, 'a>| self.compare(p, &self.constant(p.dtype, &p.dims, Scalar::I(0))?, Cmp::Ne);
-            return self.ew("stablehlo.or", &[&nonzero(&re)?, &nonzero(&im)?], DType::Bool);
+            return self.ew(hlo::OR, &[&nonzero(&re)?, &nonzero(&im)?], DType::Bool);
         }
         if x.dtype.is_complex() && !to.is_complex() {
             return Err(RuleError::Unsupported(format!(
@@ -220,7 +221,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             let zero = self.constant(x.dtype, &x.dims, Scalar::I(0))?;
             return self.compare(x, &zero, Cmp::Ne);
         }
-        self.op("stablehlo.convert", &[x], to, &x.dims.clone(), &[])
+        self.op(hlo::CONVERT, &[x], to, &x.dims.clone(), &[])
     }
 
     /// PyTorch's cast (`_to_copy`, `to`, `copy_`): as `convert`, except that complex to real
@@ -236,13 +237,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// The real and imaginary parts of a complex tensor, in its component dtype.
     pub fn complex_parts(&self, x: &Tv<'c, 'a>) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
         let part = x.dtype.real_part();
-        let re = self.op("stablehlo.real", &[x], part, &x.dims.clone(), &[])?;
-        let im = self.op("stablehlo.imag", &[x], part, &x.dims.clone(), &[])?;
+        let re = self.op(hlo::REAL, &[x], part, &x.dims.clone(), &[])?;
+        let im = self.op(hlo::IMAG, &[x], part, &x.dims.clone(), &[])?;
         Ok((re, im))
     }
 
     pub fn broadcast_in_dim(&self, x: &Tv<'c, 'a>, dims: &[i64], mapping: &[i64]) -> RuleResult<Tv<'c, 'a>> {
-        self.op("stablehlo.broadcast_in_dim", &[x], x.dtype, dims, &[("broadcast_dimensions", self.i64_array(mapping))])
+        self.op(hlo::BROADCAST_IN_DIM, &[x], x.dtype, dims, &[("broadcast_dimensions", self.i64_array(mapping))])
     }
 
     /// PyTorch broadcasting of `x` to `dims` (trailing alignment; size-1 dims stretch).
@@ -269,7 +270,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         if x.dims == dims {
             return Ok(x.clone());
         }
-        self.op("stablehlo.reshape", &[x], x.dtype, dims, &[])
+        self.op(hlo::RESHAPE, &[x], x.dtype, dims, &[])
     }
 
     pub fn transpose(&self, x: &Tv<'c, 'a>, perm: &[usize]) -> RuleResult<Tv<'c, 'a>> {
@@ -281,7 +282,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         }
         let dims: Vec<i64> = perm.iter().map(|&p| x.dims[p]).collect();
         let perm: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
-        self.op("stablehlo.transpose", &[x], x.dtype, &dims, &[("permutation", self.i64_array(&perm))])
+        self.op(hlo::TRANSPOSE, &[x], x.dtype, &dims, &[("permutation", self.i64_array(&perm))])
     }
 
     /// `y` when `x` is this module's `stablehlo.transpose(y)` with exactly `perm`: lets a
@@ -289,7 +290,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
     pub fn transpose_source(&self, x: &Tv<'c, 'a>, perm: &[usize]) -> Option<Tv<'c, 'a>> {
         use melior::ir::operation::{OperationLike, OperationResult};
         let op = OperationResult::try_from(x.v).ok()?.owner();
-        if op.name().as_string_ref().as_str().ok()? != "stablehlo.transpose" {
+        if op.name().as_string_ref().as_str().ok()? != hlo::TRANSPOSE {
             return None;
         }
         let attr = DenseI64ArrayAttribute::try_from(op.attribute("permutation").ok()?).ok()?;
@@ -317,7 +318,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             ("comparison_direction", self.attr(&format!("#stablehlo<comparison_direction {}>", dir.name()))?),
             ("compare_type", self.attr(&format!("#stablehlo<comparison_type {kind}>"))?),
         ];
-        self.op("stablehlo.compare", &[a, b], DType::Bool, &a.dims.clone(), &attrs)
+        self.op(hlo::COMPARE, &[a, b], DType::Bool, &a.dims.clone(), &attrs)
     }
 
     /// Elementwise max/min with PyTorch's NaN propagation (XLA's CPU max/min only keep a NaN
@@ -325,9 +326,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
     pub fn minmax(&self, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, max: bool) -> RuleResult<Tv<'c, 'a>> {
         let d = a.dtype;
         if d == DType::Bool {
-            return self.ew(if max { "stablehlo.or" } else { "stablehlo.and" }, &[a, b], d);
+            return self.ew(if max { hlo::OR } else { hlo::AND }, &[a, b], d);
         }
-        let r = self.ew(if max { "stablehlo.maximum" } else { "stablehlo.minimum" }, &[a, b], d)?;
+        let r = self.ew(if max { hlo::MAXIMUM } else { hlo::MINIMUM }, &[a, b], d)?;
         if !d.is_float() {
             return Ok(r);
         }
@@ -338,7 +339,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
     }
 
     pub fn select(&self, pred: &Tv<'c, 'a>, on_true: &Tv<'c, 'a>, on_false: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
-        self.op("stablehlo.select", &[pred, on_true, on_false], on_true.dtype, &on_true.dims.clone(), &[])
+        self.op(hlo::SELECT, &[pred, on_true, on_false], on_true.dtype, &on_true.dims.clone(), &[])
     }
 
     /// `stablehlo.slice` with static start/limit/stride per dim.
@@ -359,7 +360,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             })
             .collect::<RuleResult<_>>()?;
         self.op(
-            "stablehlo.slice",
+            hlo::SLICE,
             &[x],
             x.dtype,
             &dims,
@@ -399,7 +400,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             })
             .collect::<RuleResult<_>>()?;
         self.op(
-            "stablehlo.pad",
+            hlo::PAD,
             &[x, value],
             x.dtype,
             &dims,
@@ -422,11 +423,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
     ) -> RuleResult<Tv<'c, 'a>> {
         let d = x.dtype;
         let r = x.rank();
-        let region = self.scalar_region(&[d, d], |b, a| Ok(vec![b.ew("stablehlo.add", &[&a[0], &a[1]], d)?]))?;
+        let region = self.scalar_region(&[d, d], |b, a| Ok(vec![b.ew(hlo::ADD, &[&a[0], &a[1]], d)?]))?;
         let init = self.constant(d, &[], Scalar::I(0))?;
         let pad_text = pads.iter().map(|p| format!("[{}, {}]", p[0], p[1])).collect::<Vec<_>>().join(", ");
         let vals = self.build(
-            "stablehlo.reduce_window",
+            hlo::REDUCE_WINDOW,
             &[x.v, init.v],
             &[self.ty(d, out_dims)],
             &[
@@ -445,12 +446,12 @@ impl<'c, 'a> Emitter<'c, 'a> {
             return self.reshape(&parts[0], dims);
         }
         let refs: Vec<&Tv<'c, 'a>> = parts.iter().collect();
-        self.op("stablehlo.concatenate", &refs, dtype, dims, &[("dimension", self.attr(&format!("{dim} : i64"))?)])
+        self.op(hlo::CONCATENATE, &refs, dtype, dims, &[("dimension", self.attr(&format!("{dim} : i64"))?)])
     }
 
     pub fn iota(&self, dtype: DType, dims: &[i64], dim: usize) -> RuleResult<Tv<'c, 'a>> {
         let attr = self.attr(&format!("{dim} : i64"))?;
-        let v = self.build("stablehlo.iota", &[], &[self.ty(dtype, dims)], &[("iota_dimension", attr)], Vec::new())?[0];
+        let v = self.build(hlo::IOTA, &[], &[self.ty(dtype, dims)], &[("iota_dimension", attr)], Vec::new())?[0];
         Ok(Tv { v, dtype, dims: dims.to_vec() })
     }
 
@@ -489,7 +490,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         operands.extend(inits.iter().map(|t| t.v));
         let results: Vec<Type<'c>> = inputs.iter().map(|t| self.ty(t.dtype, &dims)).collect();
         let vals = self.build(
-            "stablehlo.reduce_window",
+            hlo::REDUCE_WINDOW,
             &operands,
             &results,
             &[
@@ -520,7 +521,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 .collect::<RuleResult<_>>()?;
             let out = body(&inner, &params)?;
             let vals: Vec<Value<'c, '_>> = out.iter().map(|t| t.v).collect();
-            inner.build("stablehlo.return", &vals, &[], &[], Vec::new())?;
+            inner.build(hlo::RETURN, &vals, &[], &[], Vec::new())?;
         }
         let region = Region::new();
         region.append_block(block);
@@ -540,7 +541,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let body_region = self.tensor_region(&sig, body)?;
         let operands: Vec<Value<'c, 'a>> = init.iter().map(|t| t.v).collect();
         let results: Vec<Type<'c>> = sig.iter().map(|(d, dims)| self.ty(*d, dims)).collect();
-        let vals = self.build("stablehlo.while", &operands, &results, &[], vec![cond_region, body_region])?;
+        let vals = self.build(hlo::WHILE, &operands, &results, &[], vec![cond_region, body_region])?;
         Ok(vals.into_iter().zip(sig).map(|(v, (dtype, dims))| Tv { v, dtype, dims }).collect())
     }
 
@@ -562,13 +563,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
         operands.extend(inits.iter().map(|t| t.v));
         let results: Vec<Type<'c>> = dtypes.iter().map(|d| self.ty(*d, &out_dims)).collect();
         let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        let vals = self.build(
-            "stablehlo.reduce",
-            &operands,
-            &results,
-            &[("dimensions", self.i64_array(&dims_i64))],
-            vec![region],
-        )?;
+        let vals =
+            self.build(hlo::REDUCE, &operands, &results, &[("dimensions", self.i64_array(&dims_i64))], vec![region])?;
         Ok(vals.into_iter().zip(dtypes).map(|(v, dtype)| Tv { v, dtype, dims: out_dims.clone() }).collect())
     }
 }

@@ -8,6 +8,7 @@ use crate::ir::{DType, Scalar};
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -33,12 +34,12 @@ fn replica_groups(n: &NodeCtx) -> RuleResult<(String, i64)> {
 /// The scalar combiner of a reduction over `d` (`avg` sums; the caller divides).
 fn combiner(kind: &str, d: DType) -> &'static str {
     match (kind, d) {
-        ("sum" | "avg", DType::Bool) | ("max", DType::Bool) => "stablehlo.or",
-        ("product", DType::Bool) | ("min", DType::Bool) => "stablehlo.and",
-        ("sum" | "avg", _) => "stablehlo.add",
-        ("product", _) => "stablehlo.multiply",
-        ("max", _) => "stablehlo.maximum",
-        _ => "stablehlo.minimum",
+        ("sum" | "avg", DType::Bool) | ("max", DType::Bool) => hlo::OR,
+        ("product", DType::Bool) | ("min", DType::Bool) => hlo::AND,
+        ("sum" | "avg", _) => hlo::ADD,
+        ("product", _) => hlo::MULTIPLY,
+        ("max", _) => hlo::MAXIMUM,
+        _ => hlo::MINIMUM,
     }
 }
 
@@ -65,13 +66,13 @@ fn reducing<'c, 'a>(
         return Ok(vec![out]);
     }
     let count = e.constant(d, &out.dims, Scalar::I(size))?;
-    Ok(vec![e.ew("stablehlo.divide", &[&out, &count], d)?])
+    Ok(vec![e.ew(hlo::DIVIDE, &[&out, &count], d)?])
 }
 
 /// `c10d.all_reduce(x) {reduce_op, groups, group_size}`: every replica of a group gets the
 /// reduction of the group's values.
 pub fn all_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    reducing(e, n, "stablehlo.all_reduce", &[])
+    reducing(e, n, hlo::ALL_REDUCE, &[])
 }
 
 /// `c10d.reduce_scatter(x) {reduce_op, dim, groups, group_size}`: the reduction, split along
@@ -79,7 +80,7 @@ pub fn all_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
 pub fn reduce_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let dim = n.int_or("dim", 0)?;
     let scatter = e.attr(&format!("{dim} : i64"))?;
-    reducing(e, n, "stablehlo.reduce_scatter", &[("scatter_dimension", scatter)])
+    reducing(e, n, hlo::REDUCE_SCATTER, &[("scatter_dimension", scatter)])
 }
 
 /// `c10d.all_gather(x) {dim, groups, group_size}`: the group's values concatenated along
@@ -89,7 +90,7 @@ pub fn all_gather<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let (groups, _) = replica_groups(n)?;
     let dim = n.int_or("dim", 0)?;
     let attrs = [("all_gather_dim", e.attr(&format!("{dim} : i64"))?), ("replica_groups", e.attr(&groups)?)];
-    Ok(vec![e.op("stablehlo.all_gather", &[x], x.dtype, n.out_dims(), &attrs)?])
+    Ok(vec![e.op(hlo::ALL_GATHER, &[x], x.dtype, n.out_dims(), &attrs)?])
 }
 
 /// `c10d.all_to_all(x) {split_dim, concat_dim, groups, group_size}`: `x` split along
@@ -104,7 +105,7 @@ pub fn all_to_all<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         ("split_count", e.attr(&format!("{size} : i64"))?),
         ("replica_groups", e.attr(&groups)?),
     ];
-    Ok(vec![e.op("stablehlo.all_to_all", &[x], x.dtype, n.out_dims(), &attrs)?])
+    Ok(vec![e.op(hlo::ALL_TO_ALL, &[x], x.dtype, n.out_dims(), &attrs)?])
 }
 
 /// `c10d.broadcast(x) {src, groups, group_size}`: every replica of a group gets the value of
@@ -120,7 +121,7 @@ pub fn broadcast<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     let mut all = one.clone();
     all[0] = size;
     let attrs = [("all_gather_dim", e.attr("0 : i64")?), ("replica_groups", e.attr(&groups)?)];
-    let gathered = e.op("stablehlo.all_gather", &[&lifted], x.dtype, &all, &attrs)?;
+    let gathered = e.op(hlo::ALL_GATHER, &[&lifted], x.dtype, &all, &attrs)?;
     let mut start = vec![0; all.len()];
     start[0] = src;
     let mut limit = all.clone();

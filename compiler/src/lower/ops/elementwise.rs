@@ -6,6 +6,7 @@ use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::{chlo, hlo};
 use crate::lower::node::{NodeCtx, Param};
 use crate::lower::promote::{result_type, Operand};
 
@@ -48,14 +49,10 @@ pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let out = n.out_dtype();
     let x = n.arg(0)?;
     let r = match op {
-        "stablehlo.round_nearest_even" | "stablehlo.ceil" | "stablehlo.floor" if !out.is_float() => {
-            e.convert(x, out)?
-        }
+        hlo::ROUND_NEAREST_EVEN | hlo::CEIL | hlo::FLOOR if !out.is_float() => e.convert(x, out)?,
         // |z|: StableHLO's abs of a complex tensor is its (real) modulus.
-        "stablehlo.abs" if x.dtype.is_complex() => {
-            e.op("stablehlo.abs", &[x], x.dtype.real_part(), &x.dims.clone(), &[])?
-        }
-        "stablehlo.not" if out == DType::Bool => e.ew("stablehlo.not", &[x], DType::Bool)?,
+        hlo::ABS if x.dtype.is_complex() => e.op(hlo::ABS, &[x], x.dtype.real_part(), &x.dims.clone(), &[])?,
+        hlo::NOT if out == DType::Bool => e.ew(hlo::NOT, &[x], DType::Bool)?,
         _ => e.ew(op, &[&e.convert(x, out)?], out)?,
     };
     Ok(vec![r])
@@ -86,7 +83,7 @@ pub fn sign_legal(c: &Check) -> Result<(), String> {
 
 pub fn logical_not<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let b = e.convert(n.arg(0)?, DType::Bool)?;
-    let t = e.ew("stablehlo.not", &[&b], DType::Bool)?;
+    let t = e.ew(hlo::NOT, &[&b], DType::Bool)?;
     Ok(vec![e.convert(&t, n.out_dtype())?])
 }
 
@@ -100,7 +97,7 @@ pub fn sign<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         let pos = e.compare(&x, &zero, Cmp::Gt)?;
         e.convert(&pos, out)?
     } else {
-        e.ew("stablehlo.sign", &[&x], out)?
+        e.ew(hlo::SIGN, &[&x], out)?
     };
     Ok(vec![r])
 }
@@ -114,8 +111,8 @@ pub fn trunc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     }
     let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
     let neg = e.compare(&x, &zero, Cmp::Lt)?;
-    let c = e.ew("stablehlo.ceil", &[&x], out)?;
-    let f = e.ew("stablehlo.floor", &[&x], out)?;
+    let c = e.ew(hlo::CEIL, &[&x], out)?;
+    let f = e.ew(hlo::FLOOR, &[&x], out)?;
     Ok(vec![e.select(&neg, &c, &f)?])
 }
 
@@ -123,7 +120,7 @@ pub fn reciprocal<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let one = e.constant(out, &x.dims, Scalar::F(1.0))?;
-    Ok(vec![e.ew("stablehlo.divide", &[&one, &x], out)?])
+    Ok(vec![e.ew(hlo::DIVIDE, &[&one, &x], out)?])
 }
 
 pub fn relu<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
@@ -133,14 +130,14 @@ pub fn relu<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let zero = e.constant(out, &x.dims, Scalar::I(0))?;
-    Ok(vec![e.ew("stablehlo.maximum", &[&x, &zero], out)?])
+    Ok(vec![e.ew(hlo::MAXIMUM, &[&x, &zero], out)?])
 }
 
 pub fn exp2<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
-    Ok(vec![e.ew("stablehlo.power", &[&two, &x], out)?])
+    Ok(vec![e.ew(hlo::POWER, &[&two, &x], out)?])
 }
 
 /// log2 / log10 (the registry's parameter is the base): ln(x) / ln(base).
@@ -152,9 +149,9 @@ pub fn log_base<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     };
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
-    let l = e.ew("stablehlo.log", &[&x], out)?;
+    let l = e.ew(hlo::LOG, &[&x], out)?;
     let c = e.constant(out, &x.dims, Scalar::F(base))?;
-    Ok(vec![e.ew("stablehlo.divide", &[&l, &c], out)?])
+    Ok(vec![e.ew(hlo::DIVIDE, &[&l, &c], out)?])
 }
 
 pub fn gelu_rule<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
@@ -170,39 +167,39 @@ pub fn atan<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let o = e.constant(out, &x.dims, Scalar::F(1.0))?;
-    let x2 = e.ew("stablehlo.multiply", &[&x, &x], out)?;
-    let r = e.ew("stablehlo.sqrt", &[&e.ew("stablehlo.add", &[&o, &x2], out)?], out)?;
-    let den = e.ew("stablehlo.add", &[&o, &r], out)?;
-    let half = e.ew("stablehlo.atan2", &[&x, &den], out)?;
+    let x2 = e.ew(hlo::MULTIPLY, &[&x, &x], out)?;
+    let r = e.ew(hlo::SQRT, &[&e.ew(hlo::ADD, &[&o, &x2], out)?], out)?;
+    let den = e.ew(hlo::ADD, &[&o, &r], out)?;
+    let half = e.ew(hlo::ATAN2, &[&x, &den], out)?;
     let two = e.constant(out, &x.dims, Scalar::F(2.0))?;
-    Ok(vec![e.ew("stablehlo.multiply", &[&half, &two], out)?])
+    Ok(vec![e.ew(hlo::MULTIPLY, &[&half, &two], out)?])
 }
 
 pub fn silu<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
-    let s = e.ew("stablehlo.logistic", &[&x], out)?;
-    Ok(vec![e.ew("stablehlo.multiply", &[&x, &s], out)?])
+    let s = e.ew(hlo::LOGISTIC, &[&x], out)?;
+    Ok(vec![e.ew(hlo::MULTIPLY, &[&x, &s], out)?])
 }
 
 /// GELU, exact (erf) or tanh-approximated, as PyTorch defines them.
 pub fn gelu<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, approximate: &str) -> RuleResult<Tv<'c, 'a>> {
     let d = x.dtype;
     let c = |v: f64| e.constant(d, &x.dims, Scalar::F(v));
-    let mul = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew("stablehlo.multiply", &[a, b], d);
-    let add = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew("stablehlo.add", &[a, b], d);
+    let mul = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew(hlo::MULTIPLY, &[a, b], d);
+    let add = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew(hlo::ADD, &[a, b], d);
     let inner = match approximate {
         // 0.5 * x * (1 + erf(x / sqrt(2)))
         "none" => {
             let scaled = mul(x, &c(std::f64::consts::FRAC_1_SQRT_2)?)?;
-            e.ew("chlo.erf", &[&scaled], d)?
+            e.ew(chlo::ERF, &[&scaled], d)?
         }
         // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
         "tanh" => {
             let x3 = mul(&mul(x, x)?, x)?;
             let poly = add(x, &mul(&x3, &c(0.044715)?)?)?;
             let arg = mul(&poly, &c((2.0 / std::f64::consts::PI).sqrt())?)?;
-            e.ew("stablehlo.tanh", &[&arg], d)?
+            e.ew(hlo::TANH, &[&arg], d)?
         }
         other => return bad!("unknown gelu approximation '{other}'"),
     };
@@ -215,14 +212,14 @@ pub fn gelu<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, approximate: &str) -> R
 /// add/sub and `rounding_mode` for div. On bools add is `or` and mul is `and`.
 pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let op = n.param()?;
-    let (a, b) = operands(e, n, op == "stablehlo.power")?;
+    let (a, b) = operands(e, n, op == hlo::POWER)?;
     let out = n.out_dtype();
     let b = scaled_by_alpha(e, n, b)?;
     let bool_out = out == DType::Bool;
     let r = match op {
-        "stablehlo.add" if bool_out => e.ew("stablehlo.or", &[&a, &b], out)?,
-        "stablehlo.multiply" if bool_out => e.ew("stablehlo.and", &[&a, &b], out)?,
-        "stablehlo.divide" => divide(e, n, &a, &b)?,
+        hlo::ADD if bool_out => e.ew(hlo::OR, &[&a, &b], out)?,
+        hlo::MULTIPLY if bool_out => e.ew(hlo::AND, &[&a, &b], out)?,
+        hlo::DIVIDE => divide(e, n, &a, &b)?,
         _ => e.ew(op, &[&a, &b], out)?,
     };
     Ok(vec![r])
@@ -245,7 +242,7 @@ fn scaled_by_alpha<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>, x: Tv<'
     match n.attr("alpha").and_then(Scalar::from_attr) {
         Some(al) if !al.is_one() => {
             let c = e.constant(out, &x.dims.clone(), al)?;
-            e.ew(if out == DType::Bool { "stablehlo.and" } else { "stablehlo.multiply" }, &[&x, &c], out)
+            e.ew(if out == DType::Bool { hlo::AND } else { hlo::MULTIPLY }, &[&x, &c], out)
         }
         _ => Ok(x),
     }
@@ -261,17 +258,17 @@ fn divide<'c, 'a>(
 ) -> RuleResult<Tv<'c, 'a>> {
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
     match n.str_or("rounding_mode", "")? {
-        "" if out.is_float() || out.is_complex() => e.ew("stablehlo.divide", &[a, b], out),
+        "" if out.is_float() || out.is_complex() => e.ew(hlo::DIVIDE, &[a, b], out),
         "" => bad!("true division must produce a floating result, the IR says {out}"),
         "trunc" if out.is_float() => {
-            let q = e.ew("stablehlo.divide", &[a, b], out)?;
+            let q = e.ew(hlo::DIVIDE, &[a, b], out)?;
             let zero = e.constant(out, &dims, Scalar::F(0.0))?;
             let neg = e.compare(&q, &zero, Cmp::Lt)?;
-            let c = e.ew("stablehlo.ceil", &[&q], out)?;
-            let f = e.ew("stablehlo.floor", &[&q], out)?;
+            let c = e.ew(hlo::CEIL, &[&q], out)?;
+            let f = e.ew(hlo::FLOOR, &[&q], out)?;
             e.select(&neg, &c, &f)
         }
-        "trunc" => e.ew("stablehlo.divide", &[a, b], out),
+        "trunc" => e.ew(hlo::DIVIDE, &[a, b], out),
         "floor" => floor_divide_values(e, a, b),
         m => bad!("unknown rounding_mode '{m}'"),
     }
@@ -289,7 +286,7 @@ pub fn subtract_legal(c: &Check) -> Result<(), String> {
 pub fn rsub<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = operands(e, n, false)?;
     let a = scaled_by_alpha(e, n, a)?;
-    Ok(vec![e.ew("stablehlo.subtract", &[&b, &a], n.out_dtype())?])
+    Ok(vec![e.ew(hlo::SUBTRACT, &[&b, &a], n.out_dtype())?])
 }
 
 pub fn floor_divide<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
@@ -308,14 +305,14 @@ pub fn extremum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 pub fn remainder<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = operands(e, n, false)?;
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
-    let r = e.ew("stablehlo.remainder", &[&a, &b], out)?;
+    let r = e.ew(hlo::REMAINDER, &[&a, &b], out)?;
     let zero = e.constant(out, &dims, Scalar::I(0))?;
     let nonzero = e.compare(&r, &zero, Cmp::Ne)?;
     let r_neg = e.compare(&r, &zero, Cmp::Lt)?;
     let b_neg = e.compare(&b, &zero, Cmp::Lt)?;
-    let differ = e.ew("stablehlo.xor", &[&r_neg, &b_neg], DType::Bool)?;
-    let fix = e.ew("stablehlo.and", &[&nonzero, &differ], DType::Bool)?;
-    let shifted = e.ew("stablehlo.add", &[&r, &b], out)?;
+    let differ = e.ew(hlo::XOR, &[&r_neg, &b_neg], DType::Bool)?;
+    let fix = e.ew(hlo::AND, &[&nonzero, &differ], DType::Bool)?;
+    let shifted = e.ew(hlo::ADD, &[&r, &b], out)?;
     Ok(vec![e.select(&fix, &shifted, &r)?])
 }
 
@@ -327,36 +324,36 @@ fn floor_divide_values<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, '
     let zero = e.constant(d, &dims, Scalar::I(0))?;
     let one = e.constant(d, &dims, Scalar::I(1))?;
     if !d.is_float() {
-        let q = e.ew("stablehlo.divide", &[a, b], d)?;
-        let r = e.ew("stablehlo.remainder", &[a, b], d)?;
+        let q = e.ew(hlo::DIVIDE, &[a, b], d)?;
+        let r = e.ew(hlo::REMAINDER, &[a, b], d)?;
         let r_nonzero = e.compare(&r, &zero, Cmp::Ne)?;
         let a_neg = e.compare(a, &zero, Cmp::Lt)?;
         let b_neg = e.compare(b, &zero, Cmp::Lt)?;
-        let signs_differ = e.ew("stablehlo.xor", &[&a_neg, &b_neg], DType::Bool)?;
-        let adjust = e.ew("stablehlo.and", &[&r_nonzero, &signs_differ], DType::Bool)?;
-        let q1 = e.ew("stablehlo.subtract", &[&q, &one], d)?;
+        let signs_differ = e.ew(hlo::XOR, &[&a_neg, &b_neg], DType::Bool)?;
+        let adjust = e.ew(hlo::AND, &[&r_nonzero, &signs_differ], DType::Bool)?;
+        let q1 = e.ew(hlo::SUBTRACT, &[&q, &one], d)?;
         return e.select(&adjust, &q1, &q);
     }
     // mod = fmod(a, b); div = (a - mod) / b; if mod != 0 && (b < 0) != (mod < 0): div -= 1
     // if div != 0: f = floor(div); if div - f > 0.5: f += 1  else: copysign(0, a / b)
     // b == 0: a / b
-    let m = e.ew("stablehlo.remainder", &[a, b], d)?;
-    let am = e.ew("stablehlo.subtract", &[a, &m], d)?;
-    let div = e.ew("stablehlo.divide", &[&am, b], d)?;
+    let m = e.ew(hlo::REMAINDER, &[a, b], d)?;
+    let am = e.ew(hlo::SUBTRACT, &[a, &m], d)?;
+    let div = e.ew(hlo::DIVIDE, &[&am, b], d)?;
     let m_nonzero = e.compare(&m, &zero, Cmp::Ne)?;
     let b_neg = e.compare(b, &zero, Cmp::Lt)?;
     let m_neg = e.compare(&m, &zero, Cmp::Lt)?;
-    let differ = e.ew("stablehlo.xor", &[&b_neg, &m_neg], DType::Bool)?;
-    let adjust = e.ew("stablehlo.and", &[&m_nonzero, &differ], DType::Bool)?;
-    let div1 = e.ew("stablehlo.subtract", &[&div, &one], d)?;
+    let differ = e.ew(hlo::XOR, &[&b_neg, &m_neg], DType::Bool)?;
+    let adjust = e.ew(hlo::AND, &[&m_nonzero, &differ], DType::Bool)?;
+    let div1 = e.ew(hlo::SUBTRACT, &[&div, &one], d)?;
     let div = e.select(&adjust, &div1, &div)?;
-    let f = e.ew("stablehlo.floor", &[&div], d)?;
-    let frac = e.ew("stablehlo.subtract", &[&div, &f], d)?;
+    let f = e.ew(hlo::FLOOR, &[&div], d)?;
+    let frac = e.ew(hlo::SUBTRACT, &[&div, &f], d)?;
     let half = e.constant(d, &dims, Scalar::F(0.5))?;
     let round_up = e.compare(&frac, &half, Cmp::Gt)?;
-    let f1 = e.ew("stablehlo.add", &[&f, &one], d)?;
+    let f1 = e.ew(hlo::ADD, &[&f, &one], d)?;
     let f = e.select(&round_up, &f1, &f)?;
-    let q = e.ew("stablehlo.divide", &[a, b], d)?;
+    let q = e.ew(hlo::DIVIDE, &[a, b], d)?;
     let signed_zero = {
         // copysign(0, q) = q's sign bit on zero: 0 * sign(q) loses -0 for q = -0, so select.
         let q_neg = e.compare(&q, &zero, Cmp::Lt)?;
@@ -463,7 +460,7 @@ pub fn complex<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let part = out.real_part();
     let re = e.broadcast_to(&e.convert(n.arg(0)?, part)?, &dims)?;
     let im = e.broadcast_to(&e.convert(n.arg(1)?, part)?, &dims)?;
-    Ok(vec![e.op("stablehlo.complex", &[&re, &im], out, &dims, &[])?])
+    Ok(vec![e.op(hlo::COMPLEX, &[&re, &im], out, &dims, &[])?])
 }
 
 /// Ops that return their (first) operand unchanged: alias, clone, contiguous, detach, ...
@@ -490,7 +487,7 @@ pub fn classify<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
         // NaN or infinite if either part is; finite if both are.
         let (re, im) = e.complex_parts(x)?;
         let (re_class, im_class) = (classify_real(e, name, &re)?, classify_real(e, name, &im)?);
-        let join = if name == "isfinite" { "stablehlo.and" } else { "stablehlo.or" };
+        let join = if name == "isfinite" { hlo::AND } else { hlo::OR };
         return Ok(vec![e.ew(join, &[&re_class, &im_class], DType::Bool)?]);
     }
     if !x.dtype.is_float() {
@@ -505,13 +502,13 @@ fn classify_real<'c, 'a>(e: &Emitter<'c, 'a>, name: &str, x: &Tv<'c, 'a>) -> Rul
     Ok(match name {
         "isnan" => e.compare(x, x, Cmp::Ne)?,
         "isinf" => {
-            let a = e.ew("stablehlo.abs", &[x], x.dtype)?;
+            let a = e.ew(hlo::ABS, &[x], x.dtype)?;
             let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
             e.compare(&a, &inf, Cmp::Eq)?
         }
         "isfinite" => {
             // |x| < inf is false for NaN and for infinities.
-            let a = e.ew("stablehlo.abs", &[x], x.dtype)?;
+            let a = e.ew(hlo::ABS, &[x], x.dtype)?;
             let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
             e.compare(&a, &inf, Cmp::Lt)?
         }

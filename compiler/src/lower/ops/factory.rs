@@ -7,6 +7,7 @@ use crate::ir::{Attr, DType, Elements};
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
 use melior::ir::attribute::DenseElementsAttribute;
 
@@ -46,8 +47,8 @@ pub fn arange<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let i = e.iota(compute, &dims, 0)?;
     let step_c = e.constant(compute, &dims, step)?;
     let start_c = e.constant(compute, &dims, start)?;
-    let scaled = e.ew("stablehlo.multiply", &[&i, &step_c], compute)?;
-    let v = e.ew("stablehlo.add", &[&scaled, &start_c], compute)?;
+    let scaled = e.ew(hlo::MULTIPLY, &[&i, &step_c], compute)?;
+    let v = e.ew(hlo::ADD, &[&scaled, &start_c], compute)?;
     Ok(vec![e.convert(&v, out)?])
 }
 

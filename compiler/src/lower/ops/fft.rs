@@ -10,6 +10,7 @@ use crate::ir::DType;
 use crate::ir::Scalar;
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
+use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -49,7 +50,7 @@ fn fft_1d<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, axis: usize, kind: &str, 
         _ => x.dtype,
     };
     let y = e.op(
-        "stablehlo.fft",
+        hlo::FFT,
         &[&moved],
         out_dtype,
         &out_dims,
@@ -68,7 +69,7 @@ fn scale<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, factor: f64) -> RuleResult
         return Ok(x.clone());
     }
     let c = e.constant(x.dtype, &x.dims, Scalar::F(factor))?;
-    e.ew("stablehlo.multiply", &[x, &c], x.dtype)
+    e.ew(hlo::MULTIPLY, &[x, &c], x.dtype)
 }
 
 /// PyTorch's normalization factor for signal size `n`, times `n` when XLA already divided
@@ -156,8 +157,8 @@ pub fn conj<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         return Ok(vec![x.clone()]);
     }
     let (re, im) = e.complex_parts(x)?;
-    let neg = e.ew("stablehlo.negate", &[&im], im.dtype)?;
-    Ok(vec![e.op("stablehlo.complex", &[&re, &neg], x.dtype, &x.dims.clone(), &[])?])
+    let neg = e.ew(hlo::NEGATE, &[&im], im.dtype)?;
+    Ok(vec![e.op(hlo::COMPLEX, &[&re, &neg], x.dtype, &x.dims.clone(), &[])?])
 }
 
 /// real / imag of a complex tensor (real of a real tensor is itself).
@@ -167,7 +168,7 @@ pub fn part<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     if !x.dtype.is_complex() {
         return if imag { bad!("imag of a real tensor") } else { Ok(vec![x.clone()]) };
     }
-    let op = if imag { "stablehlo.imag" } else { "stablehlo.real" };
+    let op = if imag { hlo::IMAG } else { hlo::REAL };
     Ok(vec![e.op(op, &[x], real_of(x.dtype), &x.dims.clone(), &[])?])
 }
 
@@ -195,5 +196,5 @@ pub fn view_as_complex<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> 
     let mut lo = vec![0; r];
     lo[r - 1] = 1;
     let im = e.reshape(&e.slice(x, &lo, &x.dims.clone(), &vec![1; r])?, n.out_dims())?;
-    Ok(vec![e.op("stablehlo.complex", &[&re, &im], n.out_dtype(), n.out_dims(), &[])?])
+    Ok(vec![e.op(hlo::COMPLEX, &[&re, &im], n.out_dtype(), n.out_dims(), &[])?])
 }

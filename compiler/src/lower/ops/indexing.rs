@@ -10,6 +10,7 @@ use crate::ir::{Attr, DType};
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::{axis, dim, product, NodeCtx};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -59,7 +60,7 @@ pub(crate) fn gather_at<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, coords: &Tv
         out.len()
     );
     e.op(
-        "stablehlo.gather",
+        hlo::GATHER,
         &[x, coords],
         x.dtype,
         &out,
@@ -154,14 +155,14 @@ fn scatter_windows<'c, 'a>(
     let region = e.scalar_region(&[d, d], |b, a| {
         Ok(vec![match how {
             Combine::Replace => a[1].clone(),
-            Combine::Add => b.ew(if boolean { "stablehlo.or" } else { "stablehlo.add" }, &[&a[0], &a[1]], d)?,
-            Combine::Mul => b.ew(if boolean { "stablehlo.and" } else { "stablehlo.multiply" }, &[&a[0], &a[1]], d)?,
+            Combine::Add => b.ew(if boolean { hlo::OR } else { hlo::ADD }, &[&a[0], &a[1]], d)?,
+            Combine::Mul => b.ew(if boolean { hlo::AND } else { hlo::MULTIPLY }, &[&a[0], &a[1]], d)?,
             Combine::Max => b.minmax(&a[0], &a[1], true)?,
             Combine::Min => b.minmax(&a[0], &a[1], false)?,
         }])
     })?;
     let vals = e.build(
-        "stablehlo.scatter",
+        hlo::SCATTER,
         &[x.v, coords.v, updates.v],
         &[e.ty(d, &x.dims)],
         &[
@@ -220,22 +221,21 @@ fn reduce_into<'c, 'a>(
     let none = e.compare(&counts, &zero, Cmp::Eq)?;
     let safe = e.select(&none, &one, &counts)?;
     let safe = e.convert(&safe, d)?;
-    let mean =
-        if d.is_float() { e.ew("stablehlo.divide", &[&combined, &safe], d)? } else { floor_div(e, &combined, &safe)? };
+    let mean = if d.is_float() { e.ew(hlo::DIVIDE, &[&combined, &safe], d)? } else { floor_div(e, &combined, &safe)? };
     e.select(&none, &combined, &mean)
 }
 
 /// Integer floor division a / b (b > 0 here).
 fn floor_div<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
     let d = a.dtype;
-    let q = e.ew("stablehlo.divide", &[a, b], d)?;
-    let back = e.ew("stablehlo.multiply", &[&q, b], d)?;
+    let q = e.ew(hlo::DIVIDE, &[a, b], d)?;
+    let back = e.ew(hlo::MULTIPLY, &[&q, b], d)?;
     let inexact = e.compare(&back, a, Cmp::Ne)?;
     let zero = e.constant(d, &a.dims, Scalar::I(0))?;
     let neg = e.compare(a, &zero, Cmp::Lt)?;
-    let fix = e.ew("stablehlo.and", &[&inexact, &neg], DType::Bool)?;
+    let fix = e.ew(hlo::AND, &[&inexact, &neg], DType::Bool)?;
     let one = e.constant(d, &a.dims, Scalar::I(1))?;
-    let lower = e.ew("stablehlo.subtract", &[&q, &one], d)?;
+    let lower = e.ew(hlo::SUBTRACT, &[&q, &one], d)?;
     e.select(&fix, &lower, &q)
 }
 
@@ -296,7 +296,7 @@ fn wrap_negative<'c, 'a>(e: &Emitter<'c, 'a>, idx: &Tv<'c, 'a>, size: i64) -> Ru
     let zero = e.constant(DType::I64, &idx.dims, Scalar::I(0))?;
     let neg = e.compare(&idx, &zero, Cmp::Lt)?;
     let s = e.constant(DType::I64, &idx.dims, Scalar::I(size))?;
-    let wrapped = e.ew("stablehlo.add", &[&idx, &s], DType::I64)?;
+    let wrapped = e.ew(hlo::ADD, &[&idx, &s], DType::I64)?;
     e.select(&neg, &wrapped, &idx)
 }
 
@@ -443,10 +443,10 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
         }
     };
     if x.rank() == 0 {
-        return Ok(vec![if add { e.ew("stablehlo.add", &[&x, &updates], out)? } else { e.reshape(&updates, &[])? }]);
+        return Ok(vec![if add { e.ew(hlo::ADD, &[&x, &updates], out)? } else { e.reshape(&updates, &[])? }]);
     }
     if how == Combine::Mul && x.rank() == 0 {
-        return Ok(vec![e.ew("stablehlo.multiply", &[&x, &e.reshape(&updates, &[])?], out)?]);
+        return Ok(vec![e.ew(hlo::MULTIPLY, &[&x, &e.reshape(&updates, &[])?], out)?]);
     }
     let coords = coordinates(e, index, d, x.rank())?;
     Ok(vec![scatter_combine(e, &x, &coords, &updates, how)?])
@@ -622,13 +622,13 @@ fn masked_index_put<'c, 'a>(
         let cells = product(mask.dims.iter().copied())?;
         let flat = e.convert(&e.reshape(&set, &[cells])?, DType::I64)?;
         let add = e.scalar_region(&[DType::I64, DType::I64], |b, a| {
-            Ok(vec![b.ew("stablehlo.add", &[&a[0], &a[1]], DType::I64)?])
+            Ok(vec![b.ew(hlo::ADD, &[&a[0], &a[1]], DType::I64)?])
         })?;
         let zero = e.constant(DType::I64, &[], Scalar::I(0))?;
         let count = e.prefix_scan(&[&flat], &[&zero], 0, add)?.remove(0);
         // The k-th set element reads value k - 1; unset ones read a clamped value, unused.
         let one = e.constant(DType::I64, &[cells], Scalar::I(1))?;
-        let k = e.ew("stablehlo.subtract", &[&count, &one], DType::I64)?;
+        let k = e.ew(hlo::SUBTRACT, &[&count, &one], DType::I64)?;
         let lo = e.constant(DType::I64, &[cells], Scalar::I(0))?;
         let hi = e.constant(DType::I64, &[cells], Scalar::I((at_n - 1).max(0)))?;
         let k = e.minmax(&e.minmax(&k, &lo, true)?, &hi, false)?;
@@ -641,7 +641,7 @@ fn masked_index_put<'c, 'a>(
         }
         gather_at(e, &v, &stack_coords(e, &parts, &x.dims)?)?
     };
-    let written = if accumulate { e.ew("stablehlo.add", &[x, &spread], x.dtype)? } else { spread };
+    let written = if accumulate { e.ew(hlo::ADD, &[x, &spread], x.dtype)? } else { spread };
     e.select(&set_here, &written, x)
 }
 
@@ -681,7 +681,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
             .collect::<RuleResult<_>>()?;
         let mut operands = vec![x.v, src.v];
         operands.extend(starts.iter().map(|t| t.v));
-        let v = e.build("stablehlo.dynamic_update_slice", &operands, &[e.ty(out, &x.dims)], &[], Vec::new())?[0];
+        let v = e.build(hlo::DYNAMIC_UPDATE_SLICE, &operands, &[e.ty(out, &x.dims)], &[], Vec::new())?[0];
         return Ok(vec![Tv { v, dtype: out, dims: x.dims.clone() }]);
     }
     let shape = src.dims.clone();
@@ -691,7 +691,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
         if j == d {
             let s = e.constant(DType::I64, &shape, Scalar::I(step))?;
             let o = e.constant(DType::I64, &shape, Scalar::I(start))?;
-            c = e.ew("stablehlo.add", &[&e.ew("stablehlo.multiply", &[&c, &s], DType::I64)?, &o], DType::I64)?;
+            c = e.ew(hlo::ADD, &[&e.ew(hlo::MULTIPLY, &[&c, &s], DType::I64)?, &o], DType::I64)?;
         }
         comps.push(c);
     }
@@ -709,10 +709,10 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let op = match (out == DType::Bool, prod) {
-        (true, false) => "stablehlo.or",
-        (true, true) => "stablehlo.and",
-        (false, false) => "stablehlo.add",
-        (false, true) => "stablehlo.multiply",
+        (true, false) => hlo::OR,
+        (true, true) => hlo::AND,
+        (false, false) => hlo::ADD,
+        (false, true) => hlo::MULTIPLY,
     };
     let region = e.scalar_region(&[out, out], |b, a| Ok(vec![b.ew(op, &[&a[0], &a[1]], out)?]))?;
     let init = e.constant(out, &[], Scalar::I(prod as i64))?;
@@ -800,7 +800,7 @@ pub fn masked_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let m = e.reshape(&mask, &[numel])?;
     let rank = prefix_sum(e, &e.convert(&m, DType::I64)?)?;
     let one = e.constant(DType::I64, &[numel], Scalar::I(1))?;
-    let pos = e.ew("stablehlo.subtract", &[&rank, &one], DType::I64)?;
+    let pos = e.ew(hlo::SUBTRACT, &[&rank, &one], DType::I64)?;
     let zero = e.constant(DType::I64, &[numel], Scalar::I(0))?;
     let pos = e.select(&m, &pos, &zero)?;
     let src = e.reshape(&source, &[src_numel])?;
@@ -814,9 +814,8 @@ fn strided_positions<'c, 'a>(e: &Emitter<'c, 'a>, size: &[i64], stride: &[i64], 
     let mut pos = e.constant(DType::I64, size, Scalar::I(offset))?;
     for (i, &st) in stride.iter().enumerate() {
         let along = e.iota(DType::I64, size, i)?;
-        let scaled =
-            e.ew("stablehlo.multiply", &[&along, &e.constant(DType::I64, size, Scalar::I(st))?], DType::I64)?;
-        pos = e.ew("stablehlo.add", &[&pos, &scaled], DType::I64)?;
+        let scaled = e.ew(hlo::MULTIPLY, &[&along, &e.constant(DType::I64, size, Scalar::I(st))?], DType::I64)?;
+        pos = e.ew(hlo::ADD, &[&pos, &scaled], DType::I64)?;
     }
     Ok(pos)
 }
@@ -859,22 +858,19 @@ pub fn nonzero_static<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let one = e.constant(DType::I64, &[numel], Scalar::I(1))?;
     // Zero elements aim past the end, where the scatter drops them.
     let beyond = e.constant(DType::I64, &[numel], Scalar::I(size))?;
-    let slot = e.select(&m, &e.ew("stablehlo.subtract", &[&rank, &one], DType::I64)?, &beyond)?;
+    let slot = e.select(&m, &e.ew(hlo::SUBTRACT, &[&rank, &one], DType::I64)?, &beyond)?;
     let flat_index = e.iota(DType::I64, &[numel], 0)?;
     let mut columns = Vec::with_capacity(r);
     let mut stride = numel;
     for j in 0..r {
         stride /= x.dims[j].max(1);
         let q = e.ew(
-            "stablehlo.divide",
+            hlo::DIVIDE,
             &[&flat_index, &e.constant(DType::I64, &[numel], Scalar::I(stride.max(1)))?],
             DType::I64,
         )?;
-        let coord = e.ew(
-            "stablehlo.remainder",
-            &[&q, &e.constant(DType::I64, &[numel], Scalar::I(x.dims[j].max(1)))?],
-            DType::I64,
-        )?;
+        let coord =
+            e.ew(hlo::REMAINDER, &[&q, &e.constant(DType::I64, &[numel], Scalar::I(x.dims[j].max(1)))?], DType::I64)?;
         let column = e.constant(DType::I64, &[size], Scalar::I(fill))?;
         let column = scatter_flat(e, &column, &slot, &coord, Combine::Replace)?;
         columns.push(e.reshape(&column, &[size, 1])?);
@@ -894,17 +890,14 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     let region = e.scalar_region(&[out, out], |b, a| {
         let hi = b.minmax(&a[0], &a[1], true)?;
         let lo = b.minmax(&a[0], &a[1], false)?;
-        let diff = b.ew("stablehlo.subtract", &[&lo, &hi], out)?;
-        let sum = b.ew(
-            "stablehlo.add",
-            &[&hi, &b.ew("stablehlo.log_plus_one", &[&b.ew("stablehlo.exponential", &[&diff], out)?], out)?],
-            out,
-        )?;
+        let diff = b.ew(hlo::SUBTRACT, &[&lo, &hi], out)?;
+        let sum =
+            b.ew(hlo::ADD, &[&hi, &b.ew(hlo::LOG_PLUS_ONE, &[&b.ew(hlo::EXPONENTIAL, &[&diff], out)?], out)?], out)?;
         // Both -inf (or the same infinity): the sum is that value, not NaN.
         let same = b.compare(&a[0], &a[1], Cmp::Eq)?;
         let inf =
-            b.compare(&b.ew("stablehlo.abs", &[&hi], out)?, &b.constant(out, &[], Scalar::F(f64::INFINITY))?, Cmp::Eq)?;
-        let keep = b.ew("stablehlo.and", &[&same, &inf], DType::Bool)?;
+            b.compare(&b.ew(hlo::ABS, &[&hi], out)?, &b.constant(out, &[], Scalar::F(f64::INFINITY))?, Cmp::Eq)?;
+        let keep = b.ew(hlo::AND, &[&same, &inf], DType::Bool)?;
         Ok(vec![b.select(&keep, &hi, &sum)?])
     })?;
     let init = e.constant(out, &[], Scalar::F(f64::NEG_INFINITY))?;
@@ -934,8 +927,8 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
         lo_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "min")?;
         hi_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "max")?;
         let same = e.compare(&lo_t, &hi_t, Cmp::Eq)?;
-        lo_t = e.select(&same, &e.ew("stablehlo.subtract", &[&lo_t, &scalar(1.0)?], comp)?, &lo_t)?;
-        hi_t = e.select(&same, &e.ew("stablehlo.add", &[&hi_t, &scalar(1.0)?], comp)?, &hi_t)?;
+        lo_t = e.select(&same, &e.ew(hlo::SUBTRACT, &[&lo_t, &scalar(1.0)?], comp)?, &lo_t)?;
+        hi_t = e.select(&same, &e.ew(hlo::ADD, &[&hi_t, &scalar(1.0)?], comp)?, &hi_t)?;
     }
     let counts = e.constant(out, &[bins], Scalar::I(0))?;
     if numel == 0 {
@@ -943,21 +936,21 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     }
     let lo_b = e.broadcast_in_dim(&lo_t, &[numel], &[])?;
     let hi_b = e.broadcast_in_dim(&hi_t, &[numel], &[])?;
-    let width = e.ew("stablehlo.subtract", &[&hi_b, &lo_b], comp)?;
-    let offset = e.ew("stablehlo.subtract", &[&flat, &lo_b], comp)?;
+    let width = e.ew(hlo::SUBTRACT, &[&hi_b, &lo_b], comp)?;
+    let offset = e.ew(hlo::SUBTRACT, &[&flat, &lo_b], comp)?;
     let bins_t = e.constant(comp, &[numel], Scalar::I(bins))?;
     let pos = if int {
         // Inside the range the numerator is non-negative, so truncation is CUDA's floor.
-        e.ew("stablehlo.divide", &[&e.ew("stablehlo.multiply", &[&offset, &bins_t], comp)?, &width], comp)?
+        e.ew(hlo::DIVIDE, &[&e.ew(hlo::MULTIPLY, &[&offset, &bins_t], comp)?, &width], comp)?
     } else {
-        let frac = e.ew("stablehlo.divide", &[&offset, &width], comp)?;
-        e.convert(&e.ew("stablehlo.multiply", &[&frac, &bins_t], comp)?, DType::I64)?
+        let frac = e.ew(hlo::DIVIDE, &[&offset, &width], comp)?;
+        e.convert(&e.ew(hlo::MULTIPLY, &[&frac, &bins_t], comp)?, DType::I64)?
     };
     let last = e.constant(DType::I64, &[numel], Scalar::I(bins - 1))?;
     let at_top = e.compare(&pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?, Cmp::Eq)?;
     let pos = e.select(&at_top, &last, &pos)?;
     let inside =
-        e.ew("stablehlo.and", &[&e.compare(&flat, &lo_b, Cmp::Ge)?, &e.compare(&flat, &hi_b, Cmp::Le)?], DType::Bool)?;
+        e.ew(hlo::AND, &[&e.compare(&flat, &lo_b, Cmp::Ge)?, &e.compare(&flat, &hi_b, Cmp::Le)?], DType::Bool)?;
     // Outside values (and NaNs, which compare false) aim past the end and are dropped.
     let pos = e.select(&inside, &pos, &e.constant(DType::I64, &[numel], Scalar::I(bins))?)?;
     let ones = e.constant(out, &[numel], Scalar::I(1))?;

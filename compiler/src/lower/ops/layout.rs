@@ -5,30 +5,28 @@
 
 use super::{Emitter, NodeCtx, RuleResult, Tv};
 use crate::ir::Sharding;
+use crate::lower::error::RuleError;
+use crate::lower::names::sdy;
+use crate::lower::sdy::ShardingAttr;
 pub use crate::sharding::is_layout_op;
-
-/// The mesh symbol every sharding of a lowered module refers to.
-pub const MESH: &str = "mesh";
-
-/// Shardy's sharding attribute over the module's mesh, for a layout in `sdy_dims` form.
-pub fn sdy_sharding(dims: &str) -> String {
-    format!("#sdy.sharding<@{MESH}, {dims}>")
-}
 
 pub fn sharding_constraint<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> RuleResult<Vec<Tv<'c, 'a>>> {
     let x = n.arg(0)?;
     match n.str_or("sharding", "")? {
         "" => Ok(vec![x.clone()]),
-        dims => Ok(vec![constrain(e, x, dims)?]),
+        dims => {
+            let layout = ShardingAttr::from_layout(dims).map_err(|err| RuleError::Bad(format!("sharding: {err}")))?;
+            Ok(vec![constrain(e, x, &layout)?])
+        }
     }
 }
 
 /// `x` constrained to layout `s` (the propagation's decision for it).
 pub fn pin<'c, 'a>(e: &Emitter<'c, 'a>, x: Tv<'c, 'a>, s: &Sharding) -> RuleResult<Tv<'c, 'a>> {
-    constrain(e, &x, &s.sdy_dims())
+    constrain(e, &x, &ShardingAttr::of(s))
 }
 
-fn constrain<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &str) -> RuleResult<Tv<'c, 'a>> {
-    let sharding = e.attr(&sdy_sharding(dims))?;
-    e.op("sdy.sharding_constraint", &[x], x.dtype, &x.dims.clone(), &[("sharding", sharding)])
+fn constrain<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, layout: &ShardingAttr) -> RuleResult<Tv<'c, 'a>> {
+    let sharding = layout.build(e.ctx);
+    e.op(sdy::SHARDING_CONSTRAINT, &[x], x.dtype, &x.dims.clone(), &[("sharding", sharding)])
 }

@@ -5,6 +5,7 @@ use crate::ir::{DType, Scalar};
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -46,7 +47,7 @@ pub fn dot<'c, 'a>(
     let text = format!(
         "#stablehlo.dot<{batch}lhs_contracting_dimensions = [{lhs_k}], rhs_contracting_dimensions = [{rhs_k}]>"
     );
-    e.op("stablehlo.dot_general", &[&lhs, &rhs], out, &dims, &[("dot_dimension_numbers", e.attr(&text)?)])
+    e.op(hlo::DOT_GENERAL, &[&lhs, &rhs], out, &dims, &[("dot_dimension_numbers", e.attr(&text)?)])
 }
 
 pub fn mm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
@@ -63,7 +64,7 @@ pub fn addmm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let beta = n.attr("beta").and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
     if !alpha.is_one() {
         let c = e.constant(out, &dims, alpha)?;
-        prod = e.ew("stablehlo.multiply", &[&prod, &c], out)?;
+        prod = e.ew(hlo::MULTIPLY, &[&prod, &c], out)?;
     }
     if beta.is_zero() {
         return Ok(vec![prod]);
@@ -71,9 +72,9 @@ pub fn addmm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let mut bias = e.broadcast_to(&e.convert(n.arg(0)?, out)?, &dims)?;
     if !beta.is_one() {
         let c = e.constant(out, &dims, beta)?;
-        bias = e.ew("stablehlo.multiply", &[&bias, &c], out)?;
+        bias = e.ew(hlo::MULTIPLY, &[&bias, &c], out)?;
     }
-    Ok(vec![e.ew("stablehlo.add", &[&bias, &prod], out)?])
+    Ok(vec![e.ew(hlo::ADD, &[&bias, &prod], out)?])
 }
 
 /// Triangular solves in f32 and f64 (what XLA CPU's solver takes; CPU eager refuses half
@@ -114,6 +115,6 @@ pub fn solve_triangular<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) ->
         ("unit_diagonal", flag(unit)?),
         ("transpose_a", e.attr(&format!("#stablehlo<transpose {transpose}>"))?),
     ];
-    let x = e.op("stablehlo.triangular_solve", &[&a, &b], out, &dims, &attrs)?;
+    let x = e.op(hlo::TRIANGULAR_SOLVE, &[&a, &b], out, &dims, &attrs)?;
     Ok(if legacy { vec![x, a] } else { vec![x] })
 }

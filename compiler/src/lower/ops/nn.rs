@@ -7,6 +7,7 @@ use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
 
@@ -40,14 +41,14 @@ pub fn softmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     }
     let d = dim(n.int("dim")?, x.rank())?;
     let max = reduce_keep(e, &x, &[d], "max")?;
-    let shifted = e.ew("stablehlo.subtract", &[&x, &max], compute)?;
-    let ex = e.ew("stablehlo.exponential", &[&shifted], compute)?;
+    let shifted = e.ew(hlo::SUBTRACT, &[&x, &max], compute)?;
+    let ex = e.ew(hlo::EXPONENTIAL, &[&shifted], compute)?;
     let sum = reduce_keep(e, &ex, &[d], "sum")?;
     let r = if log {
-        let ls = e.ew("stablehlo.log", &[&sum], compute)?;
-        e.ew("stablehlo.subtract", &[&shifted, &ls], compute)?
+        let ls = e.ew(hlo::LOG, &[&sum], compute)?;
+        e.ew(hlo::SUBTRACT, &[&shifted, &ls], compute)?
     } else {
-        e.ew("stablehlo.divide", &[&ex, &sum], compute)?
+        e.ew(hlo::DIVIDE, &[&ex, &sum], compute)?
     };
     Ok(vec![e.convert(&r, out)?])
 }
@@ -64,11 +65,11 @@ fn affine<'c, 'a>(
     let mut r = x.clone();
     if let Some(w) = weight.tensor() {
         let w = e.broadcast_to(&e.reshape(&e.convert(w, d)?, shape)?, &x.dims)?;
-        r = e.ew("stablehlo.multiply", &[&r, &w], d)?;
+        r = e.ew(hlo::MULTIPLY, &[&r, &w], d)?;
     }
     if let Some(b) = bias.tensor() {
         let b = e.broadcast_to(&e.reshape(&e.convert(b, d)?, shape)?, &x.dims)?;
-        r = e.ew("stablehlo.add", &[&r, &b], d)?;
+        r = e.ew(hlo::ADD, &[&r, &b], d)?;
     }
     Ok(r)
 }
@@ -87,13 +88,13 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let axes: Vec<usize> = (rank - norm_rank..rank).collect();
     let count: i64 = product(axes.iter().map(|&a| x.dims[a]))?;
     let cnt = e.constant(compute, &x.dims, Scalar::I(count))?;
-    let mean = e.ew("stablehlo.divide", &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
-    let centered = e.ew("stablehlo.subtract", &[&x, &mean], compute)?;
-    let sq = e.ew("stablehlo.multiply", &[&centered, &centered], compute)?;
-    let var = e.ew("stablehlo.divide", &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
+    let mean = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
+    let centered = e.ew(hlo::SUBTRACT, &[&x, &mean], compute)?;
+    let sq = e.ew(hlo::MULTIPLY, &[&centered, &centered], compute)?;
+    let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
     let eps = e.constant(compute, &x.dims, Scalar::F(n.float_or("eps", 1e-5)?))?;
-    let rstd = e.ew("stablehlo.rsqrt", &[&e.ew("stablehlo.add", &[&var, &eps], compute)?], compute)?;
-    let normed = e.ew("stablehlo.multiply", &[&centered, &rstd], compute)?;
+    let rstd = e.ew(hlo::RSQRT, &[&e.ew(hlo::ADD, &[&var, &eps], compute)?], compute)?;
+    let normed = e.ew(hlo::MULTIPLY, &[&centered, &rstd], compute)?;
     let wshape: Vec<i64> = x.dims[rank - norm_rank..].to_vec();
     let out = affine(e, &normed, &ps[1], &ps[2], &wshape)?;
     let stat = |t: &Tv<'c, 'a>, i: usize| -> RuleResult<Tv<'c, 'a>> {
@@ -139,10 +140,10 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let c = |v: f64, dims: &[i64]| e.constant(compute, dims, Scalar::F(v));
     let (mean_b, var_b, batch_stats) = if training || no_stats {
         let cnt = c(count as f64, &x.dims)?;
-        let mean = e.ew("stablehlo.divide", &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
-        let centered = e.ew("stablehlo.subtract", &[&x, &mean], compute)?;
-        let sq = e.ew("stablehlo.multiply", &[&centered, &centered], compute)?;
-        let var = e.ew("stablehlo.divide", &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
+        let mean = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
+        let centered = e.ew(hlo::SUBTRACT, &[&x, &mean], compute)?;
+        let sq = e.ew(hlo::MULTIPLY, &[&centered, &centered], compute)?;
+        let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
         (mean, var, true)
     } else {
         let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else {
@@ -150,9 +151,9 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         };
         (per_channel(rm)?, per_channel(rv)?, false)
     };
-    let rstd = e.ew("stablehlo.rsqrt", &[&e.ew("stablehlo.add", &[&var_b, &c(eps, &x.dims)?], compute)?], compute)?;
-    let centered = e.ew("stablehlo.subtract", &[&x, &mean_b], compute)?;
-    let normed = e.ew("stablehlo.multiply", &[&centered, &rstd], compute)?;
+    let rstd = e.ew(hlo::RSQRT, &[&e.ew(hlo::ADD, &[&var_b, &c(eps, &x.dims)?], compute)?], compute)?;
+    let centered = e.ew(hlo::SUBTRACT, &[&x, &mean_b], compute)?;
+    let normed = e.ew(hlo::MULTIPLY, &[&centered, &rstd], compute)?;
     let out = e.convert(&affine(e, &normed, &ps[1], &ps[2], &cshape)?, n.out_dtype())?;
     // Per-channel vectors [C] of the batch statistics.
     let first = |t: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
@@ -189,11 +190,11 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
             // Running variance uses the unbiased estimate.
             let var_c = first(&var_b)?;
             let unbias = c(count as f64 / ((count - 1).max(1)) as f64, &[channels])?;
-            let var_u = e.ew("stablehlo.multiply", &[&var_c, &unbias], compute)?;
+            let var_u = e.ew(hlo::MULTIPLY, &[&var_c, &unbias], compute)?;
             let mix = |old: &Tv<'c, 'a>, new: &Tv<'c, 'a>| -> RuleResult<Tv<'c, 'a>> {
-                let a = e.ew("stablehlo.multiply", &[old, &keep], compute)?;
-                let b = e.ew("stablehlo.multiply", &[new, &m], compute)?;
-                e.ew("stablehlo.add", &[&a, &b], compute)
+                let a = e.ew(hlo::MULTIPLY, &[old, &keep], compute)?;
+                let b = e.ew(hlo::MULTIPLY, &[new, &m], compute)?;
+                e.ew(hlo::ADD, &[&a, &b], compute)
             };
             outs.push(declared(3, mix(&rm, &mean_c)?)?);
             outs.push(declared(4, mix(&rv, &var_u)?)?);
@@ -232,7 +233,7 @@ pub fn dropout<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     ))?;
     let shape = e.literal(DType::I64, &[dims.len() as i64], shape_attr)?;
     let u = e.op(
-        "stablehlo.rng",
+        hlo::RNG,
         &[&lo, &hi, &shape],
         DType::F32,
         &dims,
@@ -242,8 +243,8 @@ pub fn dropout<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let mask = e.compare(&u, &pc, Cmp::Ge)?;
     let xc = e.convert(x, out)?;
     let scale = e.constant(out, &dims, Scalar::F(1.0 / (1.0 - p)))?;
-    let kept = e.ew("stablehlo.multiply", &[&xc, &e.convert(&mask, out)?], out)?;
-    Ok(vec![e.ew("stablehlo.multiply", &[&kept, &scale], out)?, mask])
+    let kept = e.ew(hlo::MULTIPLY, &[&xc, &e.convert(&mask, out)?], out)?;
+    Ok(vec![e.ew(hlo::MULTIPLY, &[&kept, &scale], out)?, mask])
 }
 
 /// A window parameter (kernel_size, stride, padding, dilation, output_padding) per spatial
@@ -333,7 +334,7 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
         };
         // Flip the kernel's spatial dims.
         let flip: Vec<i64> = (2..w.rank() as i64).collect();
-        wc = e.op("stablehlo.reverse", &[&wc], out, &wc.dims.clone(), &[("dimensions", e.i64_array(&flip))])?;
+        wc = e.op(hlo::REVERSE, &[&wc], out, &wc.dims.clone(), &[("dimensions", e.i64_array(&flip))])?;
         if groups > 1 {
             // [C_in, C_out/g, k..] -> [C_in/g, C_out, k..] so that grouped features line up.
             let (cin, cout_g) = (wc.dims[0], wc.dims[1]);
@@ -371,7 +372,7 @@ pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c
         let c = if channels_last { dims.len() - 1 } else { 1 };
         let bshape: Vec<i64> = (0..dims.len()).map(|i| if i == c { dims[c] } else { 1 }).collect();
         let b = e.broadcast_to(&e.reshape(&e.convert(b, out)?, &bshape)?, &dims)?;
-        y = e.ew("stablehlo.add", &[&y, &b], out)?;
+        y = e.ew(hlo::ADD, &[&y, &b], out)?;
     }
     Ok(vec![y])
 }
@@ -406,7 +407,7 @@ fn conv_op<'c, 'a>(
         ("feature_group_count", e.attr(&format!("{groups} : i64"))?),
         ("batch_group_count", e.attr("1 : i64")?),
     ];
-    e.op("stablehlo.convolution", &[x, w], x.dtype, dims, &attrs)
+    e.op(hlo::CONVOLUTION, &[x, w], x.dtype, dims, &attrs)
 }
 
 /// The same convolution (groups = 1) as patches times a matmul: the input padded (and dilated
@@ -468,7 +469,7 @@ fn conv_as_matmul<'c, 'a>(
     let wk = e.reshape(w, &[w.dims[0], w.dims[1], positions])?;
     let dot = |lhs: &Tv<'c, 'a>, rhs: &Tv<'c, 'a>, contracting: &str, dims: &[i64]| {
         let text = format!("#stablehlo.dot<{contracting}>");
-        e.op("stablehlo.dot_general", &[lhs, rhs], x.dtype, dims, &[("dot_dimension_numbers", e.attr(&text)?)])
+        e.op(hlo::DOT_GENERAL, &[lhs, rhs], x.dtype, dims, &[("dot_dimension_numbers", e.attr(&text)?)])
     };
     let mut perm: Vec<usize> = Vec::with_capacity(r);
     let prod = if kernel_oi {
@@ -552,8 +553,7 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         // Nothing reads the indices (inference): a plain max window, NaN winning as in
         // PyTorch; the variadic (value, index) window costs XLA CPU about twice as much.
         let region = e.scalar_region(&[d, d], |b, a| Ok(vec![b.minmax(&a[0], &a[1], true)?]))?;
-        let vals =
-            e.build("stablehlo.reduce_window", &[x.v, neg_inf.v], &[e.ty(d, &out_dims)], &attrs, vec![region])?;
+        let vals = e.build(hlo::REDUCE_WINDOW, &[x.v, neg_inf.v], &[e.ty(d, &out_dims)], &attrs, vec![region])?;
         let values = Tv { v: vals[0], dtype: d, dims: out_dims.clone() };
         let unread = e.constant(DType::I64, &n.results[1].1, Scalar::I(0))?;
         return Ok(vec![values, unread]);
@@ -562,8 +562,8 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         let rows = e.iota(DType::I64, &x.dims, hd)?;
         let cols = e.iota(DType::I64, &x.dims, wd)?;
         let wc = e.constant(DType::I64, &x.dims, Scalar::I(w))?;
-        let base = e.ew("stablehlo.multiply", &[&rows, &wc], DType::I64)?;
-        e.ew("stablehlo.add", &[&base, &cols], DType::I64)?
+        let base = e.ew(hlo::MULTIPLY, &[&rows, &wc], DType::I64)?;
+        e.ew(hlo::ADD, &[&base, &cols], DType::I64)?
     };
     let zero = e.constant(DType::I64, &[], Scalar::I(-1))?;
     let region = e.scalar_region(&[d, DType::I64, d, DType::I64], |b, a| {
@@ -571,23 +571,23 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         let gt = b.compare(av, bv, Cmp::Gt)?;
         let eq = b.compare(av, bv, Cmp::Eq)?;
         let earlier = b.compare(ai, bi, Cmp::Lt)?;
-        let tie = b.ew("stablehlo.and", &[&eq, &earlier], DType::Bool)?;
-        let mut pick = b.ew("stablehlo.or", &[&gt, &tie], DType::Bool)?;
+        let tie = b.ew(hlo::AND, &[&eq, &earlier], DType::Bool)?;
+        let mut pick = b.ew(hlo::OR, &[&gt, &tie], DType::Bool)?;
         if d.is_float() {
             let a_nan = b.compare(av, av, Cmp::Ne)?;
             let b_nan = b.compare(bv, bv, Cmp::Ne)?;
-            let not_b_nan = b.ew("stablehlo.not", &[&b_nan], DType::Bool)?;
-            let a_only = b.ew("stablehlo.and", &[&a_nan, &not_b_nan], DType::Bool)?;
-            let not_a_nan = b.ew("stablehlo.not", &[&a_nan], DType::Bool)?;
-            let keep_b = b.ew("stablehlo.and", &[&b_nan, &not_a_nan], DType::Bool)?;
-            pick = b.ew("stablehlo.or", &[&pick, &a_only], DType::Bool)?;
-            let not_keep_b = b.ew("stablehlo.not", &[&keep_b], DType::Bool)?;
-            pick = b.ew("stablehlo.and", &[&pick, &not_keep_b], DType::Bool)?;
+            let not_b_nan = b.ew(hlo::NOT, &[&b_nan], DType::Bool)?;
+            let a_only = b.ew(hlo::AND, &[&a_nan, &not_b_nan], DType::Bool)?;
+            let not_a_nan = b.ew(hlo::NOT, &[&a_nan], DType::Bool)?;
+            let keep_b = b.ew(hlo::AND, &[&b_nan, &not_a_nan], DType::Bool)?;
+            pick = b.ew(hlo::OR, &[&pick, &a_only], DType::Bool)?;
+            let not_keep_b = b.ew(hlo::NOT, &[&keep_b], DType::Bool)?;
+            pick = b.ew(hlo::AND, &[&pick, &not_keep_b], DType::Bool)?;
         }
         Ok(vec![b.select(&pick, av, bv)?, b.select(&pick, ai, bi)?])
     })?;
     let vals = e.build(
-        "stablehlo.reduce_window",
+        hlo::REDUCE_WINDOW,
         &[x.v, idx_plane.v, neg_inf.v, zero.v],
         &[e.ty(d, &out_dims), e.ty(DType::I64, &n.results[1].1)],
         &attrs,
@@ -710,7 +710,7 @@ pub fn avg_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let (win, strides) = p.window(r);
     let sum = e.window_sum(&e.convert(x, acc)?, &win, &strides, &pads, &out_dims)?;
     let div = p.divisor(e, acc, &x.dims, &out_dims)?;
-    let avg = e.ew("stablehlo.divide", &[&sum, &div], acc)?;
+    let avg = e.ew(hlo::DIVIDE, &[&sum, &div], acc)?;
     Ok(vec![e.convert(&avg, out)?])
 }
 
@@ -732,7 +732,7 @@ pub fn avg_pool2d_backward<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>)
     }
     let g = e.convert(g, acc)?;
     let div = p.divisor(e, acc, &x.dims, &g.dims)?;
-    let scaled = e.ew("stablehlo.divide", &[&g, &div], acc)?;
+    let scaled = e.ew(hlo::DIVIDE, &[&g, &div], acc)?;
     let zero = e.constant(acc, &[], Scalar::I(0))?;
     let (mut lo, mut hi, mut interior) = (vec![0; r], vec![0; r], vec![0; r]);
     let mut win = vec![1i64; r];

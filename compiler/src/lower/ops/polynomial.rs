@@ -8,6 +8,7 @@ use crate::ir::DType;
 use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
+use crate::lower::names::hlo;
 use crate::lower::node::{NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
 
@@ -56,13 +57,13 @@ fn value<'c, 'a>(e: &Emitter<'c, 'a>, p: &Param<'c, 'a, '_>, d: DType, dims: &[i
 fn first<'c, 'b>(e: &Emitter<'c, 'b>, f: Family, x: &Tv<'c, 'b>) -> RuleResult<Tv<'c, 'b>> {
     let d = x.dtype;
     let c = |v: f64| e.constant(d, &x.dims, Scalar::F(v));
-    let two_x = e.ew("stablehlo.add", &[x, x], d)?;
+    let two_x = e.ew(hlo::ADD, &[x, x], d)?;
     Ok(match f {
         Family::ChebyshevT | Family::HermiteHe | Family::Legendre => x.clone(),
         Family::ChebyshevU | Family::HermiteH => two_x,
-        Family::ChebyshevV => e.ew("stablehlo.subtract", &[&two_x, &c(1.0)?], d)?,
-        Family::ChebyshevW => e.ew("stablehlo.add", &[&two_x, &c(1.0)?], d)?,
-        Family::Laguerre => e.ew("stablehlo.subtract", &[&c(1.0)?, x], d)?,
+        Family::ChebyshevV => e.ew(hlo::SUBTRACT, &[&two_x, &c(1.0)?], d)?,
+        Family::ChebyshevW => e.ew(hlo::ADD, &[&two_x, &c(1.0)?], d)?,
+        Family::Laguerre => e.ew(hlo::SUBTRACT, &[&c(1.0)?, x], d)?,
     })
 }
 
@@ -77,9 +78,9 @@ fn next<'c, 'b>(
 ) -> RuleResult<Tv<'c, 'b>> {
     let d = x.dtype;
     let c = |v: f64| e.constant(d, &x.dims, Scalar::F(v));
-    let mul = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew("stablehlo.multiply", &[a, b], d);
-    let sub = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew("stablehlo.subtract", &[a, b], d);
-    let add = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew("stablehlo.add", &[a, b], d);
+    let mul = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew(hlo::MULTIPLY, &[a, b], d);
+    let sub = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew(hlo::SUBTRACT, &[a, b], d);
+    let add = |a: &Tv<'c, 'b>, b: &Tv<'c, 'b>| e.ew(hlo::ADD, &[a, b], d);
     let km1 = sub(k, &c(1.0)?)?;
     Ok(match f {
         // 2x q - p
@@ -93,12 +94,12 @@ fn next<'c, 'b>(
         // ((2(k-1) + 1 - x) q - (k-1) p) / k
         Family::Laguerre => {
             let a = sub(&add(&add(&km1, &km1)?, &c(1.0)?)?, x)?;
-            e.ew("stablehlo.divide", &[&sub(&mul(&a, q)?, &mul(&km1, p)?)?, k], d)?
+            e.ew(hlo::DIVIDE, &[&sub(&mul(&a, q)?, &mul(&km1, p)?)?, k], d)?
         }
         // ((2(k-1) + 1) x q - (k-1) p) / k
         Family::Legendre => {
             let a = add(&add(&km1, &km1)?, &c(1.0)?)?;
-            e.ew("stablehlo.divide", &[&sub(&mul(&mul(&a, x)?, q)?, &mul(&km1, p)?)?, k], d)?
+            e.ew(hlo::DIVIDE, &[&sub(&mul(&mul(&a, x)?, q)?, &mul(&km1, p)?)?, k], d)?
         }
     })
 }
@@ -116,7 +117,7 @@ pub fn polynomial<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let mut x = value(e, &ps[0], d, &dims)?;
     if shifted {
         let one = e.constant(d, &dims, Scalar::F(1.0))?;
-        x = e.ew("stablehlo.subtract", &[&e.ew("stablehlo.add", &[&x, &x], d)?, &one], d)?;
+        x = e.ew(hlo::SUBTRACT, &[&e.ew(hlo::ADD, &[&x, &x], d)?, &one], d)?;
     }
     // The degree, truncated toward zero as ATen's static_cast<int64_t>.
     let deg = match &ps[1] {
@@ -143,7 +144,7 @@ pub fn polynomial<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
             let ki = b.broadcast_in_dim(k, &dims, &[])?;
             let hit = b.compare(deg, &ki, Cmp::Eq)?;
             let res = b.select(&hit, &r, res)?;
-            let k1 = b.ew("stablehlo.add", &[k, &b.constant(DType::I64, &[], Scalar::I(1))?], DType::I64)?;
+            let k1 = b.ew(hlo::ADD, &[k, &b.constant(DType::I64, &[], Scalar::I(1))?], DType::I64)?;
             Ok(vec![k1, max_deg.clone(), x.clone(), deg.clone(), q.clone(), r, res])
         },
     )?;

@@ -7,6 +7,7 @@ use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::{chlo, hlo};
 use crate::lower::node::{dim, NodeCtx};
 use crate::lower::ops::reduce::reduce_with;
 
@@ -83,8 +84,8 @@ pub fn fma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let names = ["a", "b", "c"];
     let (a, b, c) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?, operand(e, n, &names, 2, out)?);
-    let ab = e.ew("stablehlo.multiply", &[&a, &b], out)?;
-    Ok(vec![e.ew("stablehlo.add", &[&ab, &c], out)?])
+    let ab = e.ew(hlo::MULTIPLY, &[&a, &b], out)?;
+    Ok(vec![e.ew(hlo::ADD, &[&ab, &c], out)?])
 }
 
 /// prims.div: true division for floats, truncating for integers (StableHLO's int divide).
@@ -92,7 +93,7 @@ pub fn div<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let names = ["self", "other"];
     let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
-    Ok(vec![e.ew("stablehlo.divide", &[&a, &b], out)?])
+    Ok(vec![e.ew(hlo::DIVIDE, &[&a, &b], out)?])
 }
 
 /// `self` and `other` in the result dtype (aten.special_zeta names its operands like every
@@ -113,7 +114,7 @@ pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 pub fn fminmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = both(e, n)?;
     let out = n.out_dtype();
-    let op = if n.param()? == "max" { "stablehlo.maximum" } else { "stablehlo.minimum" };
+    let op = if n.param()? == "max" { hlo::MAXIMUM } else { hlo::MINIMUM };
     let m = e.ew(op, &[&a, &b], out)?;
     if !out.is_float() {
         return Ok(vec![m]);
@@ -129,10 +130,10 @@ pub fn fminmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
 pub fn hypot<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = both(e, n)?;
     let out = n.out_dtype();
-    let aa = e.ew("stablehlo.multiply", &[&a, &a], out)?;
-    let bb = e.ew("stablehlo.multiply", &[&b, &b], out)?;
-    let s = e.ew("stablehlo.add", &[&aa, &bb], out)?;
-    Ok(vec![e.ew("stablehlo.sqrt", &[&s], out)?])
+    let aa = e.ew(hlo::MULTIPLY, &[&a, &a], out)?;
+    let bb = e.ew(hlo::MULTIPLY, &[&b, &b], out)?;
+    let s = e.ew(hlo::ADD, &[&aa, &bb], out)?;
+    Ok(vec![e.ew(hlo::SQRT, &[&s], out)?])
 }
 
 /// polygamma(n, self): chlo.polygamma with the order as a tensor. CHLO is inaccurate for
@@ -144,7 +145,7 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     let order = n.int("n")?;
     let orders = e.constant(out, &x.dims, Scalar::I(order))?;
     if order < 1 || x.dims.contains(&0) {
-        return Ok(vec![e.ew("chlo.polygamma", &[&orders, &x], out)?]);
+        return Ok(vec![e.ew(chlo::POLYGAMMA, &[&orders, &x], out)?]);
     }
     // n! overflows f64 past 170 (the result is then +-inf or NaN, as in eager); stopping the
     // product there keeps a huge `n` from looping for ever.
@@ -166,16 +167,15 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
             let dims = xs.dims.clone();
             let z = b.constant(out, &dims, Scalar::F(0.0))?;
             let neg = b.compare(xs, &z, Cmp::Lt)?;
-            let p = b.ew("stablehlo.power", &[xs, &b.constant(out, &dims, Scalar::F(order as f64 + 1.0))?], out)?;
-            let term = b.ew("stablehlo.divide", &[&b.constant(out, &dims, Scalar::F(coef))?, &p], out)?;
-            let acc2 = b.select(&neg, &b.ew("stablehlo.add", &[acc, &term], out)?, acc)?;
-            let x2 =
-                b.select(&neg, &b.ew("stablehlo.add", &[xs, &b.constant(out, &dims, Scalar::F(1.0))?], out)?, xs)?;
+            let p = b.ew(hlo::POWER, &[xs, &b.constant(out, &dims, Scalar::F(order as f64 + 1.0))?], out)?;
+            let term = b.ew(hlo::DIVIDE, &[&b.constant(out, &dims, Scalar::F(coef))?, &p], out)?;
+            let acc2 = b.select(&neg, &b.ew(hlo::ADD, &[acc, &term], out)?, acc)?;
+            let x2 = b.select(&neg, &b.ew(hlo::ADD, &[xs, &b.constant(out, &dims, Scalar::F(1.0))?], out)?, xs)?;
             Ok(vec![x2, acc2])
         },
     )?;
-    let base = e.ew("chlo.polygamma", &[&orders, &shifted[0]], out)?;
-    Ok(vec![e.ew("stablehlo.add", &[&base, &shifted[1]], out)?])
+    let base = e.ew(chlo::POLYGAMMA, &[&orders, &shifted[0]], out)?;
+    Ok(vec![e.ew(hlo::ADD, &[&base, &shifted[1]], out)?])
 }
 
 /// signbit(x): the sign bit of floats (true for -0.0 and negative NaNs), x < 0 for ints.
@@ -190,7 +190,7 @@ pub fn signbit<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
                 DType::F32 => DType::I32,
                 _ => DType::I16,
             };
-            let as_int = e.op("stablehlo.bitcast_convert", &[x], bits, &x.dims.clone(), &[])?;
+            let as_int = e.op(hlo::BITCAST_CONVERT, &[x], bits, &x.dims.clone(), &[])?;
             e.compare(&as_int, &e.constant(bits, &x.dims, Scalar::I(0))?, Cmp::Lt)?
         }
     };
@@ -204,7 +204,7 @@ pub fn angle<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     if x.dtype.is_complex() {
         // arg(z) = atan2(imag, real).
         let (re, im) = e.complex_parts(x)?;
-        return Ok(vec![e.ew("stablehlo.atan2", &[&im, &re], out)?]);
+        return Ok(vec![e.ew(hlo::ATAN2, &[&im, &re], out)?]);
     }
     let xf = e.convert(x, out)?;
     let zero = e.constant(out, &x.dims, Scalar::F(0.0))?;
@@ -229,72 +229,72 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
     let x = e.convert(n.arg(0)?, d)?;
     let dims = x.dims.clone();
     let c = |v: f64| e.constant(d, &dims, Scalar::F(v));
-    let mul = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew("stablehlo.multiply", &[a, b], d);
+    let mul = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew(hlo::MULTIPLY, &[a, b], d);
     let r = match name {
         "erfcx" => {
             // exp(x^2) erfc(x), with the asymptotic series where exp(x^2) would overflow:
             // erfcx(x) ~ 1/(x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8)).
-            let direct = mul(&e.ew("stablehlo.exponential", &[&mul(&x, &x)?], d)?, &e.ew("chlo.erfc", &[&x], d)?)?;
-            let inv2 = e.ew("stablehlo.divide", &[&c(1.0)?, &mul(&x, &x)?], d)?;
+            let direct = mul(&e.ew(hlo::EXPONENTIAL, &[&mul(&x, &x)?], d)?, &e.ew(chlo::ERFC, &[&x], d)?)?;
+            let inv2 = e.ew(hlo::DIVIDE, &[&c(1.0)?, &mul(&x, &x)?], d)?;
             let mut series = c(105.0 / 16.0)?;
             for coef in [-15.0 / 8.0, 3.0 / 4.0, -0.5, 1.0] {
-                series = e.ew("stablehlo.add", &[&mul(&series, &inv2)?, &c(coef)?], d)?;
+                series = e.ew(hlo::ADD, &[&mul(&series, &inv2)?, &c(coef)?], d)?;
             }
-            let lead = e.ew("stablehlo.divide", &[&c(1.0 / std::f64::consts::PI.sqrt())?, &x], d)?;
+            let lead = e.ew(hlo::DIVIDE, &[&c(1.0 / std::f64::consts::PI.sqrt())?, &x], d)?;
             let asymptotic = mul(&lead, &series)?;
             let large = e.compare(&x, &c(5.0)?, Cmp::Gt)?;
             e.select(&large, &asymptotic, &direct)?
         }
         // ndtri(p) = sqrt(2) erfinv(2p - 1)
         "ndtri" => {
-            let t = e.ew("stablehlo.subtract", &[&mul(&x, &c(2.0)?)?, &c(1.0)?], d)?;
-            mul(&e.ew("chlo.erf_inv", &[&t], d)?, &c(std::f64::consts::SQRT_2)?)?
+            let t = e.ew(hlo::SUBTRACT, &[&mul(&x, &c(2.0)?)?, &c(1.0)?], d)?;
+            mul(&e.ew(chlo::ERF_INV, &[&t], d)?, &c(std::f64::consts::SQRT_2)?)?
         }
         // sin(x)/x, with its series near 0
         "spherical_bessel_j0" => {
             let x2 = mul(&x, &x)?;
             let series = e.ew(
-                "stablehlo.add",
-                &[&c(1.0)?, &mul(&x2, &e.ew("stablehlo.add", &[&c(-1.0 / 6.0)?, &mul(&x2, &c(1.0 / 120.0)?)?], d)?)?],
+                hlo::ADD,
+                &[&c(1.0)?, &mul(&x2, &e.ew(hlo::ADD, &[&c(-1.0 / 6.0)?, &mul(&x2, &c(1.0 / 120.0)?)?], d)?)?],
                 d,
             )?;
-            let direct = e.ew("stablehlo.divide", &[&e.ew("stablehlo.sine", &[&x], d)?, &x], d)?;
-            let small = e.compare(&e.ew("stablehlo.abs", &[&x], d)?, &c(1e-2)?, Cmp::Lt)?;
-            let inf = e.compare(&e.ew("stablehlo.abs", &[&x], d)?, &c(f64::INFINITY)?, Cmp::Eq)?;
+            let direct = e.ew(hlo::DIVIDE, &[&e.ew(hlo::SINE, &[&x], d)?, &x], d)?;
+            let small = e.compare(&e.ew(hlo::ABS, &[&x], d)?, &c(1e-2)?, Cmp::Lt)?;
+            let inf = e.compare(&e.ew(hlo::ABS, &[&x], d)?, &c(f64::INFINITY)?, Cmp::Eq)?;
             let r = e.select(&small, &series, &direct)?;
             e.select(&inf, &c(0.0)?, &r)?
         }
         // I1(x) = i1e(x) exp(|x|)
         "bessel_i1" | "modified_bessel_i1" => {
-            let scaled = e.ew("chlo.bessel_i1e", &[&x], d)?;
-            mul(&scaled, &e.ew("stablehlo.exponential", &[&e.ew("stablehlo.abs", &[&x], d)?], d)?)?
+            let scaled = e.ew(chlo::BESSEL_I1E, &[&x], d)?;
+            mul(&scaled, &e.ew(hlo::EXPONENTIAL, &[&e.ew(hlo::ABS, &[&x], d)?], d)?)?
         }
         // I0 and exp(-|x|) I0: the power series sum (x^2/4)^k / (k!)^2 up to |x| = 15,
         // the asymptotic expansion of i0e beyond.
         "bessel_i0" | "i0" | "modified_bessel_i0" | "bessel_i0e" | "i0e" => {
             let scaled_result = name.ends_with('e');
-            let ax = e.ew("stablehlo.abs", &[&x], d)?;
+            let ax = e.ew(hlo::ABS, &[&x], d)?;
             let q = mul(&mul(&x, &x)?, &c(0.25)?)?;
             let (mut term, mut sum) = (c(1.0)?, c(1.0)?);
             for k in 1..=64 {
                 term = mul(&term, &mul(&q, &c(1.0 / (k * k) as f64)?)?)?;
-                sum = e.ew("stablehlo.add", &[&sum, &term], d)?;
+                sum = e.ew(hlo::ADD, &[&sum, &term], d)?;
             }
-            let exp_neg = e.ew("stablehlo.exponential", &[&e.ew("stablehlo.negate", &[&ax], d)?], d)?;
+            let exp_neg = e.ew(hlo::EXPONENTIAL, &[&e.ew(hlo::NEGATE, &[&ax], d)?], d)?;
             let series_e = mul(&sum, &exp_neg)?;
-            let inv = e.ew("stablehlo.divide", &[&c(1.0)?, &ax], d)?;
+            let inv = e.ew(hlo::DIVIDE, &[&c(1.0)?, &ax], d)?;
             let mut poly = c(11025.0 / 98304.0)?;
             for coef in [225.0 / 3072.0, 9.0 / 128.0, 1.0 / 8.0, 1.0] {
-                poly = e.ew("stablehlo.add", &[&mul(&poly, &inv)?, &c(coef)?], d)?;
+                poly = e.ew(hlo::ADD, &[&mul(&poly, &inv)?, &c(coef)?], d)?;
             }
-            let root = e.ew("stablehlo.rsqrt", &[&mul(&ax, &c(2.0 * std::f64::consts::PI)?)?], d)?;
+            let root = e.ew(hlo::RSQRT, &[&mul(&ax, &c(2.0 * std::f64::consts::PI)?)?], d)?;
             let asym_e = mul(&poly, &root)?;
             let large = e.compare(&ax, &c(15.0)?, Cmp::Gt)?;
             let scaled = e.select(&large, &asym_e, &series_e)?;
             if scaled_result {
                 scaled
             } else {
-                let direct = e.select(&large, &mul(&asym_e, &e.ew("stablehlo.exponential", &[&ax], d)?)?, &sum)?;
+                let direct = e.select(&large, &mul(&asym_e, &e.ew(hlo::EXPONENTIAL, &[&ax], d)?)?, &sum)?;
                 direct
             }
         }
@@ -324,7 +324,7 @@ pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let names = ["self", "other"];
     let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
-    let (a0, b0) = (e.ew("stablehlo.abs", &[&a], out)?, e.ew("stablehlo.abs", &[&b], out)?);
+    let (a0, b0) = (e.ew(hlo::ABS, &[&a], out)?, e.ew(hlo::ABS, &[&b], out)?);
     let all: Vec<usize> = (0..a.rank()).collect();
     let done = e.while_loop(
         &[&a0, &b0],
@@ -338,7 +338,7 @@ pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
             let one = w.constant(out, &y.dims, Scalar::I(1))?;
             let live = w.compare(y, &zero, Cmp::Ne)?;
             let safe = w.select(&live, y, &one)?;
-            let rem = w.ew("stablehlo.remainder", &[x, &safe], out)?;
+            let rem = w.ew(hlo::REMAINDER, &[x, &safe], out)?;
             Ok(vec![w.select(&live, y, x)?, w.select(&live, &rem, y)?])
         },
     )?;
@@ -350,8 +350,8 @@ pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let zero = e.constant(out, &g.dims, Scalar::I(0))?;
     let one = e.constant(out, &g.dims, Scalar::I(1))?;
     let nz = e.compare(&g, &zero, Cmp::Ne)?;
-    let q = e.ew("stablehlo.divide", &[&a, &e.select(&nz, &g, &one)?], out)?;
-    let l = e.ew("stablehlo.abs", &[&e.ew("stablehlo.multiply", &[&q, &b], out)?], out)?;
+    let q = e.ew(hlo::DIVIDE, &[&a, &e.select(&nz, &g, &one)?], out)?;
+    let l = e.ew(hlo::ABS, &[&e.ew(hlo::MULTIPLY, &[&q, &b], out)?], out)?;
     Ok(vec![e.select(&nz, &l, &zero)?])
 }
 
@@ -360,5 +360,5 @@ pub fn nextafter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     let out = n.out_dtype();
     let names = ["self", "other"];
     let (a, b) = (operand(e, n, &names, 0, out)?, operand(e, n, &names, 1, out)?);
-    Ok(vec![e.ew("chlo.next_after", &[&a, &b], out)?])
+    Ok(vec![e.ew(chlo::NEXT_AFTER, &[&a, &b], out)?])
 }

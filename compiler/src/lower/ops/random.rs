@@ -31,6 +31,7 @@ use super::{Emitter, NodeCtx, RuleResult, Tv};
 use crate::ir::{Attr, DType, Scalar, TensorType};
 use crate::lower::error::bad;
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use melior::ir::r#type::{IntegerType, RankedTensorType};
 use melior::ir::{Type, Value};
 
@@ -54,11 +55,11 @@ fn uty<'c>(e: &Emitter<'c, '_>, width: u32, dims: &[i64]) -> Type<'c> {
 fn splat<'c, 'a>(e: &Emitter<'c, 'a>, width: u32, value: u64, dims: &[i64]) -> RuleResult<Bits<'c, 'a>> {
     let scalar = uty(e, width, &[]);
     let attr = e.attr(&format!("dense<{value}> : {scalar}"))?;
-    let mut v = e.build("stablehlo.constant", &[], &[scalar], &[("value", attr)], Vec::new())?[0];
+    let mut v = e.build(hlo::CONSTANT, &[], &[scalar], &[("value", attr)], Vec::new())?[0];
     if !dims.is_empty() {
         let mapping = e.i64_array(&[]);
         v = e.build(
-            "stablehlo.broadcast_in_dim",
+            hlo::BROADCAST_IN_DIM,
             &[v],
             &[uty(e, width, dims)],
             &[("broadcast_dimensions", mapping)],
@@ -76,7 +77,7 @@ fn binary<'c, 'a>(e: &Emitter<'c, 'a>, name: &str, a: &Bits<'c, 'a>, b: &Bits<'c
 
 /// Words reinterpreted as a same-width dtype (i64 or f32/f64).
 fn bitcast<'c, 'a>(e: &Emitter<'c, 'a>, b: &Bits<'c, 'a>, to: DType) -> RuleResult<Tv<'c, 'a>> {
-    let v = e.build("stablehlo.bitcast_convert", &[b.v], &[e.ty(to, &b.dims)], &[], Vec::new())?[0];
+    let v = e.build(hlo::BITCAST_CONVERT, &[b.v], &[e.ty(to, &b.dims)], &[], Vec::new())?[0];
     Ok(Tv { v, dtype: to, dims: b.dims.clone() })
 }
 
@@ -91,9 +92,9 @@ fn draw<'c, 'a>(
     if state.dtype != DType::I64 || state.dims != [2] {
         return bad!("the state must be i64[2], got {}", TensorType::fixed(state.dtype, &state.dims));
     }
-    let s = e.build("stablehlo.bitcast_convert", &[state.v], &[uty(e, 64, &[2])], &[], Vec::new())?[0];
+    let s = e.build(hlo::BITCAST_CONVERT, &[state.v], &[uty(e, 64, &[2])], &[], Vec::new())?[0];
     let out = e.build(
-        "stablehlo.rng_bit_generator",
+        hlo::RNG_BIT_GENERATOR,
         &[s],
         &[uty(e, 64, &[2]), uty(e, width, dims)],
         &[("rng_algorithm", e.attr("#stablehlo<rng_algorithm THREE_FRY>")?)],
@@ -126,10 +127,10 @@ fn unit<'c, 'a>(e: &Emitter<'c, 'a>, b: &Bits<'c, 'a>) -> RuleResult<Tv<'c, 'a>>
     let (f, mantissa, one) =
         if b.width == 32 { (DType::F32, 23, 0x3F80_0000) } else { (DType::F64, 52, 0x3FF0_0000_0000_0000) };
     let shift = splat(e, b.width, u64::from(b.width - mantissa), &b.dims)?;
-    let top = binary(e, "stablehlo.shift_right_logical", b, &shift)?;
-    let in_one_two = binary(e, "stablehlo.or", &top, &splat(e, b.width, one, &b.dims)?)?;
+    let top = binary(e, hlo::SHIFT_RIGHT_LOGICAL, b, &shift)?;
+    let in_one_two = binary(e, hlo::OR, &top, &splat(e, b.width, one, &b.dims)?)?;
     let x = bitcast(e, &in_one_two, f)?;
-    e.ew("stablehlo.subtract", &[&x, &e.constant(f, &b.dims, Scalar::F(1.0))?], f)
+    e.ew(hlo::SUBTRACT, &[&x, &e.constant(f, &b.dims, Scalar::F(1.0))?], f)
 }
 
 /// `x * scale + shift`, in `x`'s dtype (a scale of 1 and a shift of 0 are left out).
@@ -137,10 +138,10 @@ fn affine<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, scale: f64, shift: f64) -
     let d = x.dtype;
     let mut y = x.clone();
     if scale != 1.0 {
-        y = e.ew("stablehlo.multiply", &[&y, &e.constant(d, &x.dims, Scalar::F(scale))?], d)?;
+        y = e.ew(hlo::MULTIPLY, &[&y, &e.constant(d, &x.dims, Scalar::F(scale))?], d)?;
     }
     if shift != 0.0 {
-        y = e.ew("stablehlo.add", &[&y, &e.constant(d, &x.dims, Scalar::F(shift))?], d)?;
+        y = e.ew(hlo::ADD, &[&y, &e.constant(d, &x.dims, Scalar::F(shift))?], d)?;
     }
     Ok(y)
 }
@@ -165,8 +166,8 @@ pub fn uniform<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let v = e.convert(&affine(e, &u, high - low, low)?, t)?;
     // Rounding (of the product, the sum or the conversion) may reach `high` or fall below an
     // unrepresentable `low`: clamp into the dtype's values in [low, high).
-    let v = e.ew("stablehlo.maximum", &[&v, &e.constant(t, dims, Scalar::F(floor))?], t)?;
-    let v = e.ew("stablehlo.minimum", &[&v, &e.constant(t, dims, Scalar::F(cap))?], t)?;
+    let v = e.ew(hlo::MAXIMUM, &[&v, &e.constant(t, dims, Scalar::F(floor))?], t)?;
+    let v = e.ew(hlo::MINIMUM, &[&v, &e.constant(t, dims, Scalar::F(cap))?], t)?;
     Ok(vec![state, v])
 }
 
@@ -188,12 +189,11 @@ pub fn normal<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     };
     let (u1, u2) = (half(0)?, half(1)?);
     let one = e.constant(c, dims, Scalar::F(1.0))?;
-    let open = e.ew("stablehlo.subtract", &[&one, &u1], c)?; // (0, 1]
-    let log = e.ew("stablehlo.log", &[&open], c)?;
-    let r =
-        e.ew("stablehlo.sqrt", &[&e.ew("stablehlo.multiply", &[&log, &e.constant(c, dims, Scalar::F(-2.0))?], c)?], c)?;
-    let theta = e.ew("stablehlo.multiply", &[&u2, &e.constant(c, dims, Scalar::F(std::f64::consts::TAU))?], c)?;
-    let z = e.ew("stablehlo.multiply", &[&r, &e.ew("stablehlo.cosine", &[&theta], c)?], c)?;
+    let open = e.ew(hlo::SUBTRACT, &[&one, &u1], c)?; // (0, 1]
+    let log = e.ew(hlo::LOG, &[&open], c)?;
+    let r = e.ew(hlo::SQRT, &[&e.ew(hlo::MULTIPLY, &[&log, &e.constant(c, dims, Scalar::F(-2.0))?], c)?], c)?;
+    let theta = e.ew(hlo::MULTIPLY, &[&u2, &e.constant(c, dims, Scalar::F(std::f64::consts::TAU))?], c)?;
+    let z = e.ew(hlo::MULTIPLY, &[&r, &e.ew(hlo::COSINE, &[&theta], c)?], c)?;
     Ok(vec![state, e.convert(&affine(e, &z, std, mean)?, t)?])
 }
 
@@ -208,9 +208,9 @@ pub fn integers<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     let range = (i128::from(high) - i128::from(low)) as u64;
     let (state, bits) = draw(e, n.arg(0)?, 64, dims)?;
     // The modulo bias, at most range / 2^64, is negligible: 64-bit words are drawn for every dtype.
-    let r = binary(e, "stablehlo.remainder", &bits, &splat(e, 64, range, dims)?)?;
+    let r = binary(e, hlo::REMAINDER, &bits, &splat(e, 64, range, dims)?)?;
     // low + r in two's complement: the u64 sum wraps exactly where the i64 one would not.
-    let x = binary(e, "stablehlo.add", &r, &splat(e, 64, low as u64, dims)?)?;
+    let x = binary(e, hlo::ADD, &r, &splat(e, 64, low as u64, dims)?)?;
     let x = bitcast(e, &x, DType::I64)?;
     // In range for `t` (checked by `integers_legal`): the conversion is exact, bool is x != 0.
     Ok(vec![state, e.convert(&x, t)?])

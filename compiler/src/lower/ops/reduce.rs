@@ -7,6 +7,7 @@ use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -58,12 +59,12 @@ fn int_limit(d: DType, max: bool) -> i64 {
 
 fn body_op(kind: &str, d: DType) -> &'static str {
     match (kind, d) {
-        ("sum", DType::Bool) | ("or", _) => "stablehlo.or",
-        ("prod", DType::Bool) | ("and", _) => "stablehlo.and",
-        ("sum", _) => "stablehlo.add",
-        ("prod", _) => "stablehlo.multiply",
-        ("max", _) => "stablehlo.maximum",
-        _ => "stablehlo.minimum",
+        ("sum", DType::Bool) | ("or", _) => hlo::OR,
+        ("prod", DType::Bool) | ("and", _) => hlo::AND,
+        ("sum", _) => hlo::ADD,
+        ("prod", _) => hlo::MULTIPLY,
+        ("max", _) => hlo::MAXIMUM,
+        _ => hlo::MINIMUM,
     }
 }
 
@@ -114,7 +115,7 @@ pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     if name == "mean" {
         let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
         let c = e.constant(compute, &r.dims.clone(), Scalar::I(count))?;
-        r = e.ew("stablehlo.divide", &[&r, &c], compute)?;
+        r = e.ew(hlo::DIVIDE, &[&r, &c], compute)?;
     }
     let r = e.convert(&r, out)?;
     Ok(vec![e.reshape(&r, n.out_dims())?])
@@ -153,16 +154,16 @@ fn arg_reduce<'c, 'a>(
         let better = b.compare(av, bv, if want_max { Cmp::Gt } else { Cmp::Lt })?;
         let equal = b.compare(av, bv, Cmp::Eq)?;
         let earlier = b.compare(ai, bi, Cmp::Lt)?;
-        let tie = b.ew("stablehlo.and", &[&equal, &earlier], DType::Bool)?;
-        let mut pick_a = b.ew("stablehlo.or", &[&better, &tie], DType::Bool)?;
+        let tie = b.ew(hlo::AND, &[&equal, &earlier], DType::Bool)?;
+        let mut pick_a = b.ew(hlo::OR, &[&better, &tie], DType::Bool)?;
         if dtype.is_float() {
             let a_nan = b.compare(av, av, Cmp::Ne)?;
             let b_nan = b.compare(bv, bv, Cmp::Ne)?;
             // a NaN wins unless b is NaN too (then the earlier index wins); a non-NaN never
             // beats a NaN.
-            let both = b.ew("stablehlo.and", &[&a_nan, &b_nan], DType::Bool)?;
+            let both = b.ew(hlo::AND, &[&a_nan, &b_nan], DType::Bool)?;
             let nan_pick = b.select(&both, &earlier, &a_nan)?;
-            let any_nan = b.ew("stablehlo.or", &[&a_nan, &b_nan], DType::Bool)?;
+            let any_nan = b.ew(hlo::OR, &[&a_nan, &b_nan], DType::Bool)?;
             pick_a = b.select(&any_nan, &nan_pick, &pick_a)?;
         }
         Ok(vec![b.select(&pick_a, av, bv)?, b.select(&pick_a, ai, bi)?])
@@ -238,7 +239,7 @@ pub fn complex_variance<'c, 'a>(
     let (re, im) = e.complex_parts(x)?;
     let vr = variance(e, &e.convert(&re, out)?, dims, correction)?;
     let vi = variance(e, &e.convert(&im, out)?, dims, correction)?;
-    e.ew("stablehlo.add", &[&vr, &vi], out)
+    e.ew(hlo::ADD, &[&vr, &vi], out)
 }
 
 /// Variance of `x` (already in its float result dtype) over `dims` with Bessel's `correction`:
@@ -257,13 +258,13 @@ pub fn variance<'c, 'a>(
     let out = x.dtype;
     let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let sum = reduce_with(e, x, dims, "sum")?;
-    let mean = e.ew("stablehlo.divide", &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
+    let mean = e.ew(hlo::DIVIDE, &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
     // Put the mean back in x's shape to subtract it.
     let kept: Vec<i64> = (0..x.rank()).map(|i| if dims.contains(&i) { 1 } else { x.dims[i] }).collect();
     let mean = e.broadcast_to(&e.reshape(&mean, &kept)?, &x.dims)?;
-    let diff = e.ew("stablehlo.subtract", &[x, &mean], out)?;
-    let sq = e.ew("stablehlo.multiply", &[&diff, &diff], out)?;
+    let diff = e.ew(hlo::SUBTRACT, &[x, &mean], out)?;
+    let sq = e.ew(hlo::MULTIPLY, &[&diff, &diff], out)?;
     let ss = reduce_with(e, &sq, dims, "sum")?;
     let denom = e.constant(out, &ss.dims.clone(), Scalar::F((count as f64 - correction).max(0.0)))?;
-    e.ew("stablehlo.divide", &[&ss, &denom], out)
+    e.ew(hlo::DIVIDE, &[&ss, &denom], out)
 }

@@ -4,6 +4,7 @@
 
 use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
+use crate::lower::names::hlo;
 use crate::lower::node::{axis, dim, product, NodeCtx};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -161,7 +162,7 @@ pub fn flip<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let dims: Vec<i64> =
         n.ints("dims")?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
-    Ok(vec![e.op("stablehlo.reverse", &[x], x.dtype, &x.dims.clone(), &[("dimensions", e.i64_array(&dims))])?])
+    Ok(vec![e.op(hlo::REVERSE, &[x], x.dtype, &x.dims.clone(), &[("dimensions", e.i64_array(&dims))])?])
 }
 
 /// constant_pad_nd(self, pad, value=0): `pad` lists (low, high) pairs from the last dim

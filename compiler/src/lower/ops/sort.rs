@@ -8,6 +8,7 @@ use crate::ir::Scalar;
 use crate::lower::emitter::{Cmp, Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
+use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::ops::indexing::{coordinates, gather_at};
 use crate::lower::ops::reduce::reduce_with;
@@ -31,14 +32,14 @@ fn sort_along<'c, 'a>(
         if dt.is_float() {
             let first_nan = b.compare(first, first, Cmp::Ne)?;
             let second_nan = b.compare(second, second, Cmp::Ne)?;
-            let first_num = b.ew("stablehlo.not", &[&first_nan], DType::Bool)?;
-            let nan_after = b.ew("stablehlo.and", &[&first_num, &second_nan], DType::Bool)?;
-            before = b.ew("stablehlo.or", &[&before, &nan_after], DType::Bool)?;
+            let first_num = b.ew(hlo::NOT, &[&first_nan], DType::Bool)?;
+            let nan_after = b.ew(hlo::AND, &[&first_num, &second_nan], DType::Bool)?;
+            before = b.ew(hlo::OR, &[&before, &nan_after], DType::Bool)?;
         }
         Ok(vec![before])
     })?;
     let vals = e.build(
-        "stablehlo.sort",
+        hlo::SORT,
         &[x.v, iota.v],
         &[e.ty(dt, &x.dims), e.ty(DType::I64, &x.dims)],
         &[("dimension", e.attr(&format!("{d} : i64"))?), ("is_stable", e.attr("true")?)],
@@ -139,12 +140,11 @@ pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let pos = if x.dtype.is_float() {
         let nan = e.convert(&e.compare(&x, &x, Cmp::Ne)?, DType::I64)?;
         let nans = e.reshape(&reduce_with(e, &nan, &[d], "sum")?, &kept)?;
-        let finite = e.ew("stablehlo.subtract", &[&size, &nans], DType::I64)?;
+        let finite = e.ew(hlo::SUBTRACT, &[&size, &nans], DType::I64)?;
         let one = e.constant(DType::I64, &kept, Scalar::I(1))?;
         let two = e.constant(DType::I64, &kept, Scalar::I(2))?;
         let zero = e.constant(DType::I64, &kept, Scalar::I(0))?;
-        let lower_mid =
-            e.ew("stablehlo.divide", &[&e.ew("stablehlo.subtract", &[&finite, &one], DType::I64)?, &two], DType::I64)?;
+        let lower_mid = e.ew(hlo::DIVIDE, &[&e.ew(hlo::SUBTRACT, &[&finite, &one], DType::I64)?, &two], DType::I64)?;
         let any_nan = e.compare(&nans, &zero, Cmp::Gt)?;
         if skip_nan {
             let all_nan = e.compare(&finite, &zero, Cmp::Eq)?;
@@ -198,12 +198,12 @@ pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
         // A NaN value goes after every number; a NaN in the sequence after every value.
         let v_nan = e.compare(&vb, &vb, Cmp::Ne)?;
         let s_nan = e.compare(&sb, &sb, Cmp::Ne)?;
-        let not_s_nan = e.ew("stablehlo.not", &[&s_nan], DType::Bool)?;
-        let nan_case = e.ew("stablehlo.and", &[&v_nan, &not_s_nan], DType::Bool)?;
-        below = e.ew("stablehlo.or", &[&below, &nan_case], DType::Bool)?;
+        let not_s_nan = e.ew(hlo::NOT, &[&s_nan], DType::Bool)?;
+        let nan_case = e.ew(hlo::AND, &[&v_nan, &not_s_nan], DType::Bool)?;
+        below = e.ew(hlo::OR, &[&below, &nan_case], DType::Bool)?;
         if right {
-            let both = e.ew("stablehlo.and", &[&v_nan, &s_nan], DType::Bool)?;
-            below = e.ew("stablehlo.or", &[&below, &both], DType::Bool)?;
+            let both = e.ew(hlo::AND, &[&v_nan, &s_nan], DType::Bool)?;
+            below = e.ew(hlo::OR, &[&below, &both], DType::Bool)?;
         }
     }
     let count = reduce_with(e, &e.convert(&below, DType::I64)?, &[vr], "sum")?;
@@ -227,20 +227,17 @@ pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
         let strictly = b.compare(bv, av, if want_max { Cmp::Gt } else { Cmp::Lt })?;
         let equal = b.compare(bv, av, Cmp::Eq)?;
         let later = b.compare(bi, ai, Cmp::Gt)?;
-        let tie = b.ew("stablehlo.and", &[&equal, &later], DType::Bool)?;
-        let mut b_wins = b.ew("stablehlo.or", &[&strictly, &tie], DType::Bool)?;
+        let tie = b.ew(hlo::AND, &[&equal, &later], DType::Bool)?;
+        let mut b_wins = b.ew(hlo::OR, &[&strictly, &tie], DType::Bool)?;
         if dt.is_float() {
             let a_nan = b.compare(av, av, Cmp::Ne)?;
             let b_nan = b.compare(bv, bv, Cmp::Ne)?;
-            let not_a_nan = b.ew("stablehlo.not", &[&a_nan], DType::Bool)?;
+            let not_a_nan = b.ew(hlo::NOT, &[&a_nan], DType::Bool)?;
             // b NaN: wins over a number, and over a NaN when later.
-            let b_nan_wins = b.ew(
-                "stablehlo.and",
-                &[&b_nan, &b.ew("stablehlo.or", &[&not_a_nan, &later], DType::Bool)?],
-                DType::Bool,
-            )?;
-            let b_num_wins = b.ew("stablehlo.and", &[&b_wins, &not_a_nan], DType::Bool)?;
-            b_wins = b.ew("stablehlo.or", &[&b_nan_wins, &b_num_wins], DType::Bool)?;
+            let b_nan_wins =
+                b.ew(hlo::AND, &[&b_nan, &b.ew(hlo::OR, &[&not_a_nan, &later], DType::Bool)?], DType::Bool)?;
+            let b_num_wins = b.ew(hlo::AND, &[&b_wins, &not_a_nan], DType::Bool)?;
+            b_wins = b.ew(hlo::OR, &[&b_nan_wins, &b_num_wins], DType::Bool)?;
         }
         Ok(vec![b.select(&b_wins, bv, av)?, b.select(&b_wins, bi, ai)?])
     })?;
