@@ -22,10 +22,13 @@ demo: build
 test: setup
 	$(MAKE) --no-print-directory lint test-rust test-lit test-python
 
-# Formatting (rustfmt.toml) and clippy with every warning an error, over all targets.
+# Formatting (rustfmt.toml) and clippy with every warning an error, over all targets; ruff's
+# formatter and linter over python/ (rules in python/pyproject.toml, docs/architecture.md "Lint").
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff format --check python
+	$(VENV)/bin/ruff check python
 
 test-rust:
 	$(CARGO) test --workspace --exclude torchtpu-python

@@ -9,6 +9,12 @@ setup(
     name="torchtpu-device-guard",
     packages=[],
     package_dir={"": "."},  # not the src/ layout setuptools would guess from python/src (Rust)
-    ext_modules=[CppExtension("torchtpu._device_guard", ["torchtpu/csrc/device_guard.cpp", "torchtpu/csrc/autocast.cpp", "torchtpu/csrc/dispatch.cpp"], extra_compile_args=["-O2"])],
+    ext_modules=[
+        CppExtension(
+            "torchtpu._device_guard",
+            ["torchtpu/csrc/device_guard.cpp", "torchtpu/csrc/autocast.cpp", "torchtpu/csrc/dispatch.cpp"],
+            extra_compile_args=["-O2"],
+        )
+    ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
 )

@@ -98,9 +98,7 @@ fn op_names_are_written_once_in_the_lowering() {
     let bad: Vec<String> = offenders("compiler/src/lower", &["\"stablehlo.", "\"chlo.", "\"sdy."])
         .into_iter()
         .filter(|l| !l.contains("lower/names.rs"))
-        .filter(|l| {
-            ["\"stablehlo.", "\"chlo.", "\"sdy."].iter().any(|d| l.split(d).skip(1).any(|rest| is_op_literal(rest)))
-        })
+        .filter(|l| ["\"stablehlo.", "\"chlo.", "\"sdy."].iter().any(|d| l.split(d).skip(1).any(&is_op_literal)))
         .collect();
     assert!(bad.is_empty(), "{bad:#?}");
 }

@@ -6,9 +6,9 @@ after changing what the tpu device supports:
 """
 
 import collections
-import re
 import os
 import pathlib
+import re
 import shutil
 import sys
 import tempfile

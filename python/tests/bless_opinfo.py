@@ -31,8 +31,12 @@ def main():
     lines += [f"{cid}  # {reason}" for cid, reason in sorted(failures.items())]
     OUT.write_text("\n".join(lines) + "\n")
     passed = len(cases) - len(failures)
-    print(f"OpInfo harness totals: {passed} passed, {len(failures)} failing of {len(cases)} ({100 * passed / len(cases):.1f}%)")
-    by_reason = collections.Counter(r.split(":")[0] if "no lowering" not in r else r.split("eagerly:")[-1].strip() for r in failures.values())
+    print(
+        f"OpInfo harness totals: {passed} passed, {len(failures)} failing of {len(cases)} ({100 * passed / len(cases):.1f}%)"
+    )
+    by_reason = collections.Counter(
+        r.split(":")[0] if "no lowering" not in r else r.split("eagerly:")[-1].strip() for r in failures.values()
+    )
     for reason, n in by_reason.most_common(25):
         print(f"  {n:4d}  {reason}")
 

@@ -12,7 +12,6 @@ options={"strict": False} itself)."""
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 
 import pytest

@@ -27,7 +27,6 @@ import dataclasses
 import warnings
 
 import torch
-
 from opinfo_cases import DEFAULT_TOLERANCE, NOT_COMPARABLE, TOLERANCES
 
 DEVICE = "tpu"
@@ -250,9 +249,7 @@ def run_case(case: Case) -> str | None:
         if cpu_error is not None and inplace:
             return SKIP  # the in-place variant does not take this sample (dtype, broadcast)
         try:
-            tpu_in, tpu_args, tpu_kwargs = to_tpu_sample(
-                op.name, s.input, s.args, s.kwargs, noncontig=noncontig
-            )
+            tpu_in, tpu_args, tpu_kwargs = to_tpu_sample(op.name, s.input, s.args, s.kwargs, noncontig=noncontig)
         except Exception as e:  # noqa: BLE001
             return "error: moving the sample to tpu: " + reason_of(e).removeprefix("error: ")
         try:

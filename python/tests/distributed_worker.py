@@ -51,11 +51,18 @@ def snippet(out_dir: str) -> None:
     outs = [torch.empty(4, device=device) for _ in range(n)]
     dist.all_gather(outs, x)
     impl = dist.get_backend_impl(device=torch.device("tpu"))
-    _save(out_dir, {
-        "device": str(device), "backend": dist.get_backend(), "tpu_backend": impl.getBackendName(),
-        "default_for_tpu": dist.get_default_backend_for_device("tpu"),
-        "all_reduce": _cpu(x), "all_gather": _cpu(outs), "result_device": str(x.device),
-    })
+    _save(
+        out_dir,
+        {
+            "device": str(device),
+            "backend": dist.get_backend(),
+            "tpu_backend": impl.getBackendName(),
+            "default_for_tpu": dist.get_default_backend_for_device("tpu"),
+            "all_reduce": _cpu(x),
+            "all_gather": _cpu(outs),
+            "result_device": str(x.device),
+        },
+    )
     dist.destroy_process_group()
 
 
@@ -72,7 +79,16 @@ def collectives(out_dir: str) -> None:
     dist.init_process_group(timeout=timedelta(seconds=60))
     dev = torch.device("tpu")
     r, n = dist.get_rank(), dist.get_world_size()
-    inp = {k: (v.to(dev) if isinstance(v, torch.Tensor) else [t.to(dev) for t in v] if isinstance(v, list) and v and isinstance(v[0], torch.Tensor) else v) for k, v in inputs(r).items()}
+    inp = {
+        k: (
+            v.to(dev)
+            if isinstance(v, torch.Tensor)
+            else [t.to(dev) for t in v]
+            if isinstance(v, list) and v and isinstance(v[0], torch.Tensor)
+            else v
+        )
+        for k, v in inputs(r).items()
+    }
     res = {}
     for mode in ("sync", "async"):
         a = mode == "async"
@@ -214,7 +230,9 @@ def collectives(out_dir: str) -> None:
 
 def mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4)
+    )
 
 
 def mlp_data(steps: int = 3, batch: int = 8) -> list:
@@ -248,8 +266,15 @@ def ddp(out_dir: str) -> None:
     impl = dist.get_backend_impl(device=torch.device("tpu"))
     before = impl._seq
     losses = train(m, mlp_data(), opt, "tpu", shard=(r, n))
-    _save(out_dir, {"params": {k: _cpu(v) for k, v in model.state_dict().items()}, "losses": losses,
-                    "buckets": len(m.reducer._get_zeros_like_grad_buckets()), "collectives": impl._seq - before})
+    _save(
+        out_dir,
+        {
+            "params": {k: _cpu(v) for k, v in model.state_dict().items()},
+            "losses": losses,
+            "buckets": len(m.reducer._get_zeros_like_grad_buckets()),
+            "collectives": impl._seq - before,
+        },
+    )
     dist.destroy_process_group()
 
 
@@ -262,8 +287,15 @@ def mismatch(out_dir: str) -> None:
     res = {}
     cases = {
         "shape": lambda: dist.all_reduce(torch.ones(4 + r, device="tpu")),
-        "op": lambda: dist.all_reduce(torch.ones(4, device="tpu")) if r == 0 else dist.broadcast(torch.ones(4, device="tpu"), src=0),
-        "dtype": lambda: dist.all_gather_into_tensor(torch.empty(8, device="tpu", dtype=[torch.float32, torch.int32][r]), torch.ones(4, device="tpu", dtype=[torch.float32, torch.int32][r])),
+        "op": lambda: (
+            dist.all_reduce(torch.ones(4, device="tpu"))
+            if r == 0
+            else dist.broadcast(torch.ones(4, device="tpu"), src=0)
+        ),
+        "dtype": lambda: dist.all_gather_into_tensor(
+            torch.empty(8, device="tpu", dtype=[torch.float32, torch.int32][r]),
+            torch.ones(4, device="tpu", dtype=[torch.float32, torch.int32][r]),
+        ),
     }
     for name, call in cases.items():
         t0 = time.perf_counter()
@@ -271,7 +303,14 @@ def mismatch(out_dir: str) -> None:
             call()
             res[name] = None
         except CollectiveMismatchError as e:
-            res[name] = {"message": str(e), "op": e.op, "rank": e.rank, "seq": e.seq, "mismatched": e.mismatched, "s": time.perf_counter() - t0}
+            res[name] = {
+                "message": str(e),
+                "op": e.op,
+                "rank": e.rank,
+                "seq": e.seq,
+                "mismatched": e.mismatched,
+                "s": time.perf_counter() - t0,
+            }
     # The group still works after a detected mismatch (nothing moved).
     t = torch.ones(2, device="tpu")
     dist.all_reduce(t)
@@ -298,7 +337,13 @@ def dead_rank(out_dir: str) -> None:
         dist.all_reduce(t)  # rank 1 is asleep: the fingerprint exchange times out
         res["hung"] = None
     except CollectiveError as e:
-        res["hung"] = {"type": type(e).__name__, "message": str(e), "op": e.op, "seq": e.seq, "s": time.perf_counter() - t0}
+        res["hung"] = {
+            "type": type(e).__name__,
+            "message": str(e),
+            "op": e.op,
+            "seq": e.seq,
+            "s": time.perf_counter() - t0,
+        }
     time.sleep(max(0.0, timeout + 5 - (time.perf_counter() - t0)))  # rank 1 has exited now
     impl = dist.get_backend_impl(device=torch.device("tpu"))
     impl._check = False  # the data collective itself, async: the error reaches wait() and the future
@@ -308,8 +353,12 @@ def dead_rank(out_dir: str) -> None:
         work.wait()
         res["dead_wait"] = None
     except CollectiveError as e:
-        res["dead_wait"] = {"type": type(e).__name__, "message": str(e), "s": time.perf_counter() - t0,
-                            "is_distbackenderror": isinstance(e, dist.DistBackendError)}
+        res["dead_wait"] = {
+            "type": type(e).__name__,
+            "message": str(e),
+            "s": time.perf_counter() - t0,
+            "is_distbackenderror": isinstance(e, dist.DistBackendError),
+        }
     try:
         work.get_future().wait()
         res["dead_future"] = None
@@ -359,8 +408,16 @@ def tensor_parallel(out_dir: str) -> None:
 def llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager")
+    cfg = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg)
 
@@ -398,8 +455,13 @@ def fsdp2(out_dir: str) -> None:
     losses = train_llama(model, llama_data(), "tpu", shard=(r, WORLD))
     # After backward FSDP2 has resharded: every unsharded parameter's storage is freed
     # (`untyped_storage().resize_(0)`), so only the shards hold device memory.
-    unsharded = [p._unsharded_param for m in model.modules() if hasattr(m, "_get_fsdp_state")
-                 for p in m._get_fsdp_state()._fsdp_param_group.fsdp_params if hasattr(p, "_unsharded_param")]
+    unsharded = [
+        p._unsharded_param
+        for m in model.modules()
+        if hasattr(m, "_get_fsdp_state")
+        for p in m._get_fsdp_state()._fsdp_param_group.fsdp_params
+        if hasattr(p, "_unsharded_param")
+    ]
     freed = [p.untyped_storage().nbytes() for p in unsharded]
     params = {k: _cpu(v.full_tensor()) for k, v in model.state_dict().items()}
     _save(out_dir, {"losses": losses, "params": params, "unsharded_nbytes": freed})
@@ -417,7 +479,11 @@ def host_cost(out_dir: str) -> None:
     for nbytes in (4, 64 << 10, 1 << 20, 16 << 20):
         iters = 100 if nbytes <= 64 << 10 else 20 if nbytes <= 1 << 20 else 5
         row = {"bytes": nbytes}
-        for name, dev, check in (("gloo_cpu", "cpu", None), ("tpu_dist", "tpu", True), ("tpu_dist_nocheck", "tpu", False)):
+        for name, dev, check in (
+            ("gloo_cpu", "cpu", None),
+            ("tpu_dist", "tpu", True),
+            ("tpu_dist_nocheck", "tpu", False),
+        ):
             x = torch.ones(max(1, nbytes // 4), device=dev)
             if check is not None:
                 impl._check = check

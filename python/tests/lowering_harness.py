@@ -4,13 +4,10 @@ so the lowering is checked against PyTorch's dtype and shape semantics too."""
 
 from __future__ import annotations
 
-
 import torch
 
 from torchtpu import _C
-
 from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, attr_text, tensor_type  # the exporter's own IR writers
-
 
 
 def to_wire(t: torch.Tensor):
@@ -58,6 +55,8 @@ def assert_matches(got: list[torch.Tensor], expected, rtol: float, atol: float, 
         assert g.dtype == e.dtype, f"{what} result {i}: dtype {g.dtype} vs eager {e.dtype}"
         assert g.shape == e.shape, f"{what} result {i}: shape {tuple(g.shape)} vs eager {tuple(e.shape)}"
         if e.dtype.is_floating_point:
-            torch.testing.assert_close(g, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what} result {i}: {m}")
+            torch.testing.assert_close(
+                g, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what} result {i}: {m}"
+            )
         else:
             assert torch.equal(g, e), f"{what} result {i}:\n got {g}\nwant {e}"

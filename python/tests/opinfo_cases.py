@@ -18,11 +18,31 @@ DEFAULT_TOLERANCE = (1e-4, 1e-4)
 # Ops whose outputs are not comparable with eager: uninitialised memory or random numbers.
 # They are left out of the harness (neither passes nor failures).
 NOT_COMPARABLE = {
-    "bernoulli", "cauchy", "empty", "empty_like", "empty_permuted", "empty_strided", "exponential",
-    "geometric", "log_normal", "multinomial", "new_empty", "new_empty_strided",
-    "nn.functional.alpha_dropout", "nn.functional.dropout", "nn.functional.dropout2d",
-    "nn.functional.dropout3d", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu", "normal",
-    "rand_like", "randint", "randint_like", "randn", "randn_like", "uniform",
+    "bernoulli",
+    "cauchy",
+    "empty",
+    "empty_like",
+    "empty_permuted",
+    "empty_strided",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "multinomial",
+    "new_empty",
+    "new_empty_strided",
+    "nn.functional.alpha_dropout",
+    "nn.functional.dropout",
+    "nn.functional.dropout2d",
+    "nn.functional.dropout3d",
+    "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu",
+    "normal",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn",
+    "randn_like",
+    "uniform",
 }
 
 

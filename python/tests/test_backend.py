@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
+from models.small import CNN, MLP, HandAttention, MHABlock
 
 import torchtpu
 from torchtpu import _C
-from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
-from models.small import CNN, MLP, HandAttention, MHABlock
 from torchtpu.fallback import FallbackError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -280,11 +280,16 @@ def test_dump_dir_reproduces_stablehlo_byte_for_byte(tmp_path):
         stem = input_ir.name[: -len(".input.ir")]
         want = (tmp_path / f"{stem}.stablehlo.mlir").read_text()
         donate = ["--donate-inputs"] if _C.donates_by_default() else []  # the platform's default, as compiled
-        got = subprocess.run([opt, tmp_path / f"{stem}.ir", "--emit=stablehlo", *donate], check=True, capture_output=True, text=True).stdout
+        got = subprocess.run(
+            [opt, tmp_path / f"{stem}.ir", "--emit=stablehlo", *donate], check=True, capture_output=True, text=True
+        ).stdout
         assert got == want
         passes = input_ir.read_text().splitlines()[0].removeprefix("// passes: ")
         replay = subprocess.run(
-            [opt, input_ir, f"--pass-pipeline={passes}", "--emit=stablehlo", *donate], check=True, capture_output=True, text=True
+            [opt, input_ir, f"--pass-pipeline={passes}", "--emit=stablehlo", *donate],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         assert replay == want
 
@@ -305,10 +310,18 @@ def test_xla_options_reach_xla_and_key_the_executable():
     (a cache miss: the options are part of the executable's key) with eager's results."""
     x = torch.randn(16, 16)
     with pytest.raises(torchtpu.errors.CompileError, match="xla_cpu_no_such_option"):
-        torch.compile(lambda a: a @ a, backend="torchtpu", options={"strict": True, "xla_options": {"xla_cpu_no_such_option": True}})(x)
+        torch.compile(
+            lambda a: a @ a,
+            backend="torchtpu",
+            options={"strict": True, "xla_options": {"xla_cpu_no_such_option": True}},
+        )(x)
     torch._dynamo.reset()
     with pytest.raises(torchtpu.errors.CompileError, match="not a valid bool"):
-        torch.compile(lambda a: a @ a, backend="torchtpu", options={"strict": True, "xla_options": {"xla_cpu_enable_fast_math": "yes"}})(x)
+        torch.compile(
+            lambda a: a @ a,
+            backend="torchtpu",
+            options={"strict": True, "xla_options": {"xla_cpu_enable_fast_math": "yes"}},
+        )(x)
     torch._dynamo.reset()
     for bad in ({"cpu_enable_fast_math": False}, {"xla_cpu_enable_fast_math": 1.5}, ["xla_cpu_enable_fast_math"]):
         with pytest.raises(torchtpu.errors.OptionsError, match="xla_options"):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
 
 aten = torch.ops.aten
@@ -74,7 +74,14 @@ def test_pairs_are_folded_into_one_convolution():
         y = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
         return aten._native_batch_norm_legit_no_training.default(y, g, b, m, v, 0.1, 1e-5)[0]
 
-    args = (torch.randn(1, 3, 5, 5), torch.randn(4, 3, 3, 3), torch.rand(4), torch.randn(4), torch.randn(4), torch.rand(4) + 1)
+    args = (
+        torch.randn(1, 3, 5, 5),
+        torch.randn(4, 3, 3, 3),
+        torch.rand(4),
+        torch.randn(4),
+        torch.randn(4),
+        torch.rand(4) + 1,
+    )
     gm = _graph(f, *args)
     folded, folds = fold_batch_norms(gm)
     targets = [n.target for n in folded.graph.nodes if n.op == "call_function"]
@@ -89,7 +96,14 @@ def test_a_running_mean_read_elsewhere_is_not_repurposed():
         y = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
         return aten._native_batch_norm_legit_no_training.default(y, g, b, m, v, 0.1, 1e-5)[0] + m.sum()
 
-    args = (torch.randn(1, 3, 5, 5), torch.randn(4, 3, 3, 3), torch.rand(4), torch.randn(4), torch.randn(4), torch.rand(4) + 1)
+    args = (
+        torch.randn(1, 3, 5, 5),
+        torch.randn(4, 3, 3, 3),
+        torch.rand(4),
+        torch.randn(4),
+        torch.randn(4),
+        torch.rand(4) + 1,
+    )
     gm = _graph(f, *args)
     assert fold_batch_norms(gm) == (gm, [])
 

@@ -4,7 +4,6 @@ torchtpu-cache tool (also `python -m torchtpu.cache`) reads the cache the backen
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 

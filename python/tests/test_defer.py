@@ -20,11 +20,11 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 import torchtpu
 import torchtpu.eager as E
 from torchtpu.device import _defer, _region
-from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 TPU = "tpu"
@@ -60,7 +60,7 @@ def test_ops_are_deferred_until_a_host_read_and_match_cpu():
         assert _defer.state.region is not None and len(_defer.state.region.records) == 5
         got = s.item()  # the cut
         assert torchtpu.stats()["executions"] == before + 1  # one program for the region
-    ref = ((x @ w).relu() * 2 + 1)
+    ref = (x @ w).relu() * 2 + 1
     assert got == pytest.approx(ref.sum().item(), rel=1e-6)
     torch.testing.assert_close(y.cpu(), ref, rtol=1e-6, atol=1e-6)
     (rec,) = _regions()
@@ -204,7 +204,18 @@ def test_trace_file_is_json_lines_and_a_chrome_trace(tmp_path, monkeypatch):
     lines = [json.loads(s) for s in path.read_text().splitlines()]
     assert [r["hit"] for r in lines] == [False, True]
     for r in lines:
-        for k in ("reason", "where", "line", "ops", "key", "compile_ms", "run_ms", "bytes_in", "bytes_out", "bytes_peak"):
+        for k in (
+            "reason",
+            "where",
+            "line",
+            "ops",
+            "key",
+            "compile_ms",
+            "run_ms",
+            "bytes_in",
+            "bytes_out",
+            "bytes_peak",
+        ):
             assert k in r, k
     # In: a (4 floats) and the 2 (an int64 scalar input); out: the sum.
     assert lines[0]["bytes_in"] == 16 + 8 and lines[0]["bytes_out"] == 4
@@ -263,7 +274,9 @@ def _compare(got, ref, loss_tol, param_tol):
         assert a == pytest.approx(b, **loss_tol), f"loss, step {step}"
     for step, (ga, gb) in enumerate(zip(got["grads"], ref["grads"])):
         for k, (x, y) in enumerate(zip(ga, gb)):
-            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=lambda m, k=k, s=step: f"grad {k}, step {s}: {m}")
+            torch.testing.assert_close(
+                x, y, rtol=1e-4, atol=1e-5, msg=lambda m, k=k, s=step: f"grad {k}, step {s}: {m}"
+            )
     for k, (x, y) in enumerate(zip(got["params"], ref["params"])):
         torch.testing.assert_close(x, y, **param_tol, msg=lambda m, k=k: f"param {k}: {m}")
 
@@ -413,7 +426,10 @@ def test_env_mode_and_the_persistent_cache_across_processes(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     env.update(TORCHTPU_EAGER_MODE="defer_and_fuse", TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300) for _ in range(2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        for _ in range(2)
+    ]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
     first, second = (r.stdout.split() for r in runs)

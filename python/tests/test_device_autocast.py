@@ -89,7 +89,10 @@ def test_disabled_region_and_cpu_tensors_are_untouched():
 
 def test_binary_cross_entropy_is_refused_with_the_way_out():
     p = torch.rand(4, device=TPU)
-    with torch.autocast(TPU, dtype=torch.bfloat16), pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"):
+    with (
+        torch.autocast(TPU, dtype=torch.bfloat16),
+        pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"),
+    ):
         torch.nn.functional.binary_cross_entropy(p, torch.ones(4, device=TPU))
 
 

@@ -35,7 +35,9 @@ def _padding():
         dict(average_attn_weights=False),
         dict(key_padding_mask=_padding()),
         dict(attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), 1), need_weights=False),
-        dict(attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), 1), key_padding_mask=_padding(), need_weights=False),
+        dict(
+            attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), 1), key_padding_mask=_padding(), need_weights=False
+        ),
     ],
     ids=["no_weights", "weights", "per_head", "padding", "causal", "causal+padding"],
 )
@@ -56,13 +58,18 @@ def test_multihead_attention_fast_path_matches_cpu(kwargs):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_transformer_encoder_layer_fast_path_matches_cpu(norm_first, activation):
-    ref, dev = _pair(lambda: torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
-                                                              norm_first=norm_first, activation=activation))
+    ref, dev = _pair(
+        lambda: torch.nn.TransformerEncoderLayer(
+            8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm_first, activation=activation
+        )
+    )
     x = torch.randn(2, 5, 8)
     kp = _padding()
     with torch.no_grad():
         torch.testing.assert_close(dev(x.to(TPU)).cpu(), ref(x), **TOL)
-        torch.testing.assert_close(dev(x.to(TPU), src_key_padding_mask=kp.to(TPU)).cpu(), ref(x, src_key_padding_mask=kp), **TOL)
+        torch.testing.assert_close(
+            dev(x.to(TPU), src_key_padding_mask=kp.to(TPU)).cpu(), ref(x, src_key_padding_mask=kp), **TOL
+        )
 
 
 def test_transformer_encoder_stack_without_nested_tensors():
@@ -76,7 +83,9 @@ def test_transformer_encoder_stack_without_nested_tensors():
     ref, dev = _pair(make)
     x, kp = torch.randn(2, 5, 8), _padding()
     with torch.no_grad():
-        torch.testing.assert_close(dev(x.to(TPU), src_key_padding_mask=kp.to(TPU)).cpu(), ref(x, src_key_padding_mask=kp), **TOL)
+        torch.testing.assert_close(
+            dev(x.to(TPU), src_key_padding_mask=kp.to(TPU)).cpu(), ref(x, src_key_padding_mask=kp), **TOL
+        )
 
 
 def test_adaptive_max_pool2d_with_even_windows_is_a_device_program():

@@ -30,9 +30,9 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from models import harness, zoo
 
 import torchtpu
-from models import harness, zoo
 
 TPU = "tpu"
 MODES = ("strict", "debug")
@@ -92,7 +92,9 @@ def train_both(model, ref, batch: dict, loss_of, steps: int = 3, lr: float = 1e-
         ref_loss.backward()
         ref_opt.step()
         assert got_loss.device.type == "cpu" and loss.device.type == TPU
-        torch.testing.assert_close(got_loss, ref_loss.detach(), **LOSS_TOL, msg=lambda m, s=step: f"loss, step {s}: {m}")
+        torch.testing.assert_close(
+            got_loss, ref_loss.detach(), **LOSS_TOL, msg=lambda m, s=step: f"loss, step {s}: {m}"
+        )
         for (n, q), g in zip(ref.named_parameters(), grads):
             torch.testing.assert_close(g, q.grad, **GRAD_TOL, msg=lambda m, n=n, s=step: f"grad {n}, step {s}: {m}")
     for (n, p), q in zip(model.named_parameters(), ref.parameters()):
@@ -126,7 +128,9 @@ def test_mlp_trains_with_adamw_like_cpu(mode, foreach):
     model = copy.deepcopy(ref).to(TPU)
     with torchtpu.eager.mode(mode):
         assert torchtpu.eager.current_mode() == mode
-        compiles = train_both(model, ref, batch, _mlp_loss, lr=1e-3, param_tol=dict(rtol=1e-5, atol=1e-5), foreach=foreach)
+        compiles = train_both(
+            model, ref, batch, _mlp_loss, lr=1e-3, param_tol=dict(rtol=1e-5, atol=1e-5), foreach=foreach
+        )
     # Requirement: compiles per training step after the first: 0.
     assert compiles[1:] == [0, 0], compiles
 

@@ -70,7 +70,9 @@ def test_current_device_is_per_thread_and_factories_use_it():
         assert torch.ones(2, device="tpu").device == torch.device("tpu", 2)
         assert torch.randn(2, device="tpu").device == torch.device("tpu", 2)
         seen = []
-        t = threading.Thread(target=lambda: seen.append((torch.tpu.current_device(), torch.zeros(1, device="tpu").device)))
+        t = threading.Thread(
+            target=lambda: seen.append((torch.tpu.current_device(), torch.zeros(1, device="tpu").device))
+        )
         t.start()
         t.join()
         assert seen == [(0, torch.device("tpu", 0))]  # another thread keeps its own
@@ -192,7 +194,9 @@ def _fresh(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_local_rank_picks_the_default_device_and_the_count_follows_the_env():
-    code = "import torch; print(torch.tpu.current_device(), torch.tpu.device_count(), torch.ones(1, device='tpu').device)"
+    code = (
+        "import torch; print(torch.tpu.current_device(), torch.tpu.device_count(), torch.ones(1, device='tpu').device)"
+    )
     r = _fresh(code, LOCAL_RANK="6")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["2", "4", "tpu:2"]  # 6 mod 4
@@ -207,7 +211,10 @@ def test_the_native_guard_replaces_pytorchs_python_one():
     # PyTorch's Python guard registration was refused: the native one answers.
     assert torch._C._acc.register_python_privateuseone_device_guard(module.Guard()) is False
     # C++ guards (autograd's device threads, DeviceGuard) see every device.
-    r = _fresh("import torch; x = torch.ones(2, device='tpu:3', requires_grad=True); (x * 2).sum().backward(); "
-               "print(torch.accelerator.device_count(), x.grad.device)", TORCHTPU_DEVICE="1")
+    r = _fresh(
+        "import torch; x = torch.ones(2, device='tpu:3', requires_grad=True); (x * 2).sum().backward(); "
+        "print(torch.accelerator.device_count(), x.grad.device)",
+        TORCHTPU_DEVICE="1",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["4", "tpu:3"]

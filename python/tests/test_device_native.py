@@ -72,7 +72,10 @@ def test_strings_are_part_of_the_key(python_calls):
         for mode in ("floor", "trunc"):
             _close(torch.div(ta, tb, rounding_mode=mode), torch.div(a, b, rounding_mode=mode))
         for approximate in ("none", "tanh"):
-            _close(torch.nn.functional.gelu(ta, approximate=approximate), torch.nn.functional.gelu(a, approximate=approximate))
+            _close(
+                torch.nn.functional.gelu(ta, approximate=approximate),
+                torch.nn.functional.gelu(a, approximate=approximate),
+            )
     python_calls.clear()
     _close(torch.div(ta, tb, rounding_mode="trunc"), torch.div(a, b, rounding_mode="trunc"))
     assert python_calls == []
@@ -355,6 +358,8 @@ def test_program_and_region_caches_are_bounded(monkeypatch):
     with torchtpu.eager.mode("defer_and_fuse"):
         for n in range(1, 8):
             x = torch.randn(n)
-            torch.testing.assert_close((x.to(TPU) * 2 + 1).exp().sum().cpu(), (x * 2 + 1).exp().sum(), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                (x.to(TPU) * 2 + 1).exp().sum().cpu(), (x * 2 + 1).exp().sum(), rtol=1e-5, atol=1e-5
+            )
     assert len(_region._programs) <= 3
     assert torchtpu.stats()["eager_cache_resets"] > before

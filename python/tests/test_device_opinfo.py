@@ -17,9 +17,9 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+from device_opinfo_cases import SKIP, all_cases, run_case
 
 import torchtpu
-from device_opinfo_cases import SKIP, all_cases, run_case
 
 EXPECTED_FILE = pathlib.Path(__file__).with_name("device_opinfo_expected_failures.txt")
 
@@ -75,5 +75,3 @@ def test_expected_failures_name_real_cases():
     ids = {c.id for c in CASES}
     stale = sorted(set(EXPECTED) - ids)
     assert not stale, f"expected failures for cases that no longer exist: {stale[:10]}"
-
-

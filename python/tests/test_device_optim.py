@@ -18,7 +18,10 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 
 def _params(device):
     torch.manual_seed(0)
-    return [torch.randn(5, 3, device="cpu").to(device).requires_grad_(), torch.randn(7, device="cpu").to(device).requires_grad_()]
+    return [
+        torch.randn(5, 3, device="cpu").to(device).requires_grad_(),
+        torch.randn(7, device="cpu").to(device).requires_grad_(),
+    ]
 
 
 def _run(make_opt, device, steps=3, scaled=False, inf_at=None):
@@ -69,7 +72,12 @@ def test_fused_adam_matches_cpu(cls, kwargs):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(), dict(momentum=0.9), dict(momentum=0.9, nesterov=True, weight_decay=0.1), dict(momentum=0.9, dampening=0.5, maximize=True)],
+    [
+        dict(),
+        dict(momentum=0.9),
+        dict(momentum=0.9, nesterov=True, weight_decay=0.1),
+        dict(momentum=0.9, dampening=0.5, maximize=True),
+    ],
     ids=lambda k: ",".join(k) or "defaults",
 )
 def test_fused_sgd_matches_cpu(kwargs):

@@ -26,7 +26,9 @@ def _run(code: str, timeout: int = 240, **env) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.pop("TORCHTPU_DEVICE", None)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=timeout
+    )
 
 
 # ---------------------------------------------------------------- .to keeps Parameters
@@ -69,8 +71,14 @@ def test_to_tpu_of_a_weakly_referenced_parameter_still_converts():
 def test_hf_tied_embeddings_stay_tied_train_like_cpu_and_save_pretrained(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=64,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=64,
     )
     torch.manual_seed(0)
     m = transformers.LlamaForCausalLM(cfg)
@@ -375,7 +383,9 @@ def test_empty_reductions_and_negative_sizes_raise_as_on_cpu():
 
 def test_unwritable_dump_dir_is_the_users_error_not_a_torchtpu_bug():
     torch._dynamo.reset()
-    f = torch.compile(lambda a: a + 1, backend="torchtpu", options={"dump_dir": "/proc/torchtpu-nowhere", "strict": False})
+    f = torch.compile(
+        lambda a: a + 1, backend="torchtpu", options={"dump_dir": "/proc/torchtpu-nowhere", "strict": False}
+    )
     with pytest.raises(OptionsError, match="dump_dir"):
         f(torch.ones(2))
     assert not any(r.get("kind") == "internal" for r in torchtpu.stats().get("fallback_reasons", []))

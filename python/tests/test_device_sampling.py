@@ -105,9 +105,13 @@ def test_randint_and_bernoulli_with_tensor_and_float_probabilities():
     assert r.min() >= 3 and r.max() <= 7 and set(r.tolist()) == set(range(3, 8))
     p = torch.tensor([0.0, 0.25, 1.0]).expand(20000, 3).contiguous()
     got = torch.bernoulli(p.to(TPU)).cpu()
-    torch.testing.assert_close(got.mean(0).double(), torch.tensor([0.0, 0.25, 1.0], dtype=torch.float64), atol=0.02, rtol=0)
+    torch.testing.assert_close(
+        got.mean(0).double(), torch.tensor([0.0, 0.25, 1.0], dtype=torch.float64), atol=0.02, rtol=0
+    )
     into = torch.empty(20000, 3, device=TPU).bernoulli_(p.to(TPU)).cpu()
-    torch.testing.assert_close(into.mean(0).double(), torch.tensor([0.0, 0.25, 1.0], dtype=torch.float64), atol=0.02, rtol=0)
+    torch.testing.assert_close(
+        into.mean(0).double(), torch.tensor([0.0, 0.25, 1.0], dtype=torch.float64), atol=0.02, rtol=0
+    )
     flat = torch.bernoulli(torch.empty(20000, device=TPU), 0.3).cpu()
     assert abs(flat.mean().item() - 0.3) < 0.02 and set(flat.unique().tolist()) <= {0.0, 1.0}
 
@@ -151,9 +155,12 @@ def test_a_seed_gives_the_same_draws():
         torch.manual_seed(1234)
         p = torch.tensor([[0.2, 0.3, 0.5]], device=TPU)
         return [
-            torch.multinomial(p, 2).cpu(), torch.multinomial(p, 5, replacement=True).cpu(),
-            torch.randperm(7, device=TPU).cpu(), torch.empty(4, device=TPU).exponential_().cpu(),
-            torch.normal(p, p).cpu(), torch.bernoulli(p).cpu(),
+            torch.multinomial(p, 2).cpu(),
+            torch.multinomial(p, 5, replacement=True).cpu(),
+            torch.randperm(7, device=TPU).cpu(),
+            torch.empty(4, device=TPU).exponential_().cpu(),
+            torch.normal(p, p).cpu(),
+            torch.bernoulli(p).cpu(),
         ]
 
     first, second = draws(), draws()
@@ -173,8 +180,13 @@ def test_hf_sampling_generate_on_tpu_without_fallback_and_reproducible(mode):
     filtering, multinomial) stays on the device; the same seed gives the same tokens."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
     )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).eval().to(TPU)

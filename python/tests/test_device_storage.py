@@ -179,7 +179,9 @@ def test_fsdp2_free_alloc_and_all_gather_copies_match_cpu():
         for p in params:
             p.untyped_storage().resize_(p.numel() * p.itemsize)
         ag_out.copy_(torch.arange(ag_out.numel(), dtype=torch.float32).to(dev))  # what the all-gather wrote
-        torch.ops.fsdp.split_with_sizes_copy(ag_out.view(world, -1), sizes, dim=1, out=[p.view(world, -1) for p in params])
+        torch.ops.fsdp.split_with_sizes_copy(
+            ag_out.view(world, -1), sizes, dim=1, out=[p.view(world, -1) for p in params]
+        )
         got = [ag_in.clone(), *[p.clone() for p in params]]
         for p in params:
             p.untyped_storage().resize_(0)

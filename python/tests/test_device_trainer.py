@@ -80,8 +80,13 @@ def test_trainer_trains_on_tpu_like_cpu_and_saves(tmp_path, workers):
     env = dict(os.environ)
     env.pop("TORCHTPU_DEVICE", None)
     env["TORCHTPU_FALLBACK"] = "eager"  # a fallback is counted and asserted below, not raised in a worker
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path), str(workers)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path), str(workers)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     tpu, cpu = got["tpu"], got["cpu"]

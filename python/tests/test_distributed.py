@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import timedelta
 
 import pytest
 import torch
@@ -37,14 +36,37 @@ def _env(**extra) -> dict:
     return env
 
 
-def launch(scenario: str, tmp_path, nproc: int = WORLD, timeout: float = 150, expect_ok: bool = True,
-           script: str = "distributed_worker.py", **env) -> tuple[list, str]:
+def launch(
+    scenario: str,
+    tmp_path,
+    nproc: int = WORLD,
+    timeout: float = 150,
+    expect_ok: bool = True,
+    script: str = "distributed_worker.py",
+    **env,
+) -> tuple[list, str]:
     """Runs `scenario` of `script` (in this folder) under torchrun; returns each process's
     saved results (`rank{RANK}.pt`) and the output."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone",
-           "--max-restarts=0", os.path.join(HERE, script), scenario, str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=HERE, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--standalone",
+        "--max-restarts=0",
+        os.path.join(HERE, script),
+        scenario,
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=HERE,
+        env=_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -78,8 +100,14 @@ def _snippet_expected(n: int) -> tuple:
 def test_snippet_single_process(tmp_path):
     """World size 1 from environment variables, no torchrun."""
     env = _env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "distributed_worker.py"), "snippet", str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=100, start_new_session=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "distributed_worker.py"), "snippet", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        start_new_session=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = torch.load(os.path.join(tmp_path, "rank0.pt"))
     _check_snippet([res])
@@ -123,7 +151,9 @@ def test_cpu_program_stays_gloo(tmp_path):
     )
     env = _env(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     env.pop("TORCHTPU_DEVICE")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100, start_new_session=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100, start_new_session=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # torch's own choice for a CPU machine ("undefined": gloo for CPU, made lazily), untouched.
     assert proc.stdout.split() == ["undefined", "tpu_dist"]
@@ -256,7 +286,11 @@ def test_mismatched_collectives_are_named(tmp_path):
     want = {
         "shape": (1, "all_reduce", ["all_reduce(SUM; float32[4])", "all_reduce(SUM; float32[5])"]),
         "op": (2, None, ["all_reduce(SUM; float32[4])", "broadcast(root 0; float32[4])"]),
-        "dtype": (3, "all_gather_into_tensor", ["all_gather_into_tensor(float32[4])", "all_gather_into_tensor(int32[4])"]),
+        "dtype": (
+            3,
+            "all_gather_into_tensor",
+            ["all_gather_into_tensor(float32[4])", "all_gather_into_tensor(int32[4])"],
+        ),
     }
     for r, res in enumerate(results):
         for case, (seq, op, calls) in want.items():
@@ -305,7 +339,10 @@ def test_dtensor_tensor_parallel_matches_cpu(tmp_path):
         opt.step()
         outs.append(out.detach())
     for r, res in enumerate(results):
-        assert res["local_shapes"]["up.weight"] == [16, 16] and res["local_shapes"]["down.weight"] == [16, 16]  # sharded
+        assert res["local_shapes"]["up.weight"] == [16, 16] and res["local_shapes"]["down.weight"] == [
+            16,
+            16,
+        ]  # sharded
         for got, want in zip(res["outs"], outs):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
         for k, v in model.state_dict().items():
@@ -344,9 +381,10 @@ def test_fsdp2_llama_on_four_thread_ranks_matches_cpu():
     themselves would draw their initial weights from one process-wide generator at once."""
     import copy
 
-    import torchtpu.distributed as td
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
+    import torchtpu.distributed as td
 
     n = 4
     init = worker.llama()  # also imports transformers' Llama here: its lazy imports are not thread-safe

@@ -5,8 +5,8 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
-
 from lowering_harness import from_wire, to_wire
+
 from torchtpu import _C
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -39,7 +39,13 @@ def test_transformer_block_matches_eager():
 
 
 def test_mlp_example_matches_eager():
-    x, w1, b1, w2, b2 = rand(4, 16, seed=0), rand(32, 16, seed=1), rand(32, seed=2), rand(8, 32, seed=3), rand(8, seed=4)
+    x, w1, b1, w2, b2 = (
+        rand(4, 16, seed=0),
+        rand(32, 16, seed=1),
+        rand(32, seed=2),
+        rand(8, 32, seed=3),
+        rand(8, seed=4),
+    )
     y = F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
     scale = torch.arange(8, dtype=torch.float32) / 8
     want = y * scale + y * scale

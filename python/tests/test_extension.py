@@ -31,8 +31,16 @@ def test_c_is_a_compiled_extension_module():
 def test_passes_are_listed_from_the_rust_registry():
     names = [name for name, _ in torchtpu.list_passes()]
     assert names == [
-        "canonicalize", "cse", "dce", "fold-constants", "fuse-softmax", "fuse-matmuls", "form-regions", "assign-layouts",
-        "propagate-sharding", "schedule-memory",
+        "canonicalize",
+        "cse",
+        "dce",
+        "fold-constants",
+        "fuse-softmax",
+        "fuse-matmuls",
+        "form-regions",
+        "assign-layouts",
+        "propagate-sharding",
+        "schedule-memory",
     ]
     assert all(desc for _, desc in torchtpu.list_passes())
 
@@ -68,7 +76,9 @@ def test_user_ir_errors_are_ir_errors_with_positions():
         torchtpu.canonical_ir("graph @g(%a: f33[2]) -> () { return }")
     assert (e.value.line, e.value.col) == (1, 14) and isinstance(e.value, ValueError)
     with pytest.raises(IRError) as e:
-        torchtpu.run_pipeline("graph @g(%a: f32[2, 3]) -> () {\n %0 = aten.mm.default(%a, %a) : f32[2, 2]\n return\n}", "cse")
+        torchtpu.run_pipeline(
+            "graph @g(%a: f32[2, 3]) -> () {\n %0 = aten.mm.default(%a, %a) : f32[2, 2]\n return\n}", "cse"
+        )
     assert (e.value.line, e.value.col) == (2, 2)
     with pytest.raises(OptionsError, match="malformed pass pipeline"):
         torchtpu.run_pipeline(MLP, "cse{")
@@ -85,7 +95,17 @@ def test_compile_returns_a_program_that_says_how_it_was_compiled():
     assert again.source == "memory" and again.graph_cache_hit
     assert again.memory == program.memory
     m = program.memory
-    for key in ("peak_bytes", "peak_at", "input_bytes", "output_bytes", "allocated_bytes", "buffers", "donated_inputs", "donated_bytes", "peak_bytes_without_donation"):
+    for key in (
+        "peak_bytes",
+        "peak_at",
+        "input_bytes",
+        "output_bytes",
+        "allocated_bytes",
+        "buffers",
+        "donated_inputs",
+        "donated_bytes",
+        "peak_bytes_without_donation",
+    ):
         assert key in m, (key, m)
     assert m["peak_at"].startswith("%") and m["input_bytes"] == (4 * 16 + 8 * 16 + 8) * 4
     assert m["peak_bytes"] <= m["peak_bytes_without_donation"]
@@ -104,9 +124,12 @@ def test_unsupported_ops_name_op_node_and_line():
 
 def test_program_run_checks_every_input_in_rust():
     import torch
+
     from torchtpu.errors import InputError
 
-    program = _C.compile("graph @g(%x: f32[2, 3]) -> (f32[2, 3]) {\n  %0 = aten.neg.default(%x) : f32[2, 3]\n  return %0\n}\n")
+    program = _C.compile(
+        "graph @g(%x: f32[2, 3]) -> (f32[2, 3]) {\n  %0 = aten.neg.default(%x) : f32[2, 3]\n  return %0\n}\n"
+    )
     x = torch.arange(6.0).reshape(2, 3)
     (out,) = program.run([x])
     assert torch.equal(torch.from_dlpack(out), -x)
@@ -135,6 +158,7 @@ def test_program_run_checks_every_input_in_rust():
 @pytest.mark.parametrize("stage", ["lower", "compile", "execute"])
 def test_injected_faults_raise_internal_errors_at_their_stage(stage, monkeypatch):
     import torch
+
     from torchtpu.errors import InternalError
 
     text = "graph @inject(%x: f32[3]) -> (f32[3]) {\n  %0 = aten.cos.default(%x) : f32[3]\n  return %0\n}\n"

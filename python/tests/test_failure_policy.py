@@ -13,9 +13,9 @@ import warnings
 
 import pytest
 import torch
+from compiled import fresh_torchtpu  # noqa: F401 - fixture
 
 import torchtpu
-from compiled import fresh_torchtpu  # noqa: F401 - fixture
 from torchtpu.errors import FallbackError, InternalError, UnsupportedError
 
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -116,8 +116,8 @@ def test_late_refusal_names_its_line_for_the_partitioner():
     """A refusal only emission finds (a complex operand brought to a real compute dtype) is
     an UnsupportedError carrying the node's IR line, which the backend maps to its FX node."""
     from torchtpu import _C
-    from torchtpu.fallback import unsupported_node
     from torchtpu.exporter import Exported
+    from torchtpu.fallback import unsupported_node
 
     text = """graph @g(%z: c64[4]) -> (f32[4]) {
   %0 = aten.relu.default(%z) : f32[4]
@@ -161,6 +161,8 @@ def test_a_user_input_error_from_torchtpus_own_ir_is_internal(fresh_torchtpu, mo
     with pytest.raises(InternalError):
         policy.on_failure(IRError("invalid IR: 2:3: ..."), "graph g", True)
     with pytest.warns(RuntimeWarning, match="torchtpu bug"):
-        policy.on_failure(IRError("invalid IR: 2:3: ..."), "graph g", False, ir_text="graph @g() -> () {\n  return\n}\n")
+        policy.on_failure(
+            IRError("invalid IR: 2:3: ..."), "graph g", False, ir_text="graph @g() -> () {\n  return\n}\n"
+        )
     (entry,) = torchtpu.stats()["fallback_reasons"]
     assert entry["kind"] == "internal" and entry["repro"].endswith(".repro.py")

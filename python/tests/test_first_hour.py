@@ -22,7 +22,9 @@ TPU = "tpu"
 def _run(code: str, timeout: int = 240) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("TORCHTPU_DEVICE", None)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def test_import_torchtpu_device_as_the_first_import():
@@ -87,8 +89,13 @@ def test_hf_static_cache_generate_on_tpu_matches_cpu_with_at_most_two_compiles()
     (`PreTrainedModel._default_compile_config`)."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
     )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).eval()
@@ -137,8 +144,15 @@ def test_mixtral_moe_forward_on_tpu_matches_cpu_without_fallback(recwarn):
     """transformers' MoE routing counts tokens per expert with `histc` on an int tensor."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.MixtralConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
     )
     torch.manual_seed(0)
     model = transformers.MixtralForCausalLM(cfg).eval()

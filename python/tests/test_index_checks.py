@@ -15,11 +15,11 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 import torchtpu
 import torchtpu.eager as E
 from torchtpu.device import _checks
-from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.usefixtures("fresh_torchtpu"), pytest.mark.timeout(300)]
 TPU = "tpu"
@@ -50,14 +50,34 @@ CASES = {
     # `y[i] = number` is index_fill_ on the device, index_put in a compiled graph.
     "setitem": (lambda x, i: _set(x, i), ("aten.index_put", "aten.index_fill"), [[4]], [[-4, 2]]),
     "setitem_view": (lambda x, i: _set_view(x, i), ("aten.index_put", "aten.index_fill"), [[5]], [[-5, 4]]),
-    "index_put_acc": (lambda x, i: x.index_put((i,), torch.ones(len(i), 5, device=x.device), accumulate=True), "aten.index_put", [[-5]], [[-1, -1, 0]]),
+    "index_put_acc": (
+        lambda x, i: x.index_put((i,), torch.ones(len(i), 5, device=x.device), accumulate=True),
+        "aten.index_put",
+        [[-5]],
+        [[-1, -1, 0]],
+    ),
     "embedding": (lambda x, i: F.embedding(i, x), ("aten.embedding", "aten.index_select"), [[4], [-1]], [[0, 3, 3]]),
     "gather": (lambda x, i: torch.gather(x, 1, i.view(1, -1).expand(4, -1)), "aten.gather", [[5], [-1]], [[0, 4, 2]]),
-    "scatter_": (lambda x, i: x.clone().scatter_(1, i.view(1, -1).expand(4, -1).contiguous(), 2.0), "aten.scatter", [[5], [-1]], [[4, 1]]),
-    "scatter_add": (lambda x, i: x.scatter_add(1, i.view(1, -1).expand(4, -1).contiguous(), _ones(x, len(i))), "aten.scatter_add", [[-1]], [[0, 0, 4]]),
+    "scatter_": (
+        lambda x, i: x.clone().scatter_(1, i.view(1, -1).expand(4, -1).contiguous(), 2.0),
+        "aten.scatter",
+        [[5], [-1]],
+        [[4, 1]],
+    ),
+    "scatter_add": (
+        lambda x, i: x.scatter_add(1, i.view(1, -1).expand(4, -1).contiguous(), _ones(x, len(i))),
+        "aten.scatter_add",
+        [[-1]],
+        [[0, 0, 4]],
+    ),
     "index_select": (lambda x, i: x.index_select(1, i), "aten.index_select", [[5], [-1]], [[4, 0, 4]]),
     "index_add": (lambda x, i: x.index_add(1, i, _ones(x, len(i))), "aten.index_add", [[-1]], [[1, 1, 4]]),
-    "cross_entropy": (lambda x, i: F.cross_entropy(x[: len(i), :3], i), "aten.nll_loss", [[5, 0], [0, -1]], [[2, -100], [0, 1, 2, 1]]),
+    "cross_entropy": (
+        lambda x, i: F.cross_entropy(x[: len(i), :3], i),
+        "aten.nll_loss",
+        [[5, 0], [0, -1]],
+        [[2, -100], [0, 1, 2, 1]],
+    ),
 }
 WHERE = ["strict", "debug", "defer_and_fuse", "compiled_cpu", "compiled_tpu"]
 
@@ -334,7 +354,9 @@ ASSERTS = {
 def test_device_asserts_raise_as_cpu_eager_and_good_inputs_match(name, where, check):
     fn, message, bad, good = ASSERTS[name]
     for index in good:
-        torch.testing.assert_close(_run(where, fn, _x(), index, check), fn(_x(), torch.tensor(index)), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            _run(where, fn, _x(), index, check), fn(_x(), torch.tensor(index)), rtol=1e-6, atol=1e-6
+        )
     assert torchtpu.stats()["eager_cpu_fallbacks"] == {} and torchtpu.stats()["graphs_fallback"] == 0
     raised = torchtpu.DeviceAssertError
     if name == "one_hot" and not where.startswith("compiled"):

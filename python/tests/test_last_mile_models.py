@@ -19,9 +19,9 @@ import warnings
 
 import pytest
 import torch
+from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 import torchtpu
-from compiled import fresh_torchtpu  # noqa: F401 - the fixture
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -30,14 +30,41 @@ aten = torch.ops.aten
 
 # Sizes every small config takes (where the config has the field): 2 layers, hidden 32.
 SMALL = dict(
-    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_layers=2, num_decoder_layers=2,
-    num_attention_heads=4, num_heads=4, num_key_value_heads=2, head_dim=8, d_model=32, d_kv=8, d_ff=64,
-    moe_intermediate_size=32, shared_expert_intermediate_size=32, num_local_experts=4, num_experts=4,
-    num_experts_per_tok=2, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
-    linear_num_value_heads=4, query_pre_attn_scalar=8, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1,
-    encoder_sparse_step=1, decoder_sparse_step=1, expert_capacity=8, num_conv_pos_embeddings=16,
-    num_conv_pos_embedding_groups=2, output_hidden_size=32, image_size=32, patch_size=8, mm_tokens_per_image=4,
-    sliding_window=8, classifier_proj_size=16,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_layers=2,
+    num_decoder_layers=2,
+    num_attention_heads=4,
+    num_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    d_model=32,
+    d_kv=8,
+    d_ff=64,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=32,
+    num_local_experts=4,
+    num_experts=4,
+    num_experts_per_tok=2,
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    query_pre_attn_scalar=8,
+    num_sparse_encoder_layers=1,
+    num_sparse_decoder_layers=1,
+    encoder_sparse_step=1,
+    decoder_sparse_step=1,
+    expert_capacity=8,
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+    output_hidden_size=32,
+    image_size=32,
+    patch_size=8,
+    mm_tokens_per_image=4,
+    sliding_window=8,
+    classifier_proj_size=16,
 )
 
 
@@ -144,7 +171,11 @@ def _masked_writes(x, m, v):
 def _triangular():
     g = torch.Generator().manual_seed(1)
     a = torch.randn(2, 4, 4, generator=g) * 0.3 + 3 * torch.eye(4)
-    return [a.requires_grad_(), torch.randn(2, 4, 3, generator=g).requires_grad_(), torch.randn(2, 5, 4, generator=g).requires_grad_()]
+    return [
+        a.requires_grad_(),
+        torch.randn(2, 4, 3, generator=g).requires_grad_(),
+        torch.randn(2, 5, 4, generator=g).requires_grad_(),
+    ]
 
 
 def _masked():
@@ -153,7 +184,11 @@ def _masked():
     return [torch.randn(2, 3, 4, generator=g).requires_grad_(), m, torch.randn(4, 4, generator=g).requires_grad_()]
 
 
-@pytest.mark.parametrize("fn, make", [(_solve_both_sides, _triangular), (_masked_writes, _masked)], ids=["solve_triangular", "masked_index_put"])
+@pytest.mark.parametrize(
+    "fn, make",
+    [(_solve_both_sides, _triangular), (_masked_writes, _masked)],
+    ids=["solve_triangular", "masked_index_put"],
+)
 def test_gradients_compiled_match_eager(fn, make):
     want_in, got_in = make(), make()
     fn(*want_in).backward()
@@ -184,8 +219,11 @@ def _strides(t):
 # Decompositions (PyTorch's own, as Inductor takes them) whose elementwise results lay out
 # inputs of mixed layouts differently from eager's TensorIterator; harmless unless viewed.
 KNOWN_STRIDE_DIFFERENCES = {
-    "aten.copysign.Tensor", "aten.native_dropout_backward.default", "aten.select_scatter.default",
-    "aten.special_xlog1py.default", "aten.xlogy.Tensor",
+    "aten.copysign.Tensor",
+    "aten.native_dropout_backward.default",
+    "aten.select_scatter.default",
+    "aten.special_xlog1py.default",
+    "aten.xlogy.Tensor",
 }
 
 
@@ -220,7 +258,12 @@ def test_decompositions_give_eager_strides():
                     checked += 1
                     pairs = zip(want, got) if isinstance(want, (tuple, list)) else [(want, got)]
                     for w, g in pairs:
-                        if isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor) and w.shape == g.shape and _strides(w) != _strides(g):
+                        if (
+                            isinstance(w, torch.Tensor)
+                            and isinstance(g, torch.Tensor)
+                            and w.shape == g.shape
+                            and _strides(w) != _strides(g)
+                        ):
                             differ.setdefault(str(op), (tuple(w.shape), w.stride(), g.stride()))
     assert checked > 1000, checked
     assert set(differ) == KNOWN_STRIDE_DIFFERENCES, differ

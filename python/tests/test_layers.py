@@ -48,7 +48,9 @@ def _package_imports() -> dict[str, set[str]]:
                 targets = named(node.module)
                 if node.module in ("torchtpu", "torchtpu.device"):
                     prefix = node.module.removeprefix("torchtpu").lstrip(".")
-                    targets = [t for a in node.names for t in named(f"torchtpu.{prefix + '.' if prefix else ''}{a.name}")]
+                    targets = [
+                        t for a in node.names for t in named(f"torchtpu.{prefix + '.' if prefix else ''}{a.name}")
+                    ]
                 edges[name] |= set(targets)
             elif isinstance(node, ast.Import):
                 edges[name] |= {t for a in node.names for t in named(a.name)}
@@ -66,7 +68,7 @@ def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(m)
         for n in sorted(edges.get(m, ())):
             if state.get(n) == 1:
-                return path[path.index(n):] + [n]
+                return path[path.index(n) :] + [n]
             if n not in state and (found := visit(n)):
                 return found
         path.pop()

@@ -14,11 +14,11 @@ import pathlib
 import pytest
 import torch
 import torch.nn.functional as F
-
-from torchtpu import _C
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from lowering_harness import from_wire, to_wire
 from models.small import CNN
+
+from torchtpu import _C
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")

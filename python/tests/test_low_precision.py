@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 import torch
+from models import zoo
 
 import torchtpu
-from models import zoo
 
 TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
 

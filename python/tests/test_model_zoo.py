@@ -7,7 +7,6 @@ device in every mode too: `make zoo-modes`."""
 import warnings
 
 import pytest
-
 from models import harness, zoo
 
 
@@ -49,4 +48,6 @@ def test_zoo_model_on_tpu_matches_cpu_eager(name, mode):
     assert result.status == "pass", (
         f"{name} {mode}: {result.status}, max rel err {result.max_rel:.2e}, fallbacks {result.fallbacks}, {result.error}"
     )
-    assert result.train == "pass", f"{name} {mode} training step: {result.train}, {result.train_max_rel:.2e}, {result.error}"
+    assert result.train == "pass", (
+        f"{name} {mode} training step: {result.train}, {result.train_max_rel:.2e}, {result.error}"
+    )

@@ -18,12 +18,16 @@ from torchtpu.distributed.transport import HostTransport, pick_transport
 def _run(code: str, **env) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("TORCHTPU_DIST_")}
     full.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True, timeout=240
+    )
 
 
 @pytest.mark.parametrize("kind", ["hash", "tcp"])
 def test_the_rust_store_calls_the_c10d_store(kind):
-    store = dist.HashStore() if kind == "hash" else dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=10))
+    store = (
+        dist.HashStore() if kind == "hash" else dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=10))
+    )
     got, tried, absent, timed_out = _C._kv_store_probe(store, "topology/0", b"\x00bin\xff", "never", 50)
     assert got == tried == b"\x00bin\xff"
     assert absent is None
@@ -65,7 +69,9 @@ def test_configure_refuses_bad_arguments_and_a_started_engine_and_the_cpu_plugin
     start = next(l for l in r.stdout.splitlines() if l.startswith("START:"))
     assert "PluginError" in start and "cannot create a client across processes (node 0 of 2)" in start, start
     # The plugin names whichever of the two it checks first.
-    assert any(f"Unexpected option name passed to PJRT_Client_Create: {o}" in start for o in ("node_id", "num_nodes")), start
+    assert any(
+        f"Unexpected option name passed to PJRT_Client_Create: {o}" in start for o in ("node_id", "num_nodes")
+    ), start
     again = next(l for l in r.stdout.splitlines() if l.startswith("AGAIN:"))
     assert "already started" in again, again
 
@@ -127,7 +133,11 @@ def test_the_xla_transport_exchanges_through_gloo_and_names_what_its_collectives
     x = multinode.XlaProcessTransport(0, 1, [0], 0, 1, host)
     assert x.exchange([3, 4]) == [[3, 4]]
     x.barrier(True).wait()
-    for call in [lambda: x.all_reduce([], None, True), lambda: x.broadcast([], 0, True), lambda: x.send([], 0, 0, True)]:
+    for call in [
+        lambda: x.all_reduce([], None, True),
+        lambda: x.broadcast([], 0, True),
+        lambda: x.send([], 0, 0, True),
+    ]:
         with pytest.raises(NotImplementedError) as e:
             call()
         msg = str(e.value)

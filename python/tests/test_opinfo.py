@@ -18,7 +18,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-
 from opinfo_cases import all_cases, run_case
 
 EXPECTED_FILE = pathlib.Path(__file__).with_name("opinfo_expected_failures.txt")
@@ -53,5 +52,3 @@ def test_expected_failures_name_real_cases():
     ids = {c.id for c in CASES}
     stale = sorted(set(EXPECTED) - ids)
     assert not stale, f"expected failures for cases that no longer exist: {stale[:10]}"
-
-

@@ -181,7 +181,12 @@ def test_attention_block_heads_on_tp_matches_eager():
     ref = Attention()
     model = copy.deepcopy(ref)
     mesh = mesh22()
-    plan = {"q": torchtpu.Colwise("tp"), "k": torchtpu.Colwise("tp"), "v": torchtpu.Colwise("tp"), "o": torchtpu.Rowwise("tp")}
+    plan = {
+        "q": torchtpu.Colwise("tp"),
+        "k": torchtpu.Colwise("tp"),
+        "v": torchtpu.Colwise("tp"),
+        "o": torchtpu.Rowwise("tp"),
+    }
     torchtpu.parallelize(model, mesh, plan)
     x = S.shard(torch.randn(2, 8, 32), mesh, ("dp", None, None))
     got = torch.compile(model, backend="torchtpu")(x)
@@ -242,7 +247,7 @@ def test_explain_reports_layouts_collectives_and_user_lines(capsys):
         report = torchtpu.sharding.explain(compiled, x)
     assert torchtpu.stats()["executions"] == executions, "explain ran a program"
     text = capsys.readouterr().out
-    (name, plan), = report.items()
+    ((name, plan),) = report.items()
     assert name.startswith("inference"), name
     assert plan["input_names"][:3] == ["up.weight", "up.bias", "input 0"]
     assert "up.weight" in text and "annotated" in text and "all-reduce" in text
@@ -287,7 +292,9 @@ def test_explain_plans_a_training_call_forward_and_backward_and_the_step_reuses_
     assert len(S.RECENT_PROGRAMS) == programs
     # The step's plans are the ones explain printed.
     for name, plan in spmd_graphs().items():
-        assert plan["collectives"] == [{k: v for k, v in c.items() if k != "source"} for c in report[name]["collectives"]]
+        assert plan["collectives"] == [
+            {k: v for k, v in c.items() if k != "source"} for c in report[name]["collectives"]
+        ]
     for (n, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
 
@@ -298,7 +305,12 @@ def test_explain_then_a_training_step_of_the_attention_block_compiles_nothing():
     torch.manual_seed(0)
     model = Attention()
     mesh = mesh22()
-    plan = {"q": torchtpu.Colwise("tp"), "k": torchtpu.Colwise("tp"), "v": torchtpu.Colwise("tp"), "o": torchtpu.Rowwise("tp")}
+    plan = {
+        "q": torchtpu.Colwise("tp"),
+        "k": torchtpu.Colwise("tp"),
+        "v": torchtpu.Colwise("tp"),
+        "o": torchtpu.Rowwise("tp"),
+    }
     torchtpu.parallelize(model, mesh, plan)
     x = S.shard(torch.randn(2, 8, 32), mesh, ("dp", None, None))
     compiled = torch.compile(model, backend="torchtpu")
@@ -314,11 +326,15 @@ def test_shard_and_parallelize_refuse_tpu_tensors_up_front():
     """Issue 26: shard() took a tpu tensor and the call then failed with DLPack jargon."""
     mesh = torchtpu.Mesh((2,), ("tp",))
     x = torch.randn(4, 8).to("tpu")
-    with pytest.raises(torchtpu.ShardingError, match=r"tensor 'x' is on tpu:0; sharded \(SPMD\) programs take CPU tensors"):
+    with pytest.raises(
+        torchtpu.ShardingError, match=r"tensor 'x' is on tpu:0; sharded \(SPMD\) programs take CPU tensors"
+    ):
         S.shard(x, mesh, ("tp", None), name="x")
     assert S.sharding_of(x) is None
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)).to("tpu")
-    with pytest.raises(torchtpu.ShardingError, match=r"parameter '0.weight' is on tpu:0; sharded \(SPMD\) programs take CPU"):
+    with pytest.raises(
+        torchtpu.ShardingError, match=r"parameter '0.weight' is on tpu:0; sharded \(SPMD\) programs take CPU"
+    ):
         torchtpu.parallelize(model, mesh, {"1": torchtpu.Colwise("tp"), "0": torchtpu.Colwise("tp")})
     assert all(S.sharding_of(p) is None for p in model.parameters()), "refused before annotating any"
 
@@ -326,15 +342,23 @@ def test_shard_and_parallelize_refuse_tpu_tensors_up_front():
 def test_a_graph_with_a_constraint_called_on_tpu_tensors_is_a_clear_error():
     mesh = torchtpu.Mesh((2,), ("tp",))
     f = torch.compile(lambda x: torchtpu.sharding_constraint(x * 2, ("tp", None), mesh), backend="torchtpu")
-    with pytest.raises(torchtpu.ShardingError, match=r"input 0 is on tpu:0; sharded \(SPMD\) programs take CPU tensors"):
+    with pytest.raises(
+        torchtpu.ShardingError, match=r"input 0 is on tpu:0; sharded \(SPMD\) programs take CPU tensors"
+    ):
         f(torch.randn(4, 8).to("tpu"))
 
 
 def _llama():
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()

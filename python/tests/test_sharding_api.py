@@ -229,7 +229,9 @@ def test_plan_errors():
         S.parallelize(Tiny(), m, {"layers.*.norm": S.Colwise("tp")})
     with pytest.raises(ShardingError, match="unknown style"):
         S.parallelize(Tiny(), m, {"embed": "colwise"})
-    with pytest.raises(ShardingError, match="'layers.0.q_proj.weight': dim 0 of size 8 is not divisible by mesh axis 'tp'"):
+    with pytest.raises(
+        ShardingError, match="'layers.0.q_proj.weight': dim 0 of size 8 is not divisible by mesh axis 'tp'"
+    ):
         S.parallelize(Tiny(), S.Mesh((1, 3), ("dp", "tp")), {"layers.*.q_proj": S.Colwise("tp")})
 
 

@@ -186,7 +186,14 @@ def test_case_counts():
     """The enumeration covers what it says: every axis on every dim (or none), both orders."""
     ok, bad = layouts((4, 1), [("a", 2), ("b", 2)])
     assert set(ok) == {((), ()), (("a",), ()), (("b",), ()), (("a", "b"), ()), (("b", "a"), ())}
-    assert set(bad) == {((), ("a",)), ((), ("b",)), (("a",), ("b",)), (("b",), ("a",)), ((), ("a", "b")), ((), ("b", "a"))}
+    assert set(bad) == {
+        ((), ("a",)),
+        ((), ("b",)),
+        (("a",), ("b",)),
+        (("b",), ("a",)),
+        ((), ("a", "b")),
+        ((), ("b", "a")),
+    }
     base = [s for s in shapes() if set(s) <= {1, 2, 4}]
     assert len(base) == 3 + 9 + 27 + 81 and all(s in shapes() for s in EXTRA_SHAPES)
     counts = {key: len(cases(key)) for key in MESHES}
@@ -209,7 +216,9 @@ def test_every_non_divisible_layout_is_a_clear_error(key, _restore_mesh):
         for dims in layouts(shape, mesh.axes)[1]:
             k = next(k for k, ds in enumerate(dims) if shape[k] % math.prod(mesh.axis_size(a) for a in ds))
             axis = dims[k][0] if len(dims[k]) == 1 else "x".join(dims[k])
-            with pytest.raises(torchtpu.ShardingError, match=rf"dim {k} of size {shape[k]} is not divisible by mesh axis '{axis}'"):
+            with pytest.raises(
+                torchtpu.ShardingError, match=rf"dim {k} of size {shape[k]} is not divisible by mesh axis '{axis}'"
+            ):
                 S.shard(torch.zeros(shape), mesh, spec_of(dims))
             count += 1
     assert count > 100

@@ -12,9 +12,9 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 
 import torchtpu
-from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from torchtpu.errors import FallbackError, OptionsError
 
 FWD = dict(rtol=1e-5, atol=1e-5)
@@ -81,6 +81,7 @@ def test_polar_and_complex():
 
 
 # --- scaled dot-product attention with grouped-query attention ---------------------------
+
 
 def _qkv(hq=4, hk=2, length=6, source=6, d=8, requires_grad=False):
     g = torch.Generator().manual_seed(3)
@@ -149,8 +150,15 @@ def test_llama_gqa_default_attention_no_mask():
     """LlamaForCausalLM with grouped-query attention and transformers' default (SDPA)
     attention, called without an attention mask: SDPA gets `enable_gqa=True`."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     cfg.use_cache = False
     model = transformers.LlamaForCausalLM(cfg).eval()
     ids = torch.randint(3, 128, (1, 7))
@@ -162,6 +170,7 @@ def test_llama_gqa_default_attention_no_mask():
 
 
 # --- the _foreach_* ops -------------------------------------------------------------------
+
 
 def _tensors(n=3, offset=0.0):
     g = torch.Generator().manual_seed(11)
@@ -204,6 +213,7 @@ def test_foreach_matches_eager(name):
 
 
 # --- errors as documented ----------------------------------------------------------------
+
 
 def test_strict_failure_is_catchable_as_fallback_error():
     f = torch.compile(lambda x: torch.special.airy_ai(x) * 2, backend="torchtpu", options={"strict": True})

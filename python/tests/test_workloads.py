@@ -11,8 +11,8 @@ import os
 
 import pytest
 import torch
-
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
+
 import torchtpu
 from torchtpu.exporter import export
 from torchtpu.specialize import Binding
@@ -27,13 +27,21 @@ VOCAB = 128
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 
 
-_DEC = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=64)
+_DEC = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+)
 DECODERS = {
     # Grouped-query attention (2 KV heads for 4 query heads) with rotary embeddings.
     "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, **_DEC)),
     # Learned positions, multi-head attention, a fused QKV projection.
-    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
+    "gpt2": lambda: transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    ),
 }
 
 
@@ -111,7 +119,11 @@ def test_specialised_export_equals_a_retrace():
                 args.append(length)
             else:
                 shape = [length if isinstance(d, torch.SymInt) else d for d in val.shape]
-                args.append(torch.zeros(shape, dtype=val.dtype) if val.dtype.is_floating_point else torch.ones(shape, dtype=val.dtype))
+                args.append(
+                    torch.zeros(shape, dtype=val.dtype)
+                    if val.dtype.is_floating_point
+                    else torch.ones(shape, dtype=val.dtype)
+                )
         retraced = make_fx(gm, tracing_mode="fake")(*args)
         a = export(gm, "g", Binding(gm, args)).text
         b = export(retraced, "g").text

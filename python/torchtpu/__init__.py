@@ -21,9 +21,22 @@ from torchtpu._stats import reset_stats, stats  # noqa: E402
 # Loaded at first use: torchtpu.errors imports Dynamo (its exceptions derive from Dynamo's
 # pass-through type), which `import torch` must not pay for when the tpu device autoloads.
 _ERRORS = (
-    "CompileError", "DeviceAssertError", "DeviceOpError", "ExecutionError", "FallbackError", "IndexOutOfRangeError", "InputError", "InternalError",
-    "IRError", "NonFiniteError", "OptionsError", "PluginError", "RecompileError", "ShardingError",
-    "TorchTPUError", "UnsupportedError",
+    "CompileError",
+    "DeviceAssertError",
+    "DeviceOpError",
+    "ExecutionError",
+    "FallbackError",
+    "IndexOutOfRangeError",
+    "InputError",
+    "InternalError",
+    "IRError",
+    "NonFiniteError",
+    "OptionsError",
+    "PluginError",
+    "RecompileError",
+    "ShardingError",
+    "TorchTPUError",
+    "UnsupportedError",
 )
 _SHARDING = ("FSDP", "Colwise", "Mesh", "Replicate", "Rowwise", "parallelize", "shard", "sharding_constraint")
 _LAZY = {
@@ -54,7 +67,13 @@ __all__ = [
     *_SHARDING,
     "sharding",
     "eager",
-    "canonical_ir", "explain", "list_passes", "reset_stats", "run_pipeline", "stats"]
+    "canonical_ir",
+    "explain",
+    "list_passes",
+    "reset_stats",
+    "run_pipeline",
+    "stats",
+]
 
 
 def canonical_ir(text: str) -> str:

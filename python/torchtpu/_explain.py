@@ -18,8 +18,8 @@ def _not_taken(g: torch.fx.GraphModule, supported: set) -> dict:
     form the registry's legality checks refuse or whose arguments the exporter cannot write
     (what the backend asks before compiling; a graph with symbolic sizes is checked per op
     only, since it is exported per size)."""
-    from torchtpu.fallback import refused_nodes
     from torchtpu.errors import UnsupportedError
+    from torchtpu.fallback import refused_nodes
 
     bad = unsupported_nodes(g, supported)
     if bad:
@@ -33,7 +33,13 @@ def _not_taken(g: torch.fx.GraphModule, supported: set) -> dict:
 
 def explain(model, *args, **kwargs) -> dict:
     supported = set(_C.supported_ops())
-    report = {"graphs": 0, "aten_graphs": 0, "ops": collections.Counter(), "fallback_ops": collections.Counter(), "reasons": []}
+    report = {
+        "graphs": 0,
+        "aten_graphs": 0,
+        "ops": collections.Counter(),
+        "fallback_ops": collections.Counter(),
+        "reasons": [],
+    }
 
     def inspect(g, _inputs):
         report["aten_graphs"] += 1
@@ -47,7 +53,9 @@ def explain(model, *args, **kwargs) -> dict:
 
     def backend(gm, example_inputs):
         report["graphs"] += 1
-        return aot_autograd(fw_compiler=inspect, bw_compiler=inspect, inference_compiler=inspect, decompositions=decomposition_table())(gm, example_inputs)
+        return aot_autograd(
+            fw_compiler=inspect, bw_compiler=inspect, inference_compiler=inspect, decompositions=decomposition_table()
+        )(gm, example_inputs)
 
     torch._dynamo.reset()
     try:
@@ -65,7 +73,9 @@ def explain(model, *args, **kwargs) -> dict:
     ]
     lines += [f"  graph break: {r}" for r in report["break_reasons"]]
     if report["fallback_ops"]:
-        lines.append("  ops that would run eagerly: " + ", ".join(f"{k} x{v}" for k, v in sorted(report["fallback_ops"].items())))
+        lines.append(
+            "  ops that would run eagerly: " + ", ".join(f"{k} x{v}" for k, v in sorted(report["fallback_ops"].items()))
+        )
     else:
         lines.append("  every op has a lowering: nothing would fall back")
     print("\n".join(lines))

@@ -142,6 +142,8 @@ def reset_stats() -> None:
         _stats = _fresh()
         _executions_at_reset = _executions()
         _native_ops_at_reset = _native_ops()
+
+
 # _C counts executions (a per-call Python counter costs ~1 us); stats() reports the count
 # since the last reset.
 _executions_at_reset = 0

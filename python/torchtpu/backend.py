@@ -15,19 +15,19 @@ import itertools
 import logging
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
 from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C, _stats
+from torchtpu import sharding as _sharding
 from torchtpu._log import warn_once
-from torchtpu.errors import TorchTPUError
+from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
 from torchtpu.decompositions import decomposition_table
-from torchtpu.exporter import unsupported_nodes
+from torchtpu.errors import TorchTPUError
 from torchtpu.executor import CompiledGraph
+from torchtpu.exporter import unsupported_nodes
 from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
-from torchtpu import sharding as _sharding
-from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
 from torchtpu.saved_layout import relayout_saved_activations
 from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
@@ -56,7 +56,7 @@ def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
 # Programs of graphs with symbolic shapes, per (graph, options, concrete input signature),
 # shared by every `_PerShape`: Dynamo hands a recompiled frame a new graph object, often the
 # same graph, and a size it has seen must not be specialised again.
-_SPECIALISED: "collections.OrderedDict" = collections.OrderedDict()
+_SPECIALISED: collections.OrderedDict = collections.OrderedDict()
 # Bounded, least recently used first out: a long-running process that sees ever new sizes
 # keeps its memory (an evicted size is exported again; its program is still in the caches).
 MAX_SPECIALISED = 512
@@ -132,7 +132,9 @@ class _PerShape:
         log.info("specialising a %s graph for input signature %s", self.kind, key)
         if self.evaluable is None:
             # Once per graph: sizes can be evaluated (none data-dependent) and every op lowers.
-            self.evaluable = not has_unbacked(self.gm) and not unsupported_nodes(self.gm, _supported(), sizes_known=True)
+            self.evaluable = not has_unbacked(self.gm) and not unsupported_nodes(
+                self.gm, _supported(), sizes_known=True
+            )
         if self.evaluable:
             try:
                 return compile_aten_graph(self.gm, args, self.opts, self.kind, binding=Binding(self.gm, args))
@@ -279,7 +281,9 @@ def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: O
 
     try:
         with torch.fx.traceback.preserve_node_meta():
-            graph = aot_export_joint_simple(run_nodes, example_inputs, trace_joint=False, decompositions=decomposition_table())
+            graph = aot_export_joint_simple(
+                run_nodes, example_inputs, trace_joint=False, decompositions=decomposition_table()
+            )
     except RuntimeError as e:
         # Its refusals (an input mutation, an output aliasing an input, pytrees): AOTAutograd's
         # wrappers handle those. Anything else is a tracing failure the wrapped path meets too.

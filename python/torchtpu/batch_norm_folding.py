@@ -77,8 +77,13 @@ def fold_batch_norms(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, li
         bias_slot = ph(b) if b is not None else slots["mean"]
         if b is None and not _only_user(mean, bn):
             continue  # the running mean is read elsewhere: it cannot carry the bias
-        pairs.append((conv, bn, Fold(slots["weight"], ph(b), ph(gamma), ph(beta), slots["mean"], slots["var"],
-                                     float(eps), bias_slot)))
+        pairs.append(
+            (
+                conv,
+                bn,
+                Fold(slots["weight"], ph(b), ph(gamma), ph(beta), slots["mean"], slots["var"], float(eps), bias_slot),
+            )
+        )
     # Each fold rewrites only inputs that its own convolution or batch norm alone reads, so
     # no two folds touch the same input.
     if not pairs:

@@ -21,7 +21,10 @@ def find_tool() -> str | None:
 def main(argv: list[str]) -> int:
     tool = find_tool()
     if tool is None:
-        print("torchtpu.cache: the torchtpu-cache tool is not built; run `cargo build --bin torchtpu-cache`", file=sys.stderr)
+        print(
+            "torchtpu.cache: the torchtpu-cache tool is not built; run `cargo build --bin torchtpu-cache`",
+            file=sys.stderr,
+        )
         return 2
     os.execv(tool, [tool, *argv])
     return 0  # not reached

@@ -111,7 +111,8 @@ class ReplicatedGraph:
 
         raise InputError(
             f"{self.name}: this graph holds collectives of an in-process group: its inputs must be tpu tensors, "
-            "each rank's on its own device", 0,
+            "each rank's on its own device",
+            0,
         )
 
 

@@ -113,7 +113,9 @@ def sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is
     return grad_query, _sum_kv(grad_key, groups), _sum_kv(grad_value, groups)
 
 
-def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
+def convolution_backward(
+    grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
     """Gradients of a (non-transposed) convolution as convolutions, which torchtpu lowers:
     grad_input is a transposed convolution of grad_output with the weight; grad_weight is a
     convolution of the input with grad_output, batch and channels exchanged (per group)."""
@@ -125,10 +127,17 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
         # output_padding restores the input size lost to the forward's stride rounding.
         out_pad = [
             input.shape[2 + i]
-            - ((grad_output.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.shape[2 + i] - 1) + 1)
+            - (
+                (grad_output.shape[2 + i] - 1) * stride[i]
+                - 2 * padding[i]
+                + dilation[i] * (weight.shape[2 + i] - 1)
+                + 1
+            )
             for i in range(spatial)
         ]
-        grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, True, out_pad, groups)
+        grad_input = aten.convolution.default(
+            grad_output, weight, None, stride, padding, dilation, True, out_pad, groups
+        )
     form = _weight_grad_as_matmul(grad_output, weight) if output_mask[1] and groups == 1 else None
     if form is not None:
         grad_weight = _weight_grad_matmul(form, grad_output, input, weight, stride, padding, dilation)
@@ -335,7 +344,10 @@ def _third_party() -> dict:
     """Decompositions of other libraries' custom ops, when those libraries are loaded."""
     table = {}
     ops = getattr(torch.ops, "transformers", None)
-    for name, fn in (("grouped_mm_fallback", grouped_mm_fallback), ("grouped_mm_fallback_backward", grouped_mm_fallback_backward)):
+    for name, fn in (
+        ("grouped_mm_fallback", grouped_mm_fallback),
+        ("grouped_mm_fallback_backward", grouped_mm_fallback_backward),
+    ):
         try:
             table[getattr(ops, name).default] = fn
         except (AttributeError, RuntimeError):

@@ -58,7 +58,7 @@ def current_mode() -> str:
 
 
 def fallback(policy: str) -> _Restore:
-    """"cpu": an op without a tpu program runs on the CPU (recorded in
+    """ "cpu": an op without a tpu program runs on the CPU (recorded in
     `torchtpu.stats()["eager_cpu_fallbacks"]`, warned once); "error": it raises
     `torchtpu.UnsupportedError`. Default: "error" under TORCHTPU_FALLBACK=error, else "cpu"."""
     if policy not in ("cpu", "error"):
@@ -99,7 +99,9 @@ class Explained:
             return "DeferAndFuse: no region ran"
         sites: dict = {}
         for r in self.regions:
-            s = sites.setdefault((r["reason"], r["where"]), {"n": 0, "miss": 0, "ops": 0, "ms": 0.0, "line": r["line"], "keys": set()})
+            s = sites.setdefault(
+                (r["reason"], r["where"]), {"n": 0, "miss": 0, "ops": 0, "ms": 0.0, "line": r["line"], "keys": set()}
+            )
             s["n"] += 1
             s["miss"] += 0 if r["hit"] else 1
             s["ops"] += r["ops"]

@@ -29,16 +29,22 @@ def _dump(exported: Exported, opts: Options, name: str) -> None:
     optimised, stablehlo = _C.lower_ir(exported.text, opts.passes, opts.donate, with_ir=True)
     try:
         os.makedirs(opts.dump_dir, exist_ok=True)
-        for suffix, text in ((".input.ir", f"// passes: {opts.passes}\n" + exported.text), (".ir", optimised), (".stablehlo.mlir", stablehlo)):
+        for suffix, text in (
+            (".input.ir", f"// passes: {opts.passes}\n" + exported.text),
+            (".ir", optimised),
+            (".stablehlo.mlir", stablehlo),
+        ):
             with open(base + suffix, "w") as f:
                 f.write(text)
     except OSError as e:
         # The user's folder, not a torchtpu bug: raised, never a fallback.
-        raise OptionsError(f"torchtpu option 'dump_dir' ({opts.dump_dir!r}): cannot write the graph dump there: {e}") from e
+        raise OptionsError(
+            f"torchtpu option 'dump_dir' ({opts.dump_dir!r}): cannot write the graph dump there: {e}"
+        ) from e
     log.info("dumped %s.{input.ir,ir,stablehlo.mlir}", base)
 
 
-def compile_exported(exported: Exported, opts: Options, name: str, eager=None, checks=None) -> "CompiledGraph":
+def compile_exported(exported: Exported, opts: Options, name: str, eager=None, checks=None) -> CompiledGraph:
     """`checks`: (IR output index, sites) of the index checks' flag (`index_checks.py`), an IR
     output that `exported.outputs` does not list."""
     if opts.dump_dir:
@@ -69,7 +75,9 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None, c
     return graph
 
 
-def _compile_one_device(text: str, passes: str, donate: bool | None, name: str, xla_options: tuple | None = None, **spmd):
+def _compile_one_device(
+    text: str, passes: str, donate: bool | None, name: str, xla_options: tuple | None = None, **spmd
+):
     """Compiles IR text (with `spmd`: `mesh`, `input_shardings`, `output_shardings` for an SPMD
     program; `xla_options`: XLA option overrides) and records the compile in `torchtpu.stats()`."""
     start = time.perf_counter()
@@ -203,7 +211,9 @@ class CompiledGraph:
                     spec.index,
                 )
             if t.dtype != dtype or tuple(t.shape) != shape:
-                raise RuntimeError(f"{self.name}: input {spec.index} is {t.dtype}{list(t.shape)}, compiled for {dtype}{list(shape)}")
+                raise RuntimeError(
+                    f"{self.name}: input {spec.index} is {t.dtype}{list(t.shape)}, compiled for {dtype}{list(shape)}"
+                )
             tensors.append(t.contiguous())
         return tensors
 
@@ -218,7 +228,9 @@ class CompiledGraph:
         if self._hints[0] == layouts:
             return self._hints[1]
         in_shapes, _ = _signature_shapes(forward.ir_text)
-        by_arg = {src: (in_shapes[i], s) for i, ((src, _), s) in enumerate(zip(forward._sources, layouts)) if src >= 0 and s}
+        by_arg = {
+            src: (in_shapes[i], s) for i, ((src, _), s) in enumerate(zip(forward._sources, layouts)) if src >= 0 and s
+        }
         _, shapes = _signature_shapes(self.ir_text)
         hints = [None] * len(shapes)
         for j, spec in enumerate(self.outputs):
@@ -238,10 +250,16 @@ class CompiledGraph:
             return entry
         meshes = {s.mesh for s in layouts if s is not None} | ({self.mesh} if self.mesh is not None else set())
         if len(meshes) != 1:
-            raise ShardingError(f"{self.name}: inputs and constraints use {len(meshes)} meshes {sorted(map(repr, meshes))}; one per graph")
+            raise ShardingError(
+                f"{self.name}: inputs and constraints use {len(meshes)} meshes {sorted(map(repr, meshes))}; one per graph"
+            )
         mesh = meshes.pop()
         wire = [None if s is None else [list(d) for d in s.dims] for s in layouts]
-        wire_out = None if hints is None else [None if s is None or s.mesh != mesh else [list(d) for d in s.dims] for s in hints]
+        wire_out = (
+            None
+            if hints is None
+            else [None if s is None or s.mesh != mesh else [list(d) for d in s.dims] for s in hints]
+        )
         program = _compile_one_device(
             self.ir_text,
             self.passes,
@@ -255,9 +273,15 @@ class CompiledGraph:
         plan = program.sharding
         _stats.record_sharding(self.name, plan)
         outs = [
-            None if not any(o["dims"]) else _sharding.ShardSpec(mesh, tuple(tuple(d) for d in o["dims"])) for o in plan["outputs"]
+            None if not any(o["dims"]) else _sharding.ShardSpec(mesh, tuple(tuple(d) for d in o["dims"]))
+            for o in plan["outputs"]
         ]
-        log.info("%s: SPMD over %d devices, %d collectives planned", self.name, plan["num_partitions"], len(plan["collectives"]))
+        log.info(
+            "%s: SPMD over %d devices, %d collectives planned",
+            self.name,
+            plan["num_partitions"],
+            len(plan["collectives"]),
+        )
         entry = self._spmd[(layouts, hints)] = (program, outs)
         _sharding.RECENT_PROGRAMS.append((self.name, program))
         return entry
@@ -316,7 +340,9 @@ class CompiledGraph:
                 return self._run_spmd(args, tensors, layouts)
             self.last_layouts = None
         if self.program is None:
-            self.bind(_compile_one_device(self.ir_text, self.passes, self.donate, self.name, xla_options=self.xla_options))
+            self.bind(
+                _compile_one_device(self.ir_text, self.passes, self.donate, self.name, xla_options=self.xla_options)
+            )
         if _sharding.EXPLAINING is not None and self.reference is not None:
             # explain meets a graph that runs on one device: compiled for the real call (just
             # now), computed eagerly, nothing run.
@@ -341,7 +367,12 @@ class CompiledGraph:
             # A torchtpu bug (or TORCHTPU_INJECT_FAULT=execute): a reproduction and a "torchtpu
             # bug" warning, then eager; strict raises.
             policy.on_failure(
-                e, f"graph {self.name}", self.eager is None, ir_text=self.ir_text, passes=self.passes, donate=self.donate
+                e,
+                f"graph {self.name}",
+                self.eager is None,
+                ir_text=self.ir_text,
+                passes=self.passes,
+                donate=self.donate,
             )
             _stats.bump("graphs_fallback")
             return self.eager(*args)

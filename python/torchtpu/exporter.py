@@ -87,10 +87,16 @@ class Exported:
 
 
 # PyTorch's functional collectives and their wait (`collectives.py`).
-_COLLECTIVES = frozenset((
-    "_c10d_functional.all_reduce", "_c10d_functional.all_gather_into_tensor", "_c10d_functional.reduce_scatter_tensor",
-    "_c10d_functional.all_to_all_single", "_c10d_functional.broadcast", "_c10d_functional.wait_tensor",
-))
+_COLLECTIVES = frozenset(
+    (
+        "_c10d_functional.all_reduce",
+        "_c10d_functional.all_gather_into_tensor",
+        "_c10d_functional.reduce_scatter_tensor",
+        "_c10d_functional.all_to_all_single",
+        "_c10d_functional.broadcast",
+        "_c10d_functional.wait_tensor",
+    )
+)
 
 
 def tensor_type(t, binding=None) -> str:
@@ -102,7 +108,7 @@ def tensor_type(t, binding=None) -> str:
     if t.layout != torch.strided:
         raise Unsupported(f"layout {t.layout} is not supported")
     dims = []
-    for d in (binding.shape(t) if binding is not None else t.shape):
+    for d in binding.shape(t) if binding is not None else t.shape:
         if not isinstance(d, int):
             raise Unsupported("symbolic shapes reach the exporter only after specialisation", ["<dynamic shape>"])
         dims.append(str(d))
@@ -130,7 +136,7 @@ def _string(s: str) -> str:
         elif c == "\t":
             out.append("\\t")
         elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append("\\u{%x}" % ord(c))
+            out.append(f"\\u{{{ord(c):x}}}")
         else:
             out.append(c)
     out.append('"')
@@ -305,7 +311,10 @@ class _Writer:
         if full is not None and full.rsplit(".", 1)[0] in _COLLECTIVES:
             return self.collective(node, full.rsplit(".", 1)[0])
         if full is None:
-            raise Unsupported(f"call to {getattr(target, '__name__', target)} is not an ATen op", [str(getattr(target, "__name__", target))])
+            raise Unsupported(
+                f"call to {getattr(target, '__name__', target)} is not an ATen op",
+                [str(getattr(target, "__name__", target))],
+            )
         base = ".".join(full.split(".")[:2])
         self.ops.append(base)
         _check_matrix_dtypes(node, full, base)
@@ -411,7 +420,9 @@ class _Writer:
             raise Unsupported(reason, [base])
         group = collectives.in_process_group(collectives._group_name(node))
         if self.group is not None and self.group.name != group.name:
-            raise Unsupported(f"{base}: one graph with collectives of two groups ({self.group.name!r}, {group.name!r})", [base])
+            raise Unsupported(
+                f"{base}: one graph with collectives of two groups ({self.group.name!r}, {group.name!r})", [base]
+            )
         self.group = group
         n = group.size
         attrs = f"groups = [{', '.join(str(r) for r in range(n))}], group_size = {n}"
@@ -454,14 +465,20 @@ class _Writer:
                 specs.append(OutputSpec("none"))
             elif isinstance(item, torch.fx.Node) and item in self.scalars:
                 specs.append(OutputSpec("value", value=self.scalars[item]))
-            elif isinstance(item, torch.fx.Node) and item.op == "placeholder" and isinstance(item.meta.get("val"), torch.Tensor):
+            elif (
+                isinstance(item, torch.fx.Node)
+                and item.op == "placeholder"
+                and isinstance(item.meta.get("val"), torch.Tensor)
+            ):
                 # An input returned unchanged: hand back the caller's tensor, as eager does,
                 # instead of a copy made by the program.
                 specs.append(OutputSpec("input", self.arg_index[item]))
             elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
                 val = item.meta["val"]
                 b = self.binding
-                shape, strides = (b.shape(val), b.stride(val)) if b is not None else (tuple(val.shape), tuple(val.stride()))
+                shape, strides = (
+                    (b.shape(val), b.stride(val)) if b is not None else (tuple(val.shape), tuple(val.stride()))
+                )
                 stride = None
                 # Only dense, non-overlapping layouts (permutations of contiguous) are
                 # reproduced; expanded views (stride 0) come back contiguous, as values.
@@ -486,8 +503,15 @@ class _Writer:
 # Matrix products and the positions of their matrix operands: eager's kernels refuse operands
 # of different dtypes, which the meta kernels (so Dynamo and make_fx) let through.
 _MATRIX_OPERANDS = {
-    "aten.mm": (0, 1), "aten.bmm": (0, 1), "aten.dot": (0, 1), "aten.mv": (0, 1), "aten.vdot": (0, 1),
-    "aten.addmm": (1, 2), "aten.baddbmm": (1, 2), "aten.addbmm": (1, 2), "aten.addmv": (1, 2),
+    "aten.mm": (0, 1),
+    "aten.bmm": (0, 1),
+    "aten.dot": (0, 1),
+    "aten.mv": (0, 1),
+    "aten.vdot": (0, 1),
+    "aten.addmm": (1, 2),
+    "aten.baddbmm": (1, 2),
+    "aten.addbmm": (1, 2),
+    "aten.addmv": (1, 2),
 }
 
 
@@ -495,7 +519,10 @@ def _check_matrix_dtypes(node, full: str, base: str) -> None:
     positions = _MATRIX_OPERANDS.get(base)
     if positions is None:
         return
-    vals = [node.args[i].meta.get("val") if i < len(node.args) and isinstance(node.args[i], torch.fx.Node) else None for i in positions]
+    vals = [
+        node.args[i].meta.get("val") if i < len(node.args) and isinstance(node.args[i], torch.fx.Node) else None
+        for i in positions
+    ]
     dtypes = [v.dtype for v in vals if isinstance(v, torch.Tensor)]
     if len(set(dtypes)) > 1:
         from torchtpu.index_checks import user_line
@@ -528,7 +555,9 @@ def _check_empty_reduction(node, full: str, base: str) -> None:
     empty = [d for d in dims if val.shape[d] == 0] if dims else [None]
     if empty:
         what = "specify a reduction dim of non-zero size" if empty[0] is None else f"dim {empty[0]} has size 0"
-        raise OpArgumentError(f"{full}: cannot reduce over zero elements of a {list(val.shape)} tensor ({what}), as eager refuses")
+        raise OpArgumentError(
+            f"{full}: cannot reduce over zero elements of a {list(val.shape)} tensor ({what}), as eager refuses"
+        )
 
 
 def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Exported:
@@ -565,7 +594,9 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
     return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh, w.group)
 
 
-def unsupported_nodes(gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False) -> dict[torch.fx.Node, str]:
+def unsupported_nodes(
+    gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False
+) -> dict[torch.fx.Node, str]:
     """Nodes the compiler cannot take, with the reason (op not lowered, dtype, ...). With
     `sizes_known` (a binding will give every size), size computations are not ops."""
     from torchtpu.specialize import is_size_node

@@ -116,7 +116,9 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
     except Exception as e:  # noqa: BLE001 - a bug in torchtpu: loud, with a reproduction
         error = policy.as_internal(e, "export" if exported is None else "compile")
         text = exported and exported.text
-        policy.on_failure(error, where, opts.strict, ir_text=text, passes=opts.passes, donate=opts.donate, fx_code=gm.code)
+        policy.on_failure(
+            error, where, opts.strict, ir_text=text, passes=opts.passes, donate=opts.donate, fx_code=gm.code
+        )
         return None
     if binding is not None:
         raise NotSpecializable(f"nodes the lowering refuses: {sorted(set(refused.values()))}")
@@ -130,7 +132,9 @@ def partition_around(gm: torch.fx.GraphModule, bad: dict, opts, name: str, where
     # design (collectives.py), recorded as such, never a fallback (strict does not raise).
     splits = {n: r for n, r in bad.items() if r.startswith("collective:")}
     if splits:
-        why = f"{where}: split at collectives that run through their process group: " + ", ".join(sorted(set(splits.values())))
+        why = f"{where}: split at collectives that run through their process group: " + ", ".join(
+            sorted(set(splits.values()))
+        )
         _stats.record_fallback("collective", where, why, sorted({op_label(n.target) for n in splits}))
         log.info("%s", why)
     others = {n: r for n, r in bad.items() if n not in splits}

@@ -142,7 +142,12 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def _outside_torch(filename: str) -> bool:
     # The same rule as the device's frame walk (`device/_defer.first_user_frame`).
-    return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
+    return not (
+        "/torch/" in filename
+        or "/torchtpu/" in filename
+        or filename.startswith("<frozen")
+        or filename.endswith("/contextlib.py")
+    )
 
 
 def user_line(stack_trace: str | None) -> str | None:
@@ -217,7 +222,11 @@ def _masked_put(node):
     """(mask, its first dim, n) for `x[mask] = v` with one value per set element (v's size at
     the mask's count a static n != 1; the lowering places v's k-th at the k-th set element),
     else None. Eager checks that n is the count; the program does (`_count_flag`)."""
-    if node.op != "call_function" or node.target not in (aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default):
+    if node.op != "call_function" or node.target not in (
+        aten.index_put.default,
+        aten.index_put_.default,
+        aten._index_put_impl_.default,
+    ):
         return None
     present = [(p, i) for p, i in enumerate(node.args[1]) if i is not None]
     if len(present) != 1:

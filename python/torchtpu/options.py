@@ -54,7 +54,7 @@ class Options:
     check_indices: bool = True
 
     @staticmethod
-    def from_dict(options: dict | None) -> "Options":
+    def from_dict(options: dict | None) -> Options:
         options = dict(options or {})
         known = {f.name for f in dataclasses.fields(Options)}
         unknown = sorted(set(options) - known)
@@ -70,10 +70,22 @@ class Options:
             options["check_indices"] = check_indices_default()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
-        for flag in ("strict", "donate", "relayout_weights", "relayout_saved", "fold_batch_norm", "skip_aot_wrapper", "check_indices"):
+        for flag in (
+            "strict",
+            "donate",
+            "relayout_weights",
+            "relayout_saved",
+            "fold_batch_norm",
+            "skip_aot_wrapper",
+            "check_indices",
+        ):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)
-            if flag in options and not isinstance(options[flag], bool) and not (flag == "donate" and options[flag] is None):
+            if (
+                flag in options
+                and not isinstance(options[flag], bool)
+                and not (flag == "donate" and options[flag] is None)
+            ):
                 raise OptionsError(f"torchtpu option {flag!r} must be True or False, got {options[flag]!r}")
         xla = options.get("xla_options")
         if xla is not None:
@@ -86,11 +98,15 @@ class Options:
                 )
             options["xla_options"] = tuple(sorted(xla.items()))
         if options.get("partitioner", "min_cut") not in ("min_cut", "default"):
-            raise OptionsError(f"torchtpu option 'partitioner' must be 'min_cut' or 'default', got {options['partitioner']!r}")
+            raise OptionsError(
+                f"torchtpu option 'partitioner' must be 'min_cut' or 'default', got {options['partitioner']!r}"
+            )
         if isinstance(options.get("passes"), (list, tuple)) and all(isinstance(p, str) for p in options["passes"]):
             options["passes"] = ",".join(options["passes"])
         if "passes" in options and not isinstance(options["passes"], str):
-            raise OptionsError(f"torchtpu option 'passes' must be a pipeline string or a list of pass names, got {options['passes']!r}")
+            raise OptionsError(
+                f"torchtpu option 'passes' must be a pipeline string or a list of pass names, got {options['passes']!r}"
+            )
         if options.get("dump_dir") is not None:
             if not isinstance(options["dump_dir"], (str, os.PathLike)):
                 raise OptionsError(f"torchtpu option 'dump_dir' must be a path, got {options['dump_dir']!r}")

@@ -45,7 +45,15 @@ sys.exit(replay(os.path.join(os.path.dirname(os.path.abspath(__file__)), {ir!r})
 '''
 
 
-def write(name: str, ir_text: str | None, passes: str, donate: bool | None, error: BaseException, stage: str | None, fx_code: str | None = None) -> str:
+def write(
+    name: str,
+    ir_text: str | None,
+    passes: str,
+    donate: bool | None,
+    error: BaseException,
+    stage: str | None,
+    fx_code: str | None = None,
+) -> str:
     """Writes the reproduction of `error` (raised compiling or running graph `name`) and
     returns the path of its script (or of the FX code, when the failure came before any IR)."""
     folder = repro_dir()
@@ -61,12 +69,25 @@ def write(name: str, ir_text: str | None, passes: str, donate: bool | None, erro
         return path
     with open(base + ".ir", "w") as f:
         # donate None: the platform's default (`_C.donates_by_default`), as compiled.
-        f.write(f"// passes: {passes}\n// donate: {'default' if donate is None else str(bool(donate)).lower()}\n" + ir_text)
+        f.write(
+            f"// passes: {passes}\n// donate: {'default' if donate is None else str(bool(donate)).lower()}\n" + ir_text
+        )
     from torchtpu._C import FAULT_ENV  # the engine's name for it, TORCHTPU_INJECT_FAULT
 
     fault = os.environ.get(FAULT_ENV)
-    fault_line = f"os.environ.setdefault({FAULT_ENV!r}, {fault!r})  # the fault injected when it failed\n" if fault else ""
+    fault_line = (
+        f"os.environ.setdefault({FAULT_ENV!r}, {fault!r})  # the fault injected when it failed\n" if fault else ""
+    )
     script = base + ".repro.py"
     with open(script, "w") as f:
-        f.write(_SCRIPT.format(summary=summary, stage=stage, script=os.path.basename(script), ir=os.path.basename(base + ".ir"), passes=passes, fault=fault_line))
+        f.write(
+            _SCRIPT.format(
+                summary=summary,
+                stage=stage,
+                script=os.path.basename(script),
+                ir=os.path.basename(base + ".ir"),
+                passes=passes,
+                fault=fault_line,
+            )
+        )
     return script

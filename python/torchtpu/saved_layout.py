@@ -100,8 +100,11 @@ def relayout_saved_activations(fw: torch.fx.GraphModule, bw: torch.fx.GraphModul
     bw_inputs = {n.name: n for n in bw.graph.find_nodes(op="placeholder")}
     follows = _convolution_layouts(fw.graph)
     chosen = [
-        i for i in range(num_fwd_outputs, len(outs))
-        if isinstance(outs[i], torch.fx.Node) and _is_4d_float(outs[i]) and outs[i].name in bw_inputs
+        i
+        for i in range(num_fwd_outputs, len(outs))
+        if isinstance(outs[i], torch.fx.Node)
+        and _is_4d_float(outs[i])
+        and outs[i].name in bw_inputs
         and outs[i] in follows
     ]
     names = []

@@ -165,14 +165,14 @@ class ShardSpec:
         shape = tuple(shape)
         what = what or f"tensor of shape {list(shape)}"
         if len(shape) != len(self.dims):
-            raise ShardingError(f"{what} has rank {len(shape)} but the spec {self.user_spec()} has {len(self.dims)} entries")
+            raise ShardingError(
+                f"{what} has rank {len(shape)} but the spec {self.user_spec()} has {len(self.dims)} entries"
+            )
         for d, (size, axes) in enumerate(zip(shape, self.dims)):
             n = self.split(d)
             if isinstance(size, int) and size % n:
                 axis = axes[0] if len(axes) == 1 else "x".join(axes)
-                raise ShardingError(
-                    f"{what}: dim {d} of size {size} is not divisible by mesh axis {axis!r} (size {n})"
-                )
+                raise ShardingError(f"{what}: dim {d} of size {size} is not divisible by mesh axis {axis!r} (size {n})")
 
     def local_shape(self, shape) -> tuple[int, ...]:
         """The shape of each device's piece."""
@@ -433,7 +433,7 @@ def _user_frame(node) -> str | None:
     frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
     if not frames:
         return None
-    path, _, rest = frames[-1][len("File "):].partition(", line ")
+    path, _, rest = frames[-1][len("File ") :].partition(", line ")
     return f"{path.strip(chr(34))}:{rest.split(',')[0]}"
 
 
@@ -447,7 +447,9 @@ def _fmt_bytes(n: int) -> str:
 
 def _layout_text(layout: dict) -> str:
     origin = layout["origin"]
-    origin = {"user": "annotated", "unannotated": "replicated, not annotated"}.get(origin, origin.replace("rule:", "rule "))
+    origin = {"user": "annotated", "unannotated": "replicated, not annotated"}.get(
+        origin, origin.replace("rule:", "rule ")
+    )
     return f"{layout['text']}  ({origin})"
 
 
@@ -522,7 +524,9 @@ def explain(compiled, *args, **kwargs) -> dict:
             lines.append(f"  out {i:<40} {'':<14} {_layout_text(layout)}")
         for c in plan["collectives"]:
             where = c["source"] or (f"IR line {c['line']}" if c["line"] else "graph output")
-            lines.append(f"  {c['collective']:<12} {_fmt_bytes(c['bytes_per_device']):>10}/device  before {c['consumer']}  at {where}")
+            lines.append(
+                f"  {c['collective']:<12} {_fmt_bytes(c['bytes_per_device']):>10}/device  before {c['consumer']}  at {where}"
+            )
         lines.append(f"  communication per call: {_fmt_bytes(plan['total_bytes_per_device'])} per device")
     print("\n".join(lines) if lines else "explain: no sharded graph (nothing is annotated)")
     return report

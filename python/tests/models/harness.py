@@ -256,8 +256,11 @@ def _device_fallbacks(before: dict) -> dict:
     import torchtpu
 
     after = torchtpu.stats()
-    out = {k: v - before["eager_cpu_fallbacks"].get(k, 0) for k, v in after["eager_cpu_fallbacks"].items()
-           if v != before["eager_cpu_fallbacks"].get(k, 0)}
+    out = {
+        k: v - before["eager_cpu_fallbacks"].get(k, 0)
+        for k, v in after["eager_cpu_fallbacks"].items()
+        if v != before["eager_cpu_fallbacks"].get(k, 0)
+    }
     for k, v in after["fallback_ops"].items():
         if v != before["fallback_ops"].get(k, 0):
             out[k] = out.get(k, 0) + v - before["fallback_ops"].get(k, 0)

@@ -47,8 +47,8 @@ def _device_table(results: list[harness.Result], modes: dict) -> list[str]:
         "",
         "## On the tpu device, every mode",
         "",
-        "Each model moved to tpu (`.to(\"tpu\")`, inputs too) and run in strict eager mode, in DeferAndFuse",
-        "(`torchtpu.eager.mode(\"defer_and_fuse\")`) and under `torch.compile(backend=\"torchtpu\")` on tpu tensors,",
+        'Each model moved to tpu (`.to("tpu")`, inputs too) and run in strict eager mode, in DeferAndFuse',
+        '(`torchtpu.eager.mode("defer_and_fuse")`) and under `torch.compile(backend="torchtpu")` on tpu tensors,',
         "beside the table above's compile of the CPU model. Each is compared with CPU eager (same tolerances),",
         "and passes only with zero CPU fallbacks. Cells: status, first call in seconds (no disk cache; in",
         "strict mode only the one-op programs no earlier model compiled: that cache is per process, so",
@@ -59,15 +59,20 @@ def _device_table(results: list[harness.Result], modes: dict) -> list[str]:
     totals = []
     for m in harness.DEVICE_MODES:
         rs = [modes[r.name][m] for r in results if r.name in modes]
-        totals.append(f"{_MODE_TITLES[m]}: {sum(x.status == 'pass' for x in rs)}/{len(rs)} pass"
-                      f" (train {sum(x.train == 'pass' for x in rs)}/{sum(x.train != '-' for x in rs)})")
+        totals.append(
+            f"{_MODE_TITLES[m]}: {sum(x.status == 'pass' for x in rs)}/{len(rs)} pass"
+            f" (train {sum(x.train == 'pass' for x in rs)}/{sum(x.train != '-' for x in rs)})"
+        )
     lines += ["- " + t for t in totals] + [""]
     lines.append("| model | " + " | ".join(cols) + " |")
     lines.append("|---|" + "---|" * len(cols))
     for r in results:
         if r.name not in modes:
             continue
-        cells = [f"{r.status} {_fmt(r.compile_s, '.1f')}s {_fmt(r.speedup, '.2f')}x" + (f" train {r.train}" if r.train != "-" else "")]
+        cells = [
+            f"{r.status} {_fmt(r.compile_s, '.1f')}s {_fmt(r.speedup, '.2f')}x"
+            + (f" train {r.train}" if r.train != "-" else "")
+        ]
         for m in harness.DEVICE_MODES:
             x = modes[r.name][m]
             cell = f"{x.status} {_fmt(x.first_s, '.1f')}s {_fmt(x.speed, '.2f')}x"
@@ -75,15 +80,26 @@ def _device_table(results: list[harness.Result], modes: dict) -> list[str]:
                 cell += f" train {x.train}"
             cells.append(cell)
         lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
-    failing = [(name, m, x) for name, per in modes.items() for m, x in per.items()
-               if x.status != "pass" or x.train not in ("pass", "-")]
+    failing = [
+        (name, m, x)
+        for name, per in modes.items()
+        for m, x in per.items()
+        if x.status != "pass" or x.train not in ("pass", "-")
+    ]
     if failing:
         lines += ["", "### Not passing on the device, with the reason", ""]
         for name, m, x in failing:
-            why = x.error or (", ".join(f"{op}x{c}" for op, c in sorted(x.fallbacks.items())) and
-                              "CPU fallbacks: " + ", ".join(f"{op}x{c}" for op, c in sorted(x.fallbacks.items()))) \
+            why = (
+                x.error
+                or (
+                    ", ".join(f"{op}x{c}" for op, c in sorted(x.fallbacks.items()))
+                    and "CPU fallbacks: " + ", ".join(f"{op}x{c}" for op, c in sorted(x.fallbacks.items()))
+                )
                 or f"max rel err {_fmt(x.max_rel, '.1e')}, train {x.train}"
-            lines.append(f"- **{name}**, {_MODE_TITLES[m]}: {x.status} (train {x.train}): `{str(why).replace('`', chr(39))}`")
+            )
+            lines.append(
+                f"- **{name}**, {_MODE_TITLES[m]}: {x.status} (train {x.train}): `{str(why).replace('`', chr(39))}`"
+            )
     return lines
 
 
@@ -111,7 +127,7 @@ def write_report(results: list[harness.Result], path: pathlib.Path, seconds: flo
         f"{torchvision.__version__}; {seconds / 60:.1f} minutes.",
         "",
         "Every model is built from a small configuration with random weights (nothing downloaded),",
-        "run once eagerly and once under `torch.compile(backend=\"torchtpu\")` on the same inputs.",
+        'run once eagerly and once under `torch.compile(backend="torchtpu")` on the same inputs.',
         f"Outputs match when max |compiled - eager| <= {harness.OUT_ATOL} + {harness.OUT_RTOL} * max |eager|",
         f"over every output tensor; training gradients per parameter with rtol {harness.GRAD_RTOL}.",
         "Status: **pass** = matches with zero fallback ops; **fallback** = matches but some ops ran",
@@ -145,7 +161,7 @@ def write_report(results: list[harness.Result], path: pathlib.Path, seconds: flo
     errors = [r for r in results if r.error]
     if errors:
         lines += ["", "## Errors", ""]
-        lines += ["- **%s**: `%s`" % (r.name, r.error.replace("`", "'")) for r in errors]
+        lines += ["- **{}**: `{}`".format(r.name, r.error.replace("`", "'")) for r in errors]
     if modes:
         lines += _device_table(results, modes)
     path.write_text("\n".join(lines) + "\n")
@@ -179,17 +195,23 @@ def main() -> int:
         r = harness.run_model(spec, train=spec.name in zoo.TRAIN, timing_rounds=args.timing_rounds)
         results.append(r)
         fb = ",".join(sorted(r.fallback_ops)) or "-"
-        print(f"{r.name:24s} {r.status:9s} train={r.train:8s} graphs={r.graphs} rel={r.max_rel:.1e} "
-              f"first={r.compile_s:.1f}s speed={r.speedup:.2f} fallback={fb} "
-              f"({time.perf_counter() - t0:.0f}s) {r.error}", flush=True)
+        print(
+            f"{r.name:24s} {r.status:9s} train={r.train:8s} graphs={r.graphs} rel={r.max_rel:.1e} "
+            f"first={r.compile_s:.1f}s speed={r.speedup:.2f} fallback={fb} "
+            f"({time.perf_counter() - t0:.0f}s) {r.error}",
+            flush=True,
+        )
         if args.device_modes:
             per = modes[spec.name] = {}
             for mode in harness.DEVICE_MODES:
                 t0 = time.perf_counter()
                 x = per[mode] = harness.run_device_mode(spec, mode, train=spec.name in zoo.TRAIN)
-                print(f"  {mode:16s} {x.status:9s} train={x.train:8s} rel={x.max_rel:.1e} first={x.first_s:.1f}s "
-                      f"speed={x.speed:.2f} fallback={','.join(sorted(x.fallbacks)) or '-'} "
-                      f"({time.perf_counter() - t0:.0f}s) {x.error}", flush=True)
+                print(
+                    f"  {mode:16s} {x.status:9s} train={x.train:8s} rel={x.max_rel:.1e} first={x.first_s:.1f}s "
+                    f"speed={x.speed:.2f} fallback={','.join(sorted(x.fallbacks)) or '-'} "
+                    f"({time.perf_counter() - t0:.0f}s) {x.error}",
+                    flush=True,
+                )
     seconds = time.perf_counter() - start
     if args.json:
         data = [dict(r.__dict__, modes={m: x.__dict__ for m, x in modes.get(r.name, {}).items()}) for r in results]

@@ -93,7 +93,9 @@ def _register_guard(module) -> None:
     from torchtpu.device._guard import guard
 
     if not guard.register():
-        raise RuntimeError("torchtpu: another PrivateUse1 device guard is registered; the tpu device cannot use its own")
+        raise RuntimeError(
+            "torchtpu: another PrivateUse1 device guard is registered; the tpu device cannot use its own"
+        )
     # The native hooks: PyTorch's Python hooks cannot resize a storage (`UntypedStorage.resize_`
     # calls `resizePrivateUse1Bytes`), which FSDP2 needs; the resize is `_storage.resize_storage`.
     if not guard.register_hooks():
@@ -142,18 +144,60 @@ def _resize_storage(storage, nbytes: int) -> None:
 
 # The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.
 KERNEL_NAMES = (
-    "empty.memory_format", "empty_strided", "copy_", "_copy_from", "_copy_from_and_resize",
-    "_local_scalar_dense", "resize_", "as_strided_", "_to_copy", "equal",
-    "set_.source_Storage_storage_offset", "set_.source_Storage", "convolution_overrideable", "convolution_backward_overrideable",
-    "normal_", "uniform_", "random_", "random_.to", "random_.from", "bernoulli_.float",
-    "bernoulli_.Tensor", "bernoulli", "native_dropout", "bernoulli.p", "exponential_", "geometric_", "cauchy_",
-    "log_normal_", "normal.Tensor_Tensor", "normal.Tensor_float", "normal.float_Tensor", "multinomial",
+    "empty.memory_format",
+    "empty_strided",
+    "copy_",
+    "_copy_from",
+    "_copy_from_and_resize",
+    "_local_scalar_dense",
+    "resize_",
+    "as_strided_",
+    "_to_copy",
+    "equal",
+    "set_.source_Storage_storage_offset",
+    "set_.source_Storage",
+    "convolution_overrideable",
+    "convolution_backward_overrideable",
+    "normal_",
+    "uniform_",
+    "random_",
+    "random_.to",
+    "random_.from",
+    "bernoulli_.float",
+    "bernoulli_.Tensor",
+    "bernoulli",
+    "native_dropout",
+    "bernoulli.p",
+    "exponential_",
+    "geometric_",
+    "cauchy_",
+    "log_normal_",
+    "normal.Tensor_Tensor",
+    "normal.Tensor_float",
+    "normal.float_Tensor",
+    "multinomial",
     "randperm.generator_out",
-    "nonzero", "masked_select", "index.Tensor", "index_put_", "_index_put_impl_", "index_put", "record_stream",
-    "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "_batch_norm_no_update",
-    "_fused_adam_", "_fused_adam_.tensor_lr", "_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_sgd_",
-    "_fused_sgd_.tensor_lr", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
-    "_assert_async", "_assert_async.msg",
+    "nonzero",
+    "masked_select",
+    "index.Tensor",
+    "index_put_",
+    "_index_put_impl_",
+    "index_put",
+    "record_stream",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_batch_norm_with_update",
+    "_batch_norm_no_update",
+    "_fused_adam_",
+    "_fused_adam_.tensor_lr",
+    "_fused_adamw_",
+    "_fused_adamw_.tensor_lr",
+    "_fused_sgd_",
+    "_fused_sgd_.tensor_lr",
+    "_native_multi_head_attention",
+    "_transformer_encoder_layer_fwd",
+    "_assert_async",
+    "_assert_async.msg",
 )
 _libs: list = []
 _loaded = None
@@ -166,10 +210,7 @@ def _load():
     program that never touches tpu."""
     global _loaded
     if _loaded is None:
-        from torchtpu.device import _kernels, _native
-
-        from torchtpu.device import module
-
+        from torchtpu.device import _kernels, _native, module
         from torchtpu.device._guard import guard
 
         _native.install()

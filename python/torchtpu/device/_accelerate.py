@@ -74,7 +74,9 @@ def tpu_checked_memory(max_memory: dict) -> dict:
     order = devices + [k for k in ("mps", "cpu", "disk") if k in out]
     unknown = [k for k in out if k not in order]
     if unknown:
-        raise ValueError(f"Device {unknown[0]} is not recognized, available devices are integers (tpu), 'cpu' and 'disk'")
+        raise ValueError(
+            f"Device {unknown[0]} is not recognized, available devices are integers (tpu), 'cpu' and 'disk'"
+        )
     return {k: out[k] for k in order}
 
 

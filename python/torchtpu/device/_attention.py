@@ -35,12 +35,29 @@ def _broadcast_mask(mask, mask_type, b, h, l, s):
     return mask
 
 
-def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
-                                 proj_bias, mask=None, need_weights=True, average_attn_weights=True, mask_type=None):
+def _native_multi_head_attention(
+    query,
+    key,
+    value,
+    embed_dim,
+    num_head,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    mask=None,
+    need_weights=True,
+    average_attn_weights=True,
+    mask_type=None,
+):
     if query.dim() != 3:
-        raise RuntimeError(f"_native_multi_head_attention: expected a batched query [B, L, E], got shape {tuple(query.shape)}")
+        raise RuntimeError(
+            f"_native_multi_head_attention: expected a batched query [B, L, E], got shape {tuple(query.shape)}"
+        )
     if embed_dim % num_head != 0:
-        raise RuntimeError(f"_native_multi_head_attention: embed_dim {embed_dim} is not divisible by num_head {num_head}")
+        raise RuntimeError(
+            f"_native_multi_head_attention: embed_dim {embed_dim} is not divisible by num_head {num_head}"
+        )
     wq, wk, wv = qkv_weight.chunk(3, dim=0)
     bq, bk, bv = qkv_bias.chunk(3, dim=0) if qkv_bias is not None else (None, None, None)
     q = _heads(F.linear(query, wq, bq), num_head)
@@ -60,15 +77,35 @@ def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_wei
     return out, (weights.mean(dim=1) if average_attn_weights else weights)
 
 
-def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
-                                   norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
-                                   ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+def _transformer_encoder_layer_fwd(
+    src,
+    embed_dim,
+    num_heads,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    use_gelu,
+    norm_first,
+    eps,
+    norm_weight_1,
+    norm_bias_1,
+    norm_weight_2,
+    norm_bias_2,
+    ffn_weight_1,
+    ffn_bias_1,
+    ffn_weight_2,
+    ffn_bias_2,
+    mask=None,
+    mask_type=None,
+):
     """`nn.TransformerEncoderLayer`'s fast path: self-attention and the feed-forward block, each
     with its residual, the layer norms before (`norm_first`) or after them."""
 
     def attend(x):
-        return _native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
-                                            mask, False, True, mask_type)[0]
+        return _native_multi_head_attention(
+            x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, False, True, mask_type
+        )[0]
 
     def feed_forward(x):
         hidden = F.linear(x, ffn_weight_1, ffn_bias_1)

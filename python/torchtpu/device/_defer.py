@@ -26,7 +26,6 @@ TORCHTPU_EAGER_CACHE_ONLY=1 makes a region compile after warm-up an error.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -242,7 +241,9 @@ def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
     t0 = time.perf_counter()
     if program is None:
         rec["differs"] = _region.describe_miss(r, key)
-        check_compile_allowed(f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}")
+        check_compile_allowed(
+            f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}"
+        )
         program = _region.compile_region(r, key)
         rec["executable"] = program.compiled.source  # "compiled", or found in a cache ("memory", "disk")
         _stats.bump("eager_regions_compiled")

@@ -29,10 +29,17 @@ import torch
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
-from torchtpu.device import _defer, _modes, _native, _programs, _storage
+from torchtpu.device import _modes, _native, _programs, _storage
 from torchtpu.device._frames import first_user_frame
 from torchtpu.device._guard import guard as _guard
-from torchtpu.errors import DeviceAssertError, DeviceOpError, FallbackError, IndexOutOfRangeError, TorchTPUError, UnsupportedError
+from torchtpu.errors import (
+    DeviceAssertError,
+    DeviceOpError,
+    FallbackError,
+    IndexOutOfRangeError,
+    TorchTPUError,
+    UnsupportedError,
+)
 from torchtpu.exporter import IR_DTYPES, Unsupported
 
 aten = torch.ops.aten
@@ -114,7 +121,9 @@ def _functional_of(op, schema, written):
         # `add_.Tensor` is `add.Tensor`; `floor_divide_.Tensor` is `floor_divide.default`.
         packet = getattr(packet_ns, name[:-1], None)
         same = getattr(packet, op._overloadname, None) if packet is not None else None
-        candidates = ([same] if same is not None else []) + [getattr(packet, ov) for ov in packet.overloads()] if packet else []
+        candidates = (
+            ([same] if same is not None else []) + [getattr(packet, ov) for ov in packet.overloads()] if packet else []
+        )
         want, matches = _signature(schema.arguments), (_signature,)
     else:
         packet = getattr(packet_ns, name, None)
@@ -338,7 +347,12 @@ def run(op, *args, **kwargs):
         result = _run(info, op, args, kwargs)
         _after_op(info, args, kwargs, result, clean)
         return result
-    except (DeviceOpError, FallbackError, IndexOutOfRangeError, DeviceAssertError):  # a check's error names its op already
+    except (
+        DeviceOpError,
+        FallbackError,
+        IndexOutOfRangeError,
+        DeviceAssertError,
+    ):  # a check's error names its op already
         raise
     except Exception as e:
         read = [v for k, v in kwargs.items() if k not in info.out_names]
@@ -517,7 +531,7 @@ def _results(info: OpInfo, args, kwargs, program, outs, inputs):
     if info.kind == "out":
         names = [info.op._schema.arguments[i].name for i in info.written]
         targets = [kwargs[n] for n in names]
-        for t, v, (dtype, shape) in zip(targets, values, program.out_types):
+        for t, v, (_dtype, shape) in zip(targets, values, program.out_types):
             if tuple(t.shape) != shape:
                 resize(t, shape)
             _storage.write(t, v)
@@ -632,7 +646,7 @@ def _teach_native(info, program, leaves, n_floats: int, baked: bool, args, kwarg
     elif kind == "out" and out_shapes is not None:
         names = [info.op._schema.arguments[i].name for i in info.written]
         results = []
-        for n, (dtype, shape), before in zip(names, program.out_types, out_shapes):
+        for n, (_dtype, shape), before in zip(names, program.out_types, out_shapes):
             if tuple(before) != tuple(shape):
                 return False  # resized: the Python path's
             results.append(_write_of(kwargs[n]))
@@ -652,7 +666,9 @@ def _write_of(t):
         return None
     if _storage.is_whole(t, slot):
         return ("whole", None)
-    p = _programs._programs.get(_programs.strided_write_key(slot.shape, slot.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset()))
+    p = _programs._programs.get(
+        _programs.strided_write_key(slot.shape, slot.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    )
     if p is None or not p.plain or p.checks is not None or p.sources != [("leaf", 0), ("leaf", 1)]:
         return None
     return ("strided", p.program)

@@ -36,13 +36,18 @@ def user_facing(kernel):
         except _USER_ERRORS as error:
             if _keep_frames(error):
                 raise
-            raise error.with_traceback(None)  # this tpu op's arguments; TORCHTPU_TRACEBACK=full shows torchtpu's frames
+            raise error.with_traceback(None)  # noqa: B904 - the same error, re-raised; this tpu op's arguments; TORCHTPU_TRACEBACK=full shows torchtpu's frames
 
     return entry
 
 
 def _outside_torch(filename: str) -> bool:
-    return not ("/torch/" in filename or "/torchtpu/" in filename or filename.startswith("<frozen") or filename.endswith("/contextlib.py"))
+    return not (
+        "/torch/" in filename
+        or "/torchtpu/" in filename
+        or filename.startswith("<frozen")
+        or filename.endswith("/contextlib.py")
+    )
 
 
 def first_user_frame(frame):

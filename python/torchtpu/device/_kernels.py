@@ -133,7 +133,9 @@ def as_strided_(self, size, stride, storage_offset=None):
     # has none (FunctionalTensor replays `as_strided_` on its wrapper under torch.compile,
     # as `adaptive_avg_pool2d` of a channels-last input does).
     offset = self.storage_offset() if storage_offset is None else storage_offset
-    aten.set_.source_Storage_storage_offset._op_dk(_DK.Meta, self, self.untyped_storage(), offset, list(size), list(stride))
+    aten.set_.source_Storage_storage_offset._op_dk(
+        _DK.Meta, self, self.untyped_storage(), offset, list(size), list(stride)
+    )
     return self
 
 
@@ -185,7 +187,9 @@ def assert_async(self, assert_msg=None):
     by the pending checks the index checks use (`_checks.py`): no round trip now. The message
     and the one-value rule are CPU eager's."""
     if self.numel() != 1:
-        raise RuntimeError(f"Boolean value of Tensor with {'no values' if self.numel() == 0 else 'more than one value'} is ambiguous")
+        raise RuntimeError(
+            f"Boolean value of Tensor with {'no values' if self.numel() == 0 else 'more than one value'} is ambiguous"
+        )
     message = assert_msg if assert_msg is not None else "Expected Tensor with single nonzero value, but got zero"
     _checks.check_arguments(self.reshape(()) == 0, message)
 
@@ -263,7 +267,9 @@ def functional_kernels() -> list:
             continue
         if not structured or own:
             continue
-        if any(a.alias_info is not None for a in schema.arguments) or any(r.alias_info is not None for r in schema.returns):
+        if any(a.alias_info is not None for a in schema.arguments) or any(
+            r.alias_info is not None for r in schema.returns
+        ):
             continue
         packet = getattr(aten, name[len("aten::") :], None)
         if packet is None or getattr(packet, schema.overload_name or "default", None) is None:

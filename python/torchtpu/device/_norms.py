@@ -17,10 +17,25 @@ def _norm(input, weight, bias, running_mean, running_var, training, momentum, ep
         return _dispatch.run(aten._native_batch_norm_legit.no_stats, input, weight, bias, training, momentum, eps)
     if not training:
         return _dispatch.run(
-            aten._native_batch_norm_legit_no_training.default, input, weight, bias, running_mean, running_var, momentum, eps
+            aten._native_batch_norm_legit_no_training.default,
+            input,
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            momentum,
+            eps,
         )
     out, mean, rstd, new_mean, new_var = _dispatch.run(
-        aten._native_batch_norm_legit_functional.default, input, weight, bias, running_mean, running_var, True, momentum, eps
+        aten._native_batch_norm_legit_functional.default,
+        input,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        True,
+        momentum,
+        eps,
     )
     running_mean.copy_(new_mean)
     running_var.copy_(new_var)

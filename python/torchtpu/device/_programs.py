@@ -11,14 +11,11 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-import threading
 import time
-import weakref
 
 import torch
 
-from torchtpu import _C, _stats
-from torchtpu import index_checks
+from torchtpu import _C, _stats, index_checks
 from torchtpu.device import _buffers, _checks, _defer, _native, _state
 from torchtpu.device._buffers import input_sources, mark_last, on_device  # noqa: F401  (used here and re-exported)
 from torchtpu.device._frames import first_user_frame
@@ -90,11 +87,27 @@ class Program:
     (at once in strict and debug modes, not at all where every run is deferred)."""
 
     __slots__ = (
-        "_compiled", "text", "sources", "outputs", "out_types", "ir_types", "ir_nbytes", "ir_nodes", "name", "plain",
-        "write_base", "gm", "serial", "key", "_placeholders", "checks",
+        "_compiled",
+        "text",
+        "sources",
+        "outputs",
+        "out_types",
+        "ir_types",
+        "ir_nbytes",
+        "ir_nodes",
+        "name",
+        "plain",
+        "write_base",
+        "gm",
+        "serial",
+        "key",
+        "_placeholders",
+        "checks",
     )
 
-    def __init__(self, text, sources, outputs, name, out_types, ir_types, gm=None, compiled=None, key=None, checks=None):
+    def __init__(
+        self, text, sources, outputs, name, out_types, ir_types, gm=None, compiled=None, key=None, checks=None
+    ):
         self.text = text
         self._compiled = compiled
         self.sources = sources  # per IR input: ("leaf", i) or ("const", DeviceBuffer)
@@ -105,7 +118,9 @@ class Program:
         self.name = name
         self.gm = gm
         # Per IR output: the position in gm's output list that it is.
-        self.ir_nodes = [j for k in range(len(ir_types)) for j, o in enumerate(outputs) if o.kind == "ir" and o.index == k]
+        self.ir_nodes = [
+            j for k in range(len(ir_types)) for j, o in enumerate(outputs) if o.kind == "ir" and o.index == k
+        ]
         # The index checks' sites (`index_checks.Site`), or None: then the last IR output (after
         # the results, and the last of gm's outputs) is their `bool[k]` flag, not a result.
         self.checks = checks
@@ -155,6 +170,7 @@ class Program:
 
 
 _serials = itertools.count()
+
 
 def _compile(text: str):
     _defer.check_compile_allowed("a one-op program")
@@ -310,7 +326,9 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
             for i, j in enumerate(write_base):
                 if j is not None:
                     _, stride, offset = geoms[j]
-                    outs[i] = aten.as_strided_scatter.default(inputs[j], outs[i], list(outs[i].shape), list(stride), offset)
+                    outs[i] = aten.as_strided_scatter.default(
+                        inputs[j], outs[i], list(outs[i].shape), list(stride), offset
+                    )
         return outs
 
     gm = make_fx(fn, decomposition_table=table)(*leaves, *lifted)
@@ -349,7 +367,15 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
     else:
         compiled = _compile(exported.text)
     program = Program(
-        exported.text, sources, outputs, name, out_types, ir_types, gm=gm, compiled=compiled, key=key,
+        exported.text,
+        sources,
+        outputs,
+        name,
+        out_types,
+        ir_types,
+        gm=gm,
+        compiled=compiled,
+        key=key,
         checks=None if checked is None else checked.sites,
     )
     program.write_base = write_base

@@ -224,8 +224,9 @@ def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     _float_check(self, "log_normal_")
     if not std > 0:
         raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
-    z = _storage.new_tensor(tuple(self.shape), torch.float32 if self.element_size() < 4 else self.dtype,
-                            device=self.device.index)
+    z = _storage.new_tensor(
+        tuple(self.shape), torch.float32 if self.element_size() < 4 else self.dtype, device=self.device.index
+    )
     normal_(z, mean, std)
     return _fill(self, torch.exp(z))
 

@@ -200,7 +200,7 @@ def _splice(r, live: tuple, order: list):
                 new = graph.get_attr(name)
                 new.meta = copy.copy(node.meta)
             else:
-                new = graph.node_copy(node, lambda n: env[n])
+                new = graph.node_copy(node, env.__getitem__)
             env[node] = new
         outs = gm.graph.output_node().args[0]
         for k, j in enumerate(program.ir_nodes):
@@ -213,7 +213,9 @@ def _splice(r, live: tuple, order: list):
 def _program_text(program) -> str:
     from torchtpu.exporter import IR_DTYPES, tensor_type
 
-    types = [tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)]
+    types = [
+        tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)
+    ]
     outs = [f"{IR_DTYPES.get(d, d)}[{', '.join(map(str, s))}]" for d, s in program.out_types if d is not None]
     values = _key_values(program.key)
     text = f"{program.name.removeprefix('eager_')}[{', '.join(types)}] -> [{', '.join(outs)}]"

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu import _C
 from torchtpu.device import _checks, _defer, _programs
-from torchtpu.device._guard import guard as _guard
-from torchtpu.device._defer import Pending
-from torchtpu.exporter import IR_DTYPES
 
 # The slot helpers, uploads and the last execution's outputs live in the leaf `_buffers.py`.
 from torchtpu.device._buffers import Slot, slot_of, slot_of_storage, storage_slot, tensor_slot, upload  # noqa: E402,F401
+from torchtpu.device._defer import Pending
+from torchtpu.device._guard import guard as _guard
+from torchtpu.exporter import IR_DTYPES
 
 
 def contiguous_strides(shape) -> tuple:

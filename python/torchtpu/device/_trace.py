@@ -46,15 +46,36 @@ def _write(rec: dict) -> None:
     jsonl.write(json.dumps(rec) + "\n")
     now = (time.perf_counter() - t_start) * 1e6
     run_us, compile_us = rec["run_ms"] * 1e3, rec["compile_ms"] * 1e3
-    args = {k: rec[k] for k in ("reason", "detail", "where", "line", "ops", "key", "hit", "bytes_in", "bytes_out", "bytes_peak")}
+    args = {
+        k: rec[k]
+        for k in ("reason", "detail", "where", "line", "ops", "key", "hit", "bytes_in", "bytes_out", "bytes_peak")
+    }
     if not rec["hit"]:
         args["differs"] = rec.get("differs")
     start = now - run_us - compile_us
     events = []
     if not rec["hit"]:
-        events.append({"name": f"compile {rec['key']}", "ph": "X", "ts": start, "dur": compile_us, "pid": 0, "tid": 1, "args": args})
+        events.append(
+            {
+                "name": f"compile {rec['key']}",
+                "ph": "X",
+                "ts": start,
+                "dur": compile_us,
+                "pid": 0,
+                "tid": 1,
+                "args": args,
+            }
+        )
     events.append(
-        {"name": f"region {rec['key']} ({rec['reason']})", "ph": "X", "ts": start + compile_us, "dur": run_us, "pid": 0, "tid": 0, "args": args}
+        {
+            "name": f"region {rec['key']} ({rec['reason']})",
+            "ph": "X",
+            "ts": start + compile_us,
+            "dur": run_us,
+            "pid": 0,
+            "tid": 0,
+            "args": args,
+        }
     )
     for e in events:
         chrome.write(json.dumps(e) + ",\n")

@@ -4,7 +4,6 @@ backend route asks for."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 
@@ -236,12 +235,24 @@ def memory_stats(index: int) -> dict:
     live, peak, allocs, frees, bytes_in, bytes_out = _C.device_memory_counters(index)
     stats = {}
     for key in _STAT_KEYS:
-        stats.update({f"{key}.all.current": live, f"{key}.all.peak": peak,
-                      f"{key}.all.allocated": bytes_in, f"{key}.all.freed": bytes_out})
+        stats.update(
+            {
+                f"{key}.all.current": live,
+                f"{key}.all.peak": peak,
+                f"{key}.all.allocated": bytes_in,
+                f"{key}.all.freed": bytes_out,
+            }
+        )
     for key in _COUNT_KEYS:
         # The peak count is not tracked (the peak bytes are): it reads as the current count.
-        stats.update({f"{key}.all.current": allocs - frees, f"{key}.all.peak": allocs - frees,
-                      f"{key}.all.allocated": allocs, f"{key}.all.freed": frees})
+        stats.update(
+            {
+                f"{key}.all.current": allocs - frees,
+                f"{key}.all.peak": allocs - frees,
+                f"{key}.all.allocated": allocs,
+                f"{key}.all.freed": frees,
+            }
+        )
     stats.update(num_device_alloc=allocs, num_device_free=frees, num_alloc_retries=0, num_ooms=0)
     return dict(sorted(stats.items()))
 
@@ -440,7 +451,10 @@ def _reduce_tensor(t: torch.Tensor):
 
         # A tpu tensor's storage holds no bytes on the host side: it is saved as its values,
         # the way PyTorch saves tensors of backends without host-visible storage.
-        return (torch._utils._rebuild_device_tensor_from_cpu_tensor, (_storage.to_host(t), t.dtype, str(t.device), t.requires_grad))
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (_storage.to_host(t), t.dtype, str(t.device), t.requires_grad),
+        )
     return t.__reduce_ex__(2)
 
 
@@ -523,7 +537,11 @@ def patch_storage() -> None:
                 "torchtpu: storages cannot be allocated on the tpu device directly; make a tensor "
                 "(torch.empty(n, dtype=torch.uint8, device='tpu')) and use its storage"
             )
-        return original_new(cls, *args, device=device, **kwargs) if device is not None else original_new(cls, *args, **kwargs)
+        return (
+            original_new(cls, *args, device=device, **kwargs)
+            if device is not None
+            else original_new(cls, *args, **kwargs)
+        )
 
     cpu.__doc__ = original_cpu.__doc__
     torch.UntypedStorage.cpu = cpu
@@ -604,7 +622,7 @@ def patch_default_compile() -> None:
     torchtpu backend instead, with one warning; graphs on other devices still go to Inductor.
     Inductor's `mode=` has no torchtpu meaning and is dropped (docs/eager.md)."""
     wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
-    call = getattr(wrapper, "__call__", None)
+    call = getattr(wrapper, "__call__", None)  # noqa: B004 - the class's method itself, to patch
     if call is None or getattr(call, "_torchtpu", False):
         return
 
@@ -753,8 +771,12 @@ def stream(stream) -> StreamContext:
 
 
 for _name, _value in {
-    "Stream": Stream, "Event": staticmethod(Event), "current_stream": staticmethod(current_stream),
-    "default_stream": staticmethod(default_stream), "set_stream": staticmethod(set_stream),
-    "stream": staticmethod(stream), "StreamContext": StreamContext,
+    "Stream": Stream,
+    "Event": staticmethod(Event),
+    "current_stream": staticmethod(current_stream),
+    "default_stream": staticmethod(default_stream),
+    "set_stream": staticmethod(set_stream),
+    "stream": staticmethod(stream),
+    "StreamContext": StreamContext,
 }.items():
     setattr(TpuModule, _name, _value)

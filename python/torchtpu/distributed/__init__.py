@@ -49,8 +49,12 @@ def _create(opts, backend_options=None):
     from torchtpu.distributed.backend import TpuDistBackend
 
     return TpuDistBackend(
-        opts.store, opts.group_rank, opts.group_size, opts.timeout,
-        group_name=opts.group_id, global_ranks=list(opts.global_ranks_in_group or []),
+        opts.store,
+        opts.group_rank,
+        opts.group_size,
+        opts.timeout,
+        group_name=opts.group_id,
+        global_ranks=list(opts.global_ranks_in_group or []),
     )
 
 

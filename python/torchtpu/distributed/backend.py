@@ -94,7 +94,9 @@ def _sigs(ts) -> str:
 def _check_tpu(op: str, tensors) -> None:
     for t in tensors:
         if t.device.type != "tpu":
-            raise ValueError(f"tpu_dist: {op} got a tensor on {t.device}; this backend serves tpu tensors (CPU tensors go to the group's gloo backend)")
+            raise ValueError(
+                f"tpu_dist: {op} got a tensor on {t.device}; this backend serves tpu tensors (CPU tensors go to the group's gloo backend)"
+            )
 
 
 class TpuDistBackend(C10DBackend):
@@ -174,7 +176,9 @@ class TpuDistBackend(C10DBackend):
             f"tpu_dist: {op} (collective #{seq} of group {self._group_name!r}, rank {self.rank()} of {self.size()}) "
             f"failed on the {self._transport.name} transport ({type(e).__name__}: {e}). A peer that died, or did not "
             f"arrive within the group's timeout ({self._timeout.total_seconds():g} s), ends a collective this way",
-            op, self.rank(), seq,
+            op,
+            self.rank(),
+            seq,
         )
 
     def _check_fingerprint(self, op: str, signature: str, seq: int) -> None:
@@ -201,7 +205,10 @@ class TpuDistBackend(C10DBackend):
             f"tpu_dist: collectives differ across the ranks of group {self._group_name!r} at collective #{seq}: "
             f"rank {self.rank()} (this one) called {signature}; {others}. Every rank of a group must call the same "
             f"collectives in the same order with the same shapes and dtypes ({CHECK_ENV}=0 turns this check off)",
-            op, self.rank(), seq, theirs,
+            op,
+            self.rank(),
+            seq,
+            theirs,
         )
 
     def _reduction(self, reduce_op) -> _transport.Reduction:
@@ -222,33 +229,53 @@ class TpuDistBackend(C10DBackend):
     def allreduce(self, tensors, opts):
         _check_tpu("all_reduce", tensors)
         red = self._reduction(opts.reduceOp)
-        return self._collective("all_reduce", f"all_reduce({red.name}; {_sigs(tensors)})",
-                                lambda sync: self._transport.all_reduce(tensors, red, sync), opts)
+        return self._collective(
+            "all_reduce",
+            f"all_reduce({red.name}; {_sigs(tensors)})",
+            lambda sync: self._transport.all_reduce(tensors, red, sync),
+            opts,
+        )
 
     def allreduce_coalesced(self, tensors, opts):
         _check_tpu("all_reduce_coalesced", tensors)
         red = self._reduction(opts.reduceOp)
-        return self._collective("all_reduce_coalesced", f"all_reduce_coalesced({red.name}; {_sigs(tensors)})",
-                                lambda sync: self._transport.all_reduce(tensors, red, sync), opts)
+        return self._collective(
+            "all_reduce_coalesced",
+            f"all_reduce_coalesced({red.name}; {_sigs(tensors)})",
+            lambda sync: self._transport.all_reduce(tensors, red, sync),
+            opts,
+        )
 
     def broadcast(self, tensors, opts):
         _check_tpu("broadcast", tensors)
         root = opts.rootRank
-        return self._collective("broadcast", f"broadcast(root {root}; {_sigs(tensors)})",
-                                lambda sync: self._transport.broadcast(tensors, root, sync), opts)
+        return self._collective(
+            "broadcast",
+            f"broadcast(root {root}; {_sigs(tensors)})",
+            lambda sync: self._transport.broadcast(tensors, root, sync),
+            opts,
+        )
 
     def reduce(self, tensors, opts):
         _check_tpu("reduce", tensors)
         red, root = self._reduction(opts.reduceOp), opts.rootRank
-        return self._collective("reduce", f"reduce({red.name}, root {root}; {_sigs(tensors)})",
-                                lambda sync: self._transport.reduce(tensors, root, red, sync), opts)
+        return self._collective(
+            "reduce",
+            f"reduce({red.name}, root {root}; {_sigs(tensors)})",
+            lambda sync: self._transport.reduce(tensors, root, red, sync),
+            opts,
+        )
 
     def allgather(self, output_tensors, input_tensors, opts):
         _check_tpu("all_gather", input_tensors)
         for outs in output_tensors:
             _check_tpu("all_gather", outs)
-        return self._collective("all_gather", f"all_gather({_sigs(input_tensors)})",
-                                lambda sync: self._transport.all_gather(output_tensors, input_tensors, sync), opts)
+        return self._collective(
+            "all_gather",
+            f"all_gather({_sigs(input_tensors)})",
+            lambda sync: self._transport.all_gather(output_tensors, input_tensors, sync),
+            opts,
+        )
 
     def allgather_coalesced(self, output_lists, input_tensors, opts):
         return self.allgather(output_lists, input_tensors, opts)
@@ -269,15 +296,22 @@ class TpuDistBackend(C10DBackend):
         _check_tpu(op, list(outputs) + list(inputs))
         for o, i in zip(outputs, inputs):
             if o.numel() != i.numel() * self.size():
-                raise ValueError(f"tpu_dist: {op}: output has {o.numel()} elements, expected {self.size()} x {i.numel()} (input {_sig(i)})")
-        return self._collective(op, f"{op}({_sigs(inputs)})",
-                                lambda sync: self._transport.all_gather_into(outputs, inputs, sync), opts)
+                raise ValueError(
+                    f"tpu_dist: {op}: output has {o.numel()} elements, expected {self.size()} x {i.numel()} (input {_sig(i)})"
+                )
+        return self._collective(
+            op, f"{op}({_sigs(inputs)})", lambda sync: self._transport.all_gather_into(outputs, inputs, sync), opts
+        )
 
     def reduce_scatter(self, output_tensors, input_tensors, opts):
         _check_tpu("reduce_scatter", output_tensors)
         red = self._reduction(opts.reduceOp)
-        return self._collective("reduce_scatter", f"reduce_scatter({red.name}; {_sigs(output_tensors)})",
-                                lambda sync: self._transport.reduce_scatter(output_tensors, input_tensors, red, sync), opts)
+        return self._collective(
+            "reduce_scatter",
+            f"reduce_scatter({red.name}; {_sigs(output_tensors)})",
+            lambda sync: self._transport.reduce_scatter(output_tensors, input_tensors, red, sync),
+            opts,
+        )
 
     def _reduce_scatter_base(self, output, input, opts):
         return self._reduce_scatter_tensor([output], [input], opts, "reduce_scatter_tensor")
@@ -295,24 +329,39 @@ class TpuDistBackend(C10DBackend):
         _check_tpu(op, list(outputs) + list(inputs))
         for o, i in zip(outputs, inputs):
             if i.numel() != o.numel() * self.size():
-                raise ValueError(f"tpu_dist: {op}: input has {i.numel()} elements, expected {self.size()} x {o.numel()} (output {_sig(o)})")
+                raise ValueError(
+                    f"tpu_dist: {op}: input has {i.numel()} elements, expected {self.size()} x {o.numel()} (output {_sig(o)})"
+                )
         red = self._reduction(opts.reduceOp)
-        return self._collective(op, f"{op}({red.name}; {_sigs(inputs)})",
-                                lambda sync: self._transport.reduce_scatter_tensor(outputs, inputs, red, sync), opts)
+        return self._collective(
+            op,
+            f"{op}({red.name}; {_sigs(inputs)})",
+            lambda sync: self._transport.reduce_scatter_tensor(outputs, inputs, red, sync),
+            opts,
+        )
 
     def alltoall(self, output_tensors, input_tensors, opts):
         _check_tpu("all_to_all", list(output_tensors) + list(input_tensors))
         # Shapes may differ per peer; the fingerprint holds the dtypes and the count.
-        sig = f"all_to_all({len(input_tensors)} x {str(input_tensors[0].dtype).removeprefix('torch.')})" if input_tensors else "all_to_all()"
-        return self._collective("all_to_all", sig,
-                                lambda sync: self._transport.all_to_all(output_tensors, input_tensors, sync), opts)
+        sig = (
+            f"all_to_all({len(input_tensors)} x {str(input_tensors[0].dtype).removeprefix('torch.')})"
+            if input_tensors
+            else "all_to_all()"
+        )
+        return self._collective(
+            "all_to_all", sig, lambda sync: self._transport.all_to_all(output_tensors, input_tensors, sync), opts
+        )
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
         _check_tpu("all_to_all_single", [output, input])
         # Uneven splits make dim 0 differ per rank: the fingerprint has the dtype and the other dims.
         sig = f"all_to_all_single({str(input.dtype).removeprefix('torch.')}{list(input.shape[1:])})"
-        return self._collective("all_to_all_single", sig,
-                                lambda sync: self._transport.all_to_all_single(output, input, output_split_sizes, input_split_sizes, sync), opts)
+        return self._collective(
+            "all_to_all_single",
+            sig,
+            lambda sync: self._transport.all_to_all_single(output, input, output_split_sizes, input_split_sizes, sync),
+            opts,
+        )
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
@@ -320,14 +369,22 @@ class TpuDistBackend(C10DBackend):
     def gather(self, output_tensors, input_tensors, opts):
         _check_tpu("gather", input_tensors)
         root = opts.rootRank
-        return self._collective("gather", f"gather(root {root}; {_sigs(input_tensors)})",
-                                lambda sync: self._transport.gather(output_tensors, input_tensors, root, sync), opts)
+        return self._collective(
+            "gather",
+            f"gather(root {root}; {_sigs(input_tensors)})",
+            lambda sync: self._transport.gather(output_tensors, input_tensors, root, sync),
+            opts,
+        )
 
     def scatter(self, output_tensors, input_tensors, opts):
         _check_tpu("scatter", output_tensors)
         root = opts.rootRank
-        return self._collective("scatter", f"scatter(root {root}; {_sigs(output_tensors)})",
-                                lambda sync: self._transport.scatter(output_tensors, input_tensors, root, sync), opts)
+        return self._collective(
+            "scatter",
+            f"scatter(root {root}; {_sigs(output_tensors)})",
+            lambda sync: self._transport.scatter(output_tensors, input_tensors, root, sync),
+            opts,
+        )
 
     # Point to point: not a group collective (each rank calls its own), so neither counted in
     # the group's sequence nor fingerprinted.
@@ -340,7 +397,9 @@ class TpuDistBackend(C10DBackend):
         return self._p2p("recv", lambda sync: self._transport.recv(tensors, src, tag, sync))
 
     def recv_anysource(self, tensors, tag=0):
-        raise NotImplementedError("tpu_dist: recv from any source (dist.recv without src) is not supported; name the source rank")
+        raise NotImplementedError(
+            "tpu_dist: recv from any source (dist.recv without src) is not supported; name the source rank"
+        )
 
     def _p2p(self, op: str, launch) -> Work:
         from torchtpu.device import _defer

@@ -31,7 +31,7 @@ _REDUCE_NAMES = {RedOpType.SUM: "sum", RedOpType.PRODUCT: "product", RedOpType.M
 
 # Hubs by token (one per group), shared by the group's threads; a hub lives as long as a
 # transport of its group does.
-_hubs: "weakref.WeakValueDictionary[str, _Hub]" = weakref.WeakValueDictionary()
+_hubs: weakref.WeakValueDictionary[str, _Hub] = weakref.WeakValueDictionary()
 _hubs_lock = threading.Lock()
 _watchdog: threading.Thread | None = None
 # This process, as the group's ranks publish it: a pid alone repeats across hosts.
@@ -89,10 +89,16 @@ class _Hub:
                 del self.rounds[seq]
         for seq, rnd in late:
             missing = [r for r, f in enumerate(rnd.futures) if f is None]
-            fail(rnd, CollectiveError(
-                f"tpu_dist: {rnd.op} (collective #{seq}): ranks {missing} did not arrive within the group's "
-                f"timeout ({rnd.timeout:g} s)", rnd.op, -1, seq,
-            ))
+            fail(
+                rnd,
+                CollectiveError(
+                    f"tpu_dist: {rnd.op} (collective #{seq}): ranks {missing} did not arrive within the group's "
+                    f"timeout ({rnd.timeout:g} s)",
+                    rnd.op,
+                    -1,
+                    seq,
+                ),
+            )
 
 
 def _watch() -> None:
@@ -127,6 +133,7 @@ def _hub(token: str, size: int) -> _Hub:
 
 def _after(fut: Future, finish) -> Future:
     """`fut`, then `finish()` (its errors first)."""
+
     def run(f):
         f.value()
         return finish()
@@ -151,6 +158,7 @@ def _write(t: torch.Tensor, buffer) -> None:
 def _writer(outputs: list, keep: bool = True):
     """The `finish` of a collective whose program's outputs are `outputs`, in order: writes
     them (where `keep`: a root-only result elsewhere is dropped) and returns `outputs`."""
+
     def finish(bufs):
         if keep:
             for t, b in zip(outputs, bufs):
@@ -212,7 +220,11 @@ class InProcessTransport:
         if theirs is not None:
             err = CollectiveMismatchError(
                 f"tpu_dist: rank {self.rank} called {key[0]} {key[1:]} as collective #{seq} of its group, where "
-                f"another rank called {theirs[0]} {theirs[1:]}", op, self.rank, seq, {},
+                f"another rank called {theirs[0]} {theirs[1:]}",
+                op,
+                self.rank,
+                seq,
+                {},
             )
             fail(rnd, err)
             raise err
@@ -254,7 +266,9 @@ class InProcessTransport:
                 raise CollectiveError(
                     f"tpu_dist: {op}: the group's ranks hold their tensors on devices {devices}; the in-process "
                     "transport needs one distinct tpu device per rank (torch.tpu.set_device(rank))",
-                    op, self.rank, self.seq,
+                    op,
+                    self.rank,
+                    self.seq,
                 )
             return self._program(key, text, devices).run([bufs for bufs, _ in payloads])
 
@@ -317,7 +331,9 @@ class InProcessTransport:
         if kind is None:
             return self._fallback("all_reduce").all_reduce(tensors, red, sync)
         lines = [line for i, t in enumerate(tensors) for line in self._reduced(f"%a{i}", _ty(t), red, kind, i)]
-        text = self._graph("all_reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
+        text = self._graph(
+            "all_reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors]
+        )
         key = ("all_reduce", kind, red.pre, self._shapes(tensors))
 
         return self._run("all_reduce", key, text, tensors, _writer(tensors), sync)
@@ -333,8 +349,12 @@ class InProcessTransport:
         return self._run("reduce", key, text, tensors, _writer(tensors, self.rank == root), sync)
 
     def broadcast(self, tensors, root, sync):
-        lines = [f"%r{i} = c10d.broadcast(%a{i}) {{{self._group()}, src = {root}}} : {_ty(t)}" for i, t in enumerate(tensors)]
-        text = self._graph("broadcast", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
+        lines = [
+            f"%r{i} = c10d.broadcast(%a{i}) {{{self._group()}, src = {root}}} : {_ty(t)}" for i, t in enumerate(tensors)
+        ]
+        text = self._graph(
+            "broadcast", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors]
+        )
         key = ("broadcast", root, self._shapes(tensors))
 
         return self._run("broadcast", key, text, tensors, _writer(tensors, self.rank != root), sync)
@@ -486,7 +506,10 @@ class InProcessTransport:
                 if not hub.mail.wait_for(lambda: hub.mailboxes.get(box), timeout=deadline):
                     raise CollectiveError(
                         f"tpu_dist: recv from rank {src} (tag {tag}): nothing arrived within the group's timeout "
-                        f"({deadline:g} s)", "recv", self.rank, self.seq,
+                        f"({deadline:g} s)",
+                        "recv",
+                        self.rank,
+                        self.seq,
                     )
                 bufs = hub.mailboxes[box].pop(0)
             for t, b in zip(tensors, bufs):
@@ -521,7 +544,10 @@ def run_graph(transport: InProcessTransport, text: str, name: str, buffers: list
         if len(set(devices)) != len(devices):
             raise CollectiveError(
                 f"tpu_dist: compiled graph {name}: the ranks' inputs are on devices {devices}; each rank needs its own "
-                "tpu device (torch.tpu.set_device(rank))", name, transport.rank, transport.seq,
+                "tpu device (torch.tpu.set_device(rank))",
+                name,
+                transport.rank,
+                transport.seq,
             )
         return transport._program(key, text, devices).run([bufs for bufs, _ in payloads])
 

@@ -133,8 +133,13 @@ def _process_store(timeout: timedelta):
     return proc, procs, client, server
 
 
-def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:gloo,tpu:tpu_dist",
-          timeout: timedelta = timedelta(seconds=60)) -> list:
+def spawn(
+    fn,
+    nprocs: int | None = None,
+    args: tuple = (),
+    backend: str = "cpu:gloo,tpu:tpu_dist",
+    timeout: timedelta = timedelta(seconds=60),
+) -> list:
     """Runs `fn(rank, *args)` on `nprocs` threads (default: every tpu device), thread t with
     `torch.tpu.set_device(t)` and a process group already initialised (`backend`; CPU tensors
     go to gloo, tpu tensors to tpu_dist), destroyed afterwards. Alone, the ranks are the
@@ -145,7 +150,9 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
     the first such rank once every thread has ended (the group's timeout ends those waiting)."""
     n = torch.tpu.device_count() if nprocs is None else int(nprocs)
     if not 1 <= n <= torch.tpu.device_count():
-        raise ValueError(f"torchtpu.distributed.spawn: nprocs={n}, but this process has {torch.tpu.device_count()} tpu devices")
+        raise ValueError(
+            f"torchtpu.distributed.spawn: nprocs={n}, but this process has {torch.tpu.device_count()} tpu devices"
+        )
     _refuse_defer()
     _install()
     if "torch._dynamo" in sys.modules:
@@ -163,7 +170,9 @@ def spawn(fn, nprocs: int | None = None, args: tuple = (), backend: str = "cpu:g
         rank = proc * n + local
         with torch.autograd.set_multithreading_enabled(False):
             try:
-                dist.init_process_group(backend, rank=rank, world_size=procs * n, store=store_for_thread(), timeout=timeout)
+                dist.init_process_group(
+                    backend, rank=rank, world_size=procs * n, store=store_for_thread(), timeout=timeout
+                )
                 try:
                     results[local] = fn(rank, *args)
                 finally:

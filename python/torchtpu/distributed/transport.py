@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 from torch._C._distributed_c10d import (
@@ -321,7 +322,9 @@ class HostTransport:
                 o.copy_(self._average(c, red))
             return outputs
 
-        return self._run(lambda: [self.gloo._reduce_scatter_base(o, i, opts) for o, i in zip(cpu_out, cpu_in)], finish, sync)
+        return self._run(
+            lambda: [self.gloo._reduce_scatter_base(o, i, opts) for o, i in zip(cpu_out, cpu_in)], finish, sync
+        )
 
     def all_to_all(self, outputs, inputs, sync):
         cpu_in = [_host(t) for t in inputs]
@@ -342,7 +345,11 @@ class HostTransport:
             output.copy_(cpu_out)
             return [output]
 
-        return self._run(lambda: self.gloo.alltoall_base(cpu_out, cpu_in, list(out_splits), list(in_splits), AllToAllOptions()), finish, sync)
+        return self._run(
+            lambda: self.gloo.alltoall_base(cpu_out, cpu_in, list(out_splits), list(in_splits), AllToAllOptions()),
+            finish,
+            sync,
+        )
 
     def gather(self, outputs, inputs, root, sync):
         cpu_in = [_host(t) for t in inputs]
