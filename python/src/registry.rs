@@ -19,7 +19,7 @@ pub fn op_registry(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
                 e.set_item("traits", o.def.traits.names())?;
                 e.set_item("lowered", o.is_lowered())?;
                 e.set_item("rule", o.lowering.map(|l| l.rule_name))?;
-                e.set_item("param", o.lowering.and_then(|l| l.param))?;
+                e.set_item("param", o.lowering.and_then(|l| l.param).map(|p| p.to_string()))?;
                 e.set_item("decomposition", o.def.decomposition.name())?;
                 Ok(e)
             })

@@ -74,7 +74,7 @@ pub enum Cmp {
 }
 
 impl Cmp {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Cmp::Eq => "EQ",
             Cmp::Ne => "NE",

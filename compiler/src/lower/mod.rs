@@ -12,6 +12,7 @@ mod mlir_ffi;
 pub mod names;
 mod node;
 pub(crate) mod ops;
+pub mod param;
 mod promote;
 pub mod sdy;
 pub mod table;

@@ -4,7 +4,8 @@
 //! its schema parameter. `params` resolves a schema parameter list against that convention.
 
 use super::emitter::Tv;
-use super::error::{bad, RuleResult};
+use super::error::{bad, RuleError, RuleResult};
+use super::param::{FromParam, RuleParam};
 use crate::ir::{Attr, DType, Node};
 
 pub struct NodeCtx<'c, 'a, 'n> {
@@ -15,9 +16,8 @@ pub struct NodeCtx<'c, 'a, 'n> {
     /// Per result: whether anything reads it (a node or the graph's outputs). A rule may skip
     /// the work of an unread result (it still returns a value of the declared type).
     pub used: Vec<bool>,
-    /// What the registry parameterises the family rule by for this op: the StableHLO op it
-    /// emits, a comparison direction or a variant name.
-    pub param: Option<&'static str>,
+    /// What the lowering table parameterises the family rule by for this op (`lower::param`).
+    pub param: Option<RuleParam>,
 }
 
 /// One resolved schema parameter.
@@ -43,11 +43,14 @@ impl<'c, 'a, 'n> Param<'c, 'a, 'n> {
 }
 
 impl<'c, 'a, 'n> NodeCtx<'c, 'a, 'n> {
-    /// The registry's parameter for this op; a family rule without one is a registry bug.
-    pub fn param(&self) -> RuleResult<&'static str> {
+    /// The table's parameter for this op, of the kind the family rule takes; a missing one or
+    /// one of another kind is a table bug.
+    pub fn param<P: FromParam>(&self) -> RuleResult<P> {
         match self.param {
-            Some(p) => Ok(p),
-            None => bad!("the registry gives this op's family rule no parameter"),
+            Some(p) => P::from_param(p).ok_or_else(|| {
+                RuleError::Bad(format!("the table gives this op's family rule a parameter of another kind ({p:?})"))
+            }),
+            None => bad!("the table gives this op's family rule no parameter"),
         }
     }
 

@@ -8,6 +8,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
 use crate::lower::names::{chlo, hlo};
 use crate::lower::node::{NodeCtx, Param};
+use crate::lower::param::{Clamp, Classify, Extreme, LogBase};
 use crate::lower::promote::{result_type, Operand};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -45,7 +46,7 @@ fn role(p: &Param) -> Option<Operand> {
 /// the operand is converted first (ints become floats for `sqrt` etc.). Rounding an integer
 /// is the identity; `abs` of a complex tensor is its real modulus.
 pub fn unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let op = n.param()?;
+    let op = n.param::<&str>()?;
     let out = n.out_dtype();
     let x = n.arg(0)?;
     let r = match op {
@@ -143,9 +144,8 @@ pub fn exp2<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// log2 / log10 (the registry's parameter is the base): ln(x) / ln(base).
 pub fn log_base<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let base = match n.param()? {
-        "2" => std::f64::consts::LN_2,
-        "10" => std::f64::consts::LN_10,
-        other => return bad!("no logarithm of base {other}"),
+        LogBase::Two => std::f64::consts::LN_2,
+        LogBase::Ten => std::f64::consts::LN_10,
     };
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
@@ -211,7 +211,7 @@ pub fn gelu<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, approximate: &str) -> R
 /// records as the result type): one StableHLO op, the registry's parameter, with `alpha` for
 /// add/sub and `rounding_mode` for div. On bools add is `or` and mul is `and`.
 pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let op = n.param()?;
+    let op = n.param::<&str>()?;
     let (a, b) = operands(e, n, op == hlo::POWER)?;
     let out = n.out_dtype();
     let b = scaled_by_alpha(e, n, b)?;
@@ -297,7 +297,7 @@ pub fn floor_divide<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
 /// maximum / minimum (the registry's parameter: `max` or `min`), NaN propagating.
 pub fn extremum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = operands(e, n, false)?;
-    Ok(vec![e.minmax(&a, &b, n.param()? == "max")?])
+    Ok(vec![e.minmax(&a, &b, n.param::<Extreme>()? == Extreme::Max)?])
 }
 
 /// Python modulo: the result takes the divisor's sign. r = fmod(a, b);
@@ -369,15 +369,7 @@ fn floor_divide_values<'c, 'a>(e: &Emitter<'c, 'a>, a: &Tv<'c, 'a>, b: &Tv<'c, '
 /// Comparisons: operands promoted with `torch.result_type`, result bool; the registry's
 /// parameter is the direction (`EQ`, `NE`, `LT`, `LE`, `GT`, `GE`).
 pub fn compare<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let dir = match n.param()? {
-        "EQ" => Cmp::Eq,
-        "NE" => Cmp::Ne,
-        "LT" => Cmp::Lt,
-        "LE" => Cmp::Le,
-        "GT" => Cmp::Gt,
-        "GE" => Cmp::Ge,
-        other => return bad!("no comparison direction {other}"),
-    };
+    let dir: Cmp = n.param()?;
     let ps = n.params(&["self", "other"]);
     let Some(compute) = compare_type(&ps) else { return bad!("cannot promote the operands") };
     let dims = n.out_dims().to_vec();
@@ -403,7 +395,7 @@ pub fn ordered_legal(c: &Check) -> Result<(), String> {
 
 /// logical_and/or/xor: both operands as bools, one StableHLO op (the registry's parameter).
 pub fn logical<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let op = n.param()?;
+    let op = n.param::<&str>()?;
     let ps = n.params(&["self", "other"]);
     let dims = n.out_dims().to_vec();
     let a = operand(e, &ps[0], DType::Bool, &dims)?;
@@ -426,12 +418,12 @@ pub fn where_<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 /// `clamp(self, min=None, max=None)`, scalar or tensor bounds; NaN in `self` propagates.
 pub fn clamp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let ps = match n.param()? {
-        "min" => n.params(&["self", "min"]),
-        "max" => {
+        Clamp::Min => n.params(&["self", "min"]),
+        Clamp::Max => {
             let p = n.params(&["self", "max"]);
             vec![p[0].clone(), Param::Absent, p[1].clone()]
         }
-        _ => n.params(&["self", "min", "max"]),
+        Clamp::MinMax => n.params(&["self", "min", "max"]),
     };
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
     let mut r = operand(e, &ps[0], out, &dims)?;
@@ -480,38 +472,37 @@ pub fn hardtanh<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 
 /// isnan / isinf / isfinite: bool results; integers are always finite.
 pub fn classify<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.param()?;
+    let class: Classify = n.param()?;
     let x = n.arg(0)?;
     let dims = x.dims.clone();
     if x.dtype.is_complex() {
         // NaN or infinite if either part is; finite if both are.
         let (re, im) = e.complex_parts(x)?;
-        let (re_class, im_class) = (classify_real(e, name, &re)?, classify_real(e, name, &im)?);
-        let join = if name == "isfinite" { hlo::AND } else { hlo::OR };
+        let (re_class, im_class) = (classify_real(e, class, &re)?, classify_real(e, class, &im)?);
+        let join = if class == Classify::IsFinite { hlo::AND } else { hlo::OR };
         return Ok(vec![e.ew(join, &[&re_class, &im_class], DType::Bool)?]);
     }
     if !x.dtype.is_float() {
-        return Ok(vec![e.constant(DType::Bool, &dims, Scalar::B(name == "isfinite"))?]);
+        return Ok(vec![e.constant(DType::Bool, &dims, Scalar::B(class == Classify::IsFinite))?]);
     }
-    Ok(vec![classify_real(e, name, x)?])
+    Ok(vec![classify_real(e, class, x)?])
 }
 
 /// isnan / isinf / isfinite of a floating tensor.
-fn classify_real<'c, 'a>(e: &Emitter<'c, 'a>, name: &str, x: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
+fn classify_real<'c, 'a>(e: &Emitter<'c, 'a>, class: Classify, x: &Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
     let dims = x.dims.clone();
-    Ok(match name {
-        "isnan" => e.compare(x, x, Cmp::Ne)?,
-        "isinf" => {
+    Ok(match class {
+        Classify::IsNan => e.compare(x, x, Cmp::Ne)?,
+        Classify::IsInf => {
             let a = e.ew(hlo::ABS, &[x], x.dtype)?;
             let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
             e.compare(&a, &inf, Cmp::Eq)?
         }
-        "isfinite" => {
+        Classify::IsFinite => {
             // |x| < inf is false for NaN and for infinities.
             let a = e.ew(hlo::ABS, &[x], x.dtype)?;
             let inf = e.constant(x.dtype, &dims, Scalar::F(f64::INFINITY))?;
             e.compare(&a, &inf, Cmp::Lt)?
         }
-        other => return bad!("no classification {other}"),
     })
 }

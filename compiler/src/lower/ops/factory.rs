@@ -9,6 +9,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
+use crate::lower::param::Fill;
 use melior::ir::attribute::DenseElementsAttribute;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -17,11 +18,11 @@ type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 /// type. The registry's parameter is the value (`0`, `1`) or the attribute holding it.
 pub fn fill<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let value = match n.param()? {
-        "0" => Scalar::I(0),
-        "1" => Scalar::I(1),
-        attr => match n.attr(attr).and_then(Scalar::from_attr) {
+        Fill::Zero => Scalar::I(0),
+        Fill::One => Scalar::I(1),
+        from @ (Fill::FillValue | Fill::S) => match n.attr(from.text()).and_then(Scalar::from_attr) {
             Some(s) => s,
-            None => return bad!("{attr} must be a number"),
+            None => return bad!("{} must be a number", from.text()),
         },
     };
     Ok(vec![e.constant(n.out_dtype(), n.out_dims(), value)?])

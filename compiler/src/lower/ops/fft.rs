@@ -12,6 +12,7 @@ use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
+use crate::lower::param::Part;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -164,7 +165,7 @@ pub fn conj<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// real / imag of a complex tensor (real of a real tensor is itself).
 pub fn part<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let imag = n.param()? == "imag";
+    let imag = n.param::<Part>()? == Part::Imag;
     if !x.dtype.is_complex() {
         return if imag { bad!("imag of a real tensor") } else { Ok(vec![x.clone()]) };
     }

@@ -12,6 +12,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::{axis, dim, product, NodeCtx};
+use crate::lower::param::{Cumulative, Reduction, Scatter, SliceScatter};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -199,10 +200,10 @@ fn reduce_into<'c, 'a>(
         x.clone()
     } else {
         let kind = match how {
-            Combine::Mul => "prod",
-            Combine::Max => "max",
-            Combine::Min => "min",
-            _ => "sum",
+            Combine::Mul => Reduction::Prod,
+            Combine::Max => Reduction::Max,
+            Combine::Min => Reduction::Min,
+            _ => Reduction::Sum,
         };
         let identity = crate::lower::ops::reduce::init(d, kind);
         let touched = touched_mask(e, x, coords, updates)?;
@@ -423,7 +424,7 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let (x, index) = (n.arg(0)?, n.arg(1)?);
     let d = dim(n.int("dim")?, x.rank())?;
     let how = match (n.param()?, n.str_or("reduce", "")?) {
-        ("add", _) | (_, "add" | "sum") => Combine::Add,
+        (Scatter::Add, _) | (_, "add" | "sum") => Combine::Add,
         (_, "multiply") => Combine::Mul,
         (_, "") => Combine::Replace,
         (_, other) => return bad!("scatter with reduce='{other}' (refused by `scatter_legal`)"),
@@ -653,7 +654,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
     let src = e.convert(n.arg(1)?, out)?;
     let d = axis(n.int_or("dim", 0)?, x.rank())?;
     let size = x.dims[d];
-    let is_select = n.param()? == "select";
+    let is_select = n.param::<SliceScatter>()? == SliceScatter::Select;
     let (start, step, src) = if is_select {
         let i = n.int("index")?;
         let i = if i < 0 { i + size } else { i };
@@ -701,7 +702,7 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
 
 /// cumsum / cumprod (self, dim, dtype=None): a prefix-sum (-product) window along `dim`.
 pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let prod = n.param()? == "prod";
+    let prod = n.param::<Cumulative>()? == Cumulative::Prod;
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     if x.rank() == 0 {
@@ -924,8 +925,8 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let scalar = |v: f64| e.constant(comp, &[], if int { Scalar::I(v as i64) } else { Scalar::F(v) });
     let (mut lo_t, mut hi_t) = (scalar(lo)?, scalar(hi)?);
     if lo == hi && numel > 0 {
-        lo_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "min")?;
-        hi_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], "max")?;
+        lo_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], Reduction::Min)?;
+        hi_t = crate::lower::ops::reduce::reduce_with(e, &flat, &[0], Reduction::Max)?;
         let same = e.compare(&lo_t, &hi_t, Cmp::Eq)?;
         lo_t = e.select(&same, &e.ew(hlo::SUBTRACT, &[&lo_t, &scalar(1.0)?], comp)?, &lo_t)?;
         hi_t = e.select(&same, &e.ew(hlo::ADD, &[&hi_t, &scalar(1.0)?], comp)?, &hi_t)?;

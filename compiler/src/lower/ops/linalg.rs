@@ -7,6 +7,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
+use crate::lower::param::{RuleParam, Triangular};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -92,7 +93,7 @@ pub fn solve_triangular_legal(c: &Check) -> Result<(), String> {
 /// broadcast. The solver reads only A's triangle (and not its diagonal with `unitriangular`),
 /// as LAPACK's trsm does, so what lies outside it does not matter, as in eager.
 pub fn solve_triangular<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let legacy = n.param == Some("legacy");
+    let legacy = n.param == Some(RuleParam::Triangular(Triangular::Legacy));
     let (a, b) = if legacy { (n.arg(1)?, n.arg(0)?) } else { (n.arg(0)?, n.arg(1)?) };
     let out = n.out_dtype();
     let dims = n.out_dims().to_vec();

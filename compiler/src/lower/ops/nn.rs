@@ -10,6 +10,7 @@ use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
+use crate::lower::param::{BatchNorm, Reduction, Softmax};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -22,7 +23,7 @@ fn acc_type(d: DType) -> DType {
 }
 
 /// Reduces `x` over `axes` and broadcasts the result back to `x`'s shape.
-fn reduce_keep<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, axes: &[usize], kind: &str) -> RuleResult<Tv<'c, 'a>> {
+fn reduce_keep<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, axes: &[usize], kind: Reduction) -> RuleResult<Tv<'c, 'a>> {
     let r = reduce_with(e, x, axes, kind)?;
     let kept: Vec<i64> = (0..x.rank()).map(|i| if axes.contains(&i) { 1 } else { x.dims[i] }).collect();
     let r = e.reshape(&r, &kept)?;
@@ -31,7 +32,7 @@ fn reduce_keep<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, axes: &[usize], kind
 
 /// _softmax(self, dim, half_to_float) and _log_softmax: max-subtracted for stability.
 pub fn softmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let log = n.param()? == "log";
+    let log = n.param::<Softmax>()? == Softmax::Log;
     let out = n.out_dtype();
     let compute = acc_type(out);
     let x = e.convert(n.arg(0)?, compute)?;
@@ -40,10 +41,10 @@ pub fn softmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
         return Ok(vec![e.convert(&v, out)?]);
     }
     let d = dim(n.int("dim")?, x.rank())?;
-    let max = reduce_keep(e, &x, &[d], "max")?;
+    let max = reduce_keep(e, &x, &[d], Reduction::Max)?;
     let shifted = e.ew(hlo::SUBTRACT, &[&x, &max], compute)?;
     let ex = e.ew(hlo::EXPONENTIAL, &[&shifted], compute)?;
-    let sum = reduce_keep(e, &ex, &[d], "sum")?;
+    let sum = reduce_keep(e, &ex, &[d], Reduction::Sum)?;
     let r = if log {
         let ls = e.ew(hlo::LOG, &[&sum], compute)?;
         e.ew(hlo::SUBTRACT, &[&shifted, &ls], compute)?
@@ -88,10 +89,10 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let axes: Vec<usize> = (rank - norm_rank..rank).collect();
     let count: i64 = product(axes.iter().map(|&a| x.dims[a]))?;
     let cnt = e.constant(compute, &x.dims, Scalar::I(count))?;
-    let mean = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
+    let mean = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &x, &axes, Reduction::Sum)?, &cnt], compute)?;
     let centered = e.ew(hlo::SUBTRACT, &[&x, &mean], compute)?;
     let sq = e.ew(hlo::MULTIPLY, &[&centered, &centered], compute)?;
-    let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
+    let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, Reduction::Sum)?, &cnt], compute)?;
     let eps = e.constant(compute, &x.dims, Scalar::F(n.float_or("eps", 1e-5)?))?;
     let rstd = e.ew(hlo::RSQRT, &[&e.ew(hlo::ADD, &[&var, &eps], compute)?], compute)?;
     let normed = e.ew(hlo::MULTIPLY, &[&centered, &rstd], compute)?;
@@ -111,7 +112,7 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
 /// Batch norm over channel dim 1 (or `channel_dim`): inference (`_no_training`), functional training (returns
 /// updated running stats) and `_native_batch_norm_legit` (with or without running stats).
 pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let no_training = n.param()? == "no_training";
+    let no_training = n.param::<BatchNorm>()? == BatchNorm::NoTraining;
     let no_stats = n.node.op().and_then(|o| o.overload.as_deref()) == Some("no_stats");
     let ps = if no_stats {
         n.params(&["input", "weight", "bias"])
@@ -140,10 +141,10 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let c = |v: f64, dims: &[i64]| e.constant(compute, dims, Scalar::F(v));
     let (mean_b, var_b, batch_stats) = if training || no_stats {
         let cnt = c(count as f64, &x.dims)?;
-        let mean = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &x, &axes, "sum")?, &cnt], compute)?;
+        let mean = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &x, &axes, Reduction::Sum)?, &cnt], compute)?;
         let centered = e.ew(hlo::SUBTRACT, &[&x, &mean], compute)?;
         let sq = e.ew(hlo::MULTIPLY, &[&centered, &centered], compute)?;
-        let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, "sum")?, &cnt], compute)?;
+        let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, Reduction::Sum)?, &cnt], compute)?;
         (mean, var, true)
     } else {
         let (Some(rm), Some(rv)) = (ps[3].tensor(), ps[4].tensor()) else {

@@ -11,6 +11,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::names::hlo;
 use crate::lower::node::{NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
+use crate::lower::param::{Polynomial, Reduction};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -26,20 +27,23 @@ enum Family {
     Legendre,
 }
 
-fn family(name: &str) -> Option<(Family, bool)> {
-    let shifted = name.contains("shifted_");
-    let f = match name.trim_start_matches("special_").trim_start_matches("shifted_") {
-        "chebyshev_polynomial_t" => Family::ChebyshevT,
-        "chebyshev_polynomial_u" => Family::ChebyshevU,
-        "chebyshev_polynomial_v" => Family::ChebyshevV,
-        "chebyshev_polynomial_w" => Family::ChebyshevW,
-        "hermite_polynomial_h" => Family::HermiteH,
-        "hermite_polynomial_he" => Family::HermiteHe,
-        "laguerre_polynomial_l" => Family::Laguerre,
-        "legendre_polynomial_p" => Family::Legendre,
-        _ => return None,
-    };
-    Some((f, shifted))
+/// The recurrence family of a polynomial, and whether its argument is shifted (2x - 1).
+fn family(p: Polynomial) -> (Family, bool) {
+    use Polynomial as P;
+    match p {
+        P::ChebyshevT => (Family::ChebyshevT, false),
+        P::ChebyshevU => (Family::ChebyshevU, false),
+        P::ChebyshevV => (Family::ChebyshevV, false),
+        P::ChebyshevW => (Family::ChebyshevW, false),
+        P::ShiftedChebyshevT => (Family::ChebyshevT, true),
+        P::ShiftedChebyshevU => (Family::ChebyshevU, true),
+        P::ShiftedChebyshevV => (Family::ChebyshevV, true),
+        P::ShiftedChebyshevW => (Family::ChebyshevW, true),
+        P::HermiteH => (Family::HermiteH, false),
+        P::HermiteHe => (Family::HermiteHe, false),
+        P::LaguerreL => (Family::Laguerre, false),
+        P::LegendreP => (Family::Legendre, false),
+    }
 }
 
 fn value<'c, 'a>(e: &Emitter<'c, 'a>, p: &Param<'c, 'a, '_>, d: DType, dims: &[i64]) -> RuleResult<Tv<'c, 'a>> {
@@ -106,8 +110,9 @@ fn next<'c, 'b>(
 
 /// special_*_polynomial_*(x, n) in all overloads (x and/or n may be numbers).
 pub fn polynomial<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.param()?;
-    let Some((f, shifted)) = family(name) else { return bad!("unknown polynomial {name}") };
+    let poly: Polynomial = n.param()?;
+    let name = poly.text();
+    let (f, shifted) = family(poly);
     let d = n.out_dtype();
     if !d.is_float() {
         return bad!("{name} must produce a float result");
@@ -131,7 +136,7 @@ pub fn polynomial<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         |k: i64| -> RuleResult<Tv<'c, 'a>> { e.compare(&deg, &e.constant(DType::I64, &dims, Scalar::I(k))?, Cmp::Eq) };
     let start = e.select(&is(0)?, &p0, &e.select(&is(1)?, &p1, &zero)?)?;
     let all: Vec<usize> = (0..dims.len()).collect();
-    let max_deg = reduce_with(e, &deg, &all, "max")?;
+    let max_deg = reduce_with(e, &deg, &all, Reduction::Max)?;
     let k0 = e.constant(DType::I64, &[], Scalar::I(2))?;
     let out = e.while_loop(
         &[&k0, &max_deg, &x, &deg, &p0, &p1, &start],

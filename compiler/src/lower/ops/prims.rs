@@ -10,6 +10,7 @@ use crate::lower::legality::Check;
 use crate::lower::names::{chlo, hlo};
 use crate::lower::node::{dim, NodeCtx};
 use crate::lower::ops::reduce::reduce_with;
+use crate::lower::param::{Extreme, Gcd, Reduction, Special};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -43,9 +44,9 @@ pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     };
     dims.sort_unstable();
     dims.dedup();
-    if n.param()? == "sum" {
+    if n.param::<Reduction>()? == Reduction::Sum {
         let acc = crate::lower::ops::reduce::accumulator(out);
-        let s = e.convert(&reduce_with(e, &e.convert(x, acc)?, &dims, "sum")?, out)?;
+        let s = e.convert(&reduce_with(e, &e.convert(x, acc)?, &dims, Reduction::Sum)?, out)?;
         return Ok(vec![e.reshape(&s, n.out_dims())?]);
     }
     let correction = n.float_or("correction", 1.0)?;
@@ -107,14 +108,14 @@ fn both<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> RuleResult<(Tv<
 /// shifts, zeta.
 pub fn binary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = both(e, n)?;
-    Ok(vec![e.ew(n.param()?, &[&a, &b], n.out_dtype())?])
+    Ok(vec![e.ew(n.param::<&str>()?, &[&a, &b], n.out_dtype())?])
 }
 
 /// fmax / fmin (the registry's parameter: `max` or `min`): a NaN loses to a number.
 pub fn fminmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (a, b) = both(e, n)?;
     let out = n.out_dtype();
-    let op = if n.param()? == "max" { hlo::MAXIMUM } else { hlo::MINIMUM };
+    let op = if n.param::<Extreme>()? == Extreme::Max { hlo::MAXIMUM } else { hlo::MINIMUM };
     let m = e.ew(op, &[&a, &b], out)?;
     if !out.is_float() {
         return Ok(vec![m]);
@@ -159,7 +160,7 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
         |b, s| {
             let z = b.constant(out, &s[0].dims, Scalar::F(0.0))?;
             let neg = b.compare(&s[0], &z, Cmp::Lt)?;
-            let any = reduce_with(b, &neg, &all, "or")?;
+            let any = reduce_with(b, &neg, &all, Reduction::Or)?;
             Ok(any)
         },
         |b, s| {
@@ -224,14 +225,14 @@ pub fn copy<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// Special functions built from CHLO and elementary ops: erfcx, ndtri, spherical_bessel_j0,
 /// bessel_i1 / modified_bessel_i1 (from CHLO's exponentially scaled i1e).
 pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.param()?;
+    let f: Special = n.param()?;
     let d = n.out_dtype();
     let x = e.convert(n.arg(0)?, d)?;
     let dims = x.dims.clone();
     let c = |v: f64| e.constant(d, &dims, Scalar::F(v));
     let mul = |a: &Tv<'c, 'a>, b: &Tv<'c, 'a>| e.ew(hlo::MULTIPLY, &[a, b], d);
-    let r = match name {
-        "erfcx" => {
+    let r = match f {
+        Special::Erfcx => {
             // exp(x^2) erfc(x), with the asymptotic series where exp(x^2) would overflow:
             // erfcx(x) ~ 1/(x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8)).
             let direct = mul(&e.ew(hlo::EXPONENTIAL, &[&mul(&x, &x)?], d)?, &e.ew(chlo::ERFC, &[&x], d)?)?;
@@ -246,12 +247,12 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
             e.select(&large, &asymptotic, &direct)?
         }
         // ndtri(p) = sqrt(2) erfinv(2p - 1)
-        "ndtri" => {
+        Special::Ndtri => {
             let t = e.ew(hlo::SUBTRACT, &[&mul(&x, &c(2.0)?)?, &c(1.0)?], d)?;
             mul(&e.ew(chlo::ERF_INV, &[&t], d)?, &c(std::f64::consts::SQRT_2)?)?
         }
         // sin(x)/x, with its series near 0
-        "spherical_bessel_j0" => {
+        Special::SphericalBesselJ0 => {
             let x2 = mul(&x, &x)?;
             let series = e.ew(
                 hlo::ADD,
@@ -265,14 +266,14 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
             e.select(&inf, &c(0.0)?, &r)?
         }
         // I1(x) = i1e(x) exp(|x|)
-        "bessel_i1" | "modified_bessel_i1" => {
+        Special::BesselI1 => {
             let scaled = e.ew(chlo::BESSEL_I1E, &[&x], d)?;
             mul(&scaled, &e.ew(hlo::EXPONENTIAL, &[&e.ew(hlo::ABS, &[&x], d)?], d)?)?
         }
         // I0 and exp(-|x|) I0: the power series sum (x^2/4)^k / (k!)^2 up to |x| = 15,
         // the asymptotic expansion of i0e beyond.
-        "bessel_i0" | "i0" | "modified_bessel_i0" | "bessel_i0e" | "i0e" => {
-            let scaled_result = name.ends_with('e');
+        Special::BesselI0 | Special::BesselI0e => {
+            let scaled_result = f == Special::BesselI0e;
             let ax = e.ew(hlo::ABS, &[&x], d)?;
             let q = mul(&mul(&x, &x)?, &c(0.25)?)?;
             let (mut term, mut sum) = (c(1.0)?, c(1.0)?);
@@ -298,7 +299,6 @@ pub fn special_unary<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
                 direct
             }
         }
-        other => return bad!("no special function {other}"),
     };
     Ok(vec![r])
 }
@@ -330,7 +330,7 @@ pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         &[&a0, &b0],
         |w, s| {
             let zero = w.constant(out, &s[1].dims, Scalar::I(0))?;
-            reduce_with(w, &w.compare(&s[1], &zero, Cmp::Ne)?, &all, "or")
+            reduce_with(w, &w.compare(&s[1], &zero, Cmp::Ne)?, &all, Reduction::Or)
         },
         |w, s| {
             let (x, y) = (&s[0], &s[1]);
@@ -343,7 +343,7 @@ pub fn gcd<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         },
     )?;
     let g = done[0].clone();
-    if n.param()? != "lcm" {
+    if n.param::<Gcd>()? != Gcd::Lcm {
         return Ok(vec![g]);
     }
     // lcm = |a / gcd * b|, 0 when gcd is 0.

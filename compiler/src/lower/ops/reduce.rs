@@ -9,6 +9,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
+use crate::lower::param::{ArgReduction, Reduction};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -27,20 +28,22 @@ fn reduced_dims(n: &NodeCtx, rank: usize, empty_means_all: bool) -> RuleResult<V
 }
 
 /// The identity element of a reduction, for a dtype.
-pub(crate) fn init(d: DType, kind: &str) -> Scalar {
+/// (`Mean` and `Var` accumulate a sum.)
+pub(crate) fn init(d: DType, kind: Reduction) -> Scalar {
+    use Reduction as K;
     match (kind, d) {
-        ("sum" | "or", DType::Bool) => Scalar::B(false),
-        ("prod" | "and", DType::Bool) => Scalar::B(true),
-        ("sum" | "or", _) => Scalar::I(0),
-        ("prod" | "and", _) => Scalar::I(1),
-        ("max", DType::Bool) => Scalar::B(false),
-        ("min", DType::Bool) => Scalar::B(true),
-        ("max", d) if d.is_float() => Scalar::F(f64::NEG_INFINITY),
-        ("min", d) if d.is_float() => Scalar::F(f64::INFINITY),
-        ("max", DType::U8) => Scalar::I(0),
-        ("min", DType::U8) => Scalar::I(255),
-        ("max", d) => Scalar::I(int_limit(d, false)),
-        (_, d) => Scalar::I(int_limit(d, true)),
+        (K::Sum | K::Mean | K::Var | K::Or, DType::Bool) => Scalar::B(false),
+        (K::Prod | K::And, DType::Bool) => Scalar::B(true),
+        (K::Sum | K::Mean | K::Var | K::Or, _) => Scalar::I(0),
+        (K::Prod | K::And, _) => Scalar::I(1),
+        (K::Max, DType::Bool) => Scalar::B(false),
+        (K::Min, DType::Bool) => Scalar::B(true),
+        (K::Max, d) if d.is_float() => Scalar::F(f64::NEG_INFINITY),
+        (K::Min, d) if d.is_float() => Scalar::F(f64::INFINITY),
+        (K::Max, DType::U8) => Scalar::I(0),
+        (K::Min, DType::U8) => Scalar::I(255),
+        (K::Max, d) => Scalar::I(int_limit(d, false)),
+        (K::Min, d) => Scalar::I(int_limit(d, true)),
     }
 }
 
@@ -57,14 +60,15 @@ fn int_limit(d: DType, max: bool) -> i64 {
     }
 }
 
-fn body_op(kind: &str, d: DType) -> &'static str {
+fn body_op(kind: Reduction, d: DType) -> &'static str {
+    use Reduction as K;
     match (kind, d) {
-        ("sum", DType::Bool) | ("or", _) => hlo::OR,
-        ("prod", DType::Bool) | ("and", _) => hlo::AND,
-        ("sum", _) => hlo::ADD,
-        ("prod", _) => hlo::MULTIPLY,
-        ("max", _) => hlo::MAXIMUM,
-        _ => hlo::MINIMUM,
+        (K::Sum | K::Mean | K::Var, DType::Bool) | (K::Or, _) => hlo::OR,
+        (K::Prod, DType::Bool) | (K::And, _) => hlo::AND,
+        (K::Sum | K::Mean | K::Var, _) => hlo::ADD,
+        (K::Prod, _) => hlo::MULTIPLY,
+        (K::Max, _) => hlo::MAXIMUM,
+        (K::Min, _) => hlo::MINIMUM,
     }
 }
 
@@ -80,7 +84,12 @@ pub fn accumulator(out: DType) -> DType {
 }
 
 /// One plain reduction of `x` (already in the compute dtype) over `dims`.
-pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], kind: &str) -> RuleResult<Tv<'c, 'a>> {
+pub fn reduce_with<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    x: &Tv<'c, 'a>,
+    dims: &[usize],
+    kind: Reduction,
+) -> RuleResult<Tv<'c, 'a>> {
     if dims.is_empty() {
         return Ok(x.clone());
     }
@@ -89,7 +98,7 @@ pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], 
     let op = body_op(kind, d);
     let out = e.reduce(&[x], &[&init_v], dims, |b, args| {
         Ok(vec![match kind {
-            "max" | "min" => b.minmax(&args[0], &args[1], kind == "max")?,
+            Reduction::Max | Reduction::Min => b.minmax(&args[0], &args[1], kind == Reduction::Max)?,
             _ => b.ew(op, &[&args[0], &args[1]], d)?,
         }])
     })?;
@@ -99,20 +108,20 @@ pub fn reduce_with<'c, 'a>(e: &Emitter<'c, 'a>, x: &Tv<'c, 'a>, dims: &[usize], 
 /// sum, prod, amax, amin, any, all and mean; the registry's parameter is the reduction
 /// (`sum`, `prod`, `max`, `min`, `or`, `and`, `mean`).
 pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.param()?;
+    let name: Reduction = n.param()?;
     let x = n.arg(0)?;
     let out = n.out_dtype();
     let (kind, compute, empty_all) = match name {
-        "sum" | "mean" => ("sum", accumulator(out), true),
-        "prod" => ("prod", accumulator(out), false),
-        "max" | "min" => (name, out, true),
-        "or" | "and" => (name, DType::Bool, false),
-        other => return bad!("no reduction {other}"),
+        Reduction::Sum | Reduction::Mean => (Reduction::Sum, accumulator(out), true),
+        Reduction::Prod => (Reduction::Prod, accumulator(out), false),
+        Reduction::Max | Reduction::Min => (name, out, true),
+        Reduction::Or | Reduction::And => (name, DType::Bool, false),
+        Reduction::Var => return bad!("no plain reduction var"),
     };
     let dims = reduced_dims(n, x.rank(), empty_all)?;
     let xc = e.convert(x, compute)?;
     let mut r = reduce_with(e, &xc, &dims, kind)?;
-    if name == "mean" {
+    if name == Reduction::Mean {
         let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
         let c = e.constant(compute, &r.dims.clone(), Scalar::I(count))?;
         r = e.ew(hlo::DIVIDE, &[&r, &c], compute)?;
@@ -147,7 +156,7 @@ fn arg_reduce<'c, 'a>(
 ) -> RuleResult<(Tv<'c, 'a>, Tv<'c, 'a>)> {
     let idx = e.iota(DType::I64, &x.dims, d)?;
     let dtype = x.dtype;
-    let init_v = e.constant(dtype, &[], init(dtype, if want_max { "max" } else { "min" }))?;
+    let init_v = e.constant(dtype, &[], init(dtype, if want_max { Reduction::Max } else { Reduction::Min }))?;
     let init_i = e.constant(DType::I64, &[], Scalar::I(0))?;
     let out = e.reduce(&[x, &idx], &[&init_v, &init_i], &[d], |b, a| {
         let (av, ai, bv, bi) = (&a[0], &a[1], &a[2], &a[3]);
@@ -174,12 +183,12 @@ fn arg_reduce<'c, 'a>(
 
 /// argmax/argmin(self, dim=None, keepdim=False) and max.dim/min.dim (values, indices).
 pub fn arg<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let name = n.param()?;
-    let want_max = matches!(name, "argmax" | "max");
+    let name: ArgReduction = n.param()?;
+    let want_max = matches!(name, ArgReduction::ArgMax | ArgReduction::Max);
     let x = n.arg(0)?;
-    if matches!(name, "max" | "min") && n.results.len() == 1 {
+    if matches!(name, ArgReduction::Max | ArgReduction::Min) && n.results.len() == 1 {
         // max(self) / min(self): a full reduction to one value.
-        let kind = if want_max { "max" } else { "min" };
+        let kind = if want_max { Reduction::Max } else { Reduction::Min };
         let all: Vec<usize> = (0..x.rank()).collect();
         let r = reduce_with(e, x, &all, kind)?;
         return Ok(vec![e.reshape(&r, n.out_dims())?]);
@@ -257,14 +266,14 @@ pub fn variance<'c, 'a>(
     }
     let out = x.dtype;
     let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
-    let sum = reduce_with(e, x, dims, "sum")?;
+    let sum = reduce_with(e, x, dims, Reduction::Sum)?;
     let mean = e.ew(hlo::DIVIDE, &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
     // Put the mean back in x's shape to subtract it.
     let kept: Vec<i64> = (0..x.rank()).map(|i| if dims.contains(&i) { 1 } else { x.dims[i] }).collect();
     let mean = e.broadcast_to(&e.reshape(&mean, &kept)?, &x.dims)?;
     let diff = e.ew(hlo::SUBTRACT, &[x, &mean], out)?;
     let sq = e.ew(hlo::MULTIPLY, &[&diff, &diff], out)?;
-    let ss = reduce_with(e, &sq, dims, "sum")?;
+    let ss = reduce_with(e, &sq, dims, Reduction::Sum)?;
     let denom = e.constant(out, &ss.dims.clone(), Scalar::F((count as f64 - correction).max(0.0)))?;
     e.ew(hlo::DIVIDE, &[&ss, &denom], out)
 }

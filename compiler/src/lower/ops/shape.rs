@@ -6,6 +6,7 @@ use crate::lower::emitter::{Emitter, Tv};
 use crate::lower::error::{bad, RuleResult};
 use crate::lower::names::hlo;
 use crate::lower::node::{axis, dim, product, NodeCtx};
+use crate::lower::param::Split;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -134,7 +135,7 @@ pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let d = axis(n.int_or("dim", 0)?, x.rank())?;
-    let unbind = n.param()? == "unbind";
+    let unbind = n.param::<Split>()? == Split::Unbind;
     let mut start: i64 = 0;
     let mut outs = Vec::with_capacity(n.results.len());
     for (_, rdims) in &n.results {

@@ -12,6 +12,7 @@ use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::ops::indexing::{coordinates, gather_at};
 use crate::lower::ops::reduce::reduce_with;
+use crate::lower::param::{Extreme, Median, Reduction, Search};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -124,7 +125,7 @@ pub fn kthvalue<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 /// median / nanmedian, whole tensor or along `dim`: the lower median of an ascending sort.
 /// median returns the first NaN when a row has one; nanmedian skips NaNs.
 pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let skip_nan = n.param()? == "nanmedian";
+    let skip_nan = n.param::<Median>()? == Median::NanMedian;
     let x0 = n.arg(0)?;
     let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
         Some(_) if x0.rank() > 0 => (x0.clone(), dim(n.int("dim")?, x0.rank())?),
@@ -139,7 +140,7 @@ pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let size = e.constant(DType::I64, &kept, Scalar::I(x.dims[d]))?;
     let pos = if x.dtype.is_float() {
         let nan = e.convert(&e.compare(&x, &x, Cmp::Ne)?, DType::I64)?;
-        let nans = e.reshape(&reduce_with(e, &nan, &[d], "sum")?, &kept)?;
+        let nans = e.reshape(&reduce_with(e, &nan, &[d], Reduction::Sum)?, &kept)?;
         let finite = e.ew(hlo::SUBTRACT, &[&size, &nans], DType::I64)?;
         let one = e.constant(DType::I64, &kept, Scalar::I(1))?;
         let two = e.constant(DType::I64, &kept, Scalar::I(2))?;
@@ -175,7 +176,7 @@ pub fn searchsorted_legal(c: &Check) -> Result<(), String> {
 /// bucketize(self, boundaries, out_int32, right): how many sequence values lie below each
 /// value (at or below with right=True), by comparing every pair; NaN sorts last.
 pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let bucketize = n.param()? == "bucketize";
+    let bucketize = n.param::<Search>()? == Search::Bucketize;
     let (seq, vals) = if bucketize { (n.arg(1)?, n.arg(0)?) } else { (n.arg(0)?, n.arg(1)?) };
     let right = n.bool_or("right", false)? || n.str_or("side", "left")? == "right";
     let common = crate::lower::promote::result_type(
@@ -206,14 +207,14 @@ pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
             below = e.ew(hlo::OR, &[&below, &both], DType::Bool)?;
         }
     }
-    let count = reduce_with(e, &e.convert(&below, DType::I64)?, &[vr], "sum")?;
+    let count = reduce_with(e, &e.convert(&below, DType::I64)?, &[vr], Reduction::Sum)?;
     Ok(vec![e.convert(&e.reshape(&count, n.out_dims())?, n.out_dtype())?])
 }
 
 /// cummax / cummin (self, dim): running extreme and the index where it was last reached
 /// (later equal values win; NaN wins and sticks), as one prefix reduce_window of pairs.
 pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let want_max = n.param()? == "max";
+    let want_max = n.param::<Extreme>()? == Extreme::Max;
     let x = n.arg(0)?;
     if x.rank() == 0 {
         return scalar_with_index(e, x);
