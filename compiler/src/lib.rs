@@ -2,11 +2,13 @@
 //! docs/architecture.md). Module map:
 //!
 //! - `ir`: the graph IR (petgraph), its text form (printer, parser) and the verifier;
-//! - `registry`: the op registry, what the compiler knows per op (traits, verifier signature,
-//!   lowering rule and legality check, decomposition policy, sharding slot), declared once;
+//! - `registry`: the op vocabulary at the IR floor, each op declared once (identity, traits,
+//!   verifier signature, decomposition policy); each layer's rules sit in side tables keyed
+//!   by `OpId` (`lower::table`, `sharding::table`, `passes::layout_rules`), joined by `catalog`;
 //! - `passes`: the pass registry and manager, one file per pass;
 //! - `analysis`: analyses that change nothing (liveness, the peak-memory estimate, donation);
-//! - `lower`: StableHLO through melior, one rule per op family, dispatched by the registry;
+//! - `sharding`: layouts, the cost of changing them, the per-family rules and their table;
+//! - `lower`: StableHLO through melior, one rule per op family, dispatched by its side table;
 //! - `driver`: the one way through the compiler (parse -> verify -> passes -> analyses ->
 //!   lower), one result and one error type per compile;
 //! - `testing`: `torchtpu-opt`'s `--split-input-file` and `--verify-diagnostics`.
