@@ -226,7 +226,7 @@ fn generate(rng: &mut Rng, ops: &[String]) -> String {
             (0..n_operands).map(|_| values[values.len() - 1 - rng.below(values.len().min(3))]).collect();
         let mut attrs = BTreeMap::new();
         for a in info.map(|i| i.required_attrs).unwrap_or(&[]) {
-            attrs.insert(a.to_string(), attr(rng));
+            attrs.insert(a.name.to_string(), attr(rng));
         }
         for _ in 0..rng.below(4) {
             attrs.insert(rng.pick(&ATTR_NAMES).to_string(), attr(rng));

@@ -69,6 +69,19 @@ fn reshape_and_permute() {
 }
 
 #[test]
+fn required_attributes_have_their_declared_kind() {
+    let e = verify_text(&wrap("  %0 = aten._softmax.default(%a) {dim = \"x\", half_to_float = false} : f32[2, 3]"))
+        .unwrap_err();
+    assert_eq!(e, "node %0 (aten._softmax.default): attribute 'dim' must be an int, got \"x\"");
+    let e = verify_text(&wrap("  %0 = aten.view.default(%a) {size = 1.5} : f32[6]")).unwrap_err();
+    assert_eq!(e, "node %0 (aten.view.default): attribute 'size' must be an int list, got 1.5");
+    // What an exporter may write for a kind is accepted: one int for a list, an int for a number.
+    verify_text(&wrap("  %0 = aten.view.default(%a) {size = 6} : f32[6]")).unwrap();
+    verify_text(&wrap("  %0:2 = aten.native_dropout.default(%a) {p = 0, train = true} : (f32[2, 3], bool[2, 3])"))
+        .unwrap();
+}
+
+#[test]
 fn constants_must_match_their_type() {
     let e = verify_text(&wrap("  %0 = tpu.constant() {value = dense<[1, 2] : i64[2]>} : i32[2]")).unwrap_err();
     assert_eq!(e, "node %0 (tpu.constant): literal type i64[2] differs from the result type i32[2]");

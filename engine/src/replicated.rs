@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use torchtpu_compiler::ir::{Attr, Graph, TensorType};
+use torchtpu_compiler::registry::attrs::GROUPS_LIST;
 use torchtpu_runtime::{Buffer, CompileOptions, Device, Executable};
 
 use crate::{fault_injected, DriverError, Engine, EngineError, Options, Timings};
@@ -89,7 +90,7 @@ impl Engine {
 /// Refuses collectives naming a replica the program does not have (XLA would abort on it).
 fn check_replica_ids(graph: &Graph, replicas: usize) -> Result<(), EngineError> {
     for node in graph.petgraph().node_weights() {
-        if let Some(Attr::IntList(ids)) = node.attr("groups") {
+        if let Some(Attr::IntList(ids)) = node.attr(GROUPS_LIST) {
             if let Some(bad) = ids.iter().find(|&&r| r < 0 || r as usize >= replicas) {
                 return Err(EngineError::Sharding(format!(
                     "{} names replica {bad}, but the program has {replicas} replicas",

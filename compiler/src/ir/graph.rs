@@ -4,6 +4,7 @@
 use super::attr::Attr;
 use super::sharding::{Mesh, Sharding};
 use super::types::{SymRange, TensorType};
+use crate::registry::attrs::AttrKey;
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, NodeIndexable};
 use petgraph::Direction;
@@ -134,8 +135,9 @@ impl Node {
         }
     }
 
-    pub fn attr(&self, name: &str) -> Option<&Attr> {
-        self.attrs.get(name)
+    /// The attribute `key` names, as written.
+    pub fn attr<K>(&self, key: AttrKey<K>) -> Option<&Attr> {
+        self.attrs.get(key.name)
     }
 }
 

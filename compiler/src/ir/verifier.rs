@@ -6,6 +6,7 @@ use super::graph::{is_ident, Graph, NodeId, NodeKind, SourceLoc, Value};
 use super::ops::ShapeRule;
 use super::printer::ValueNames;
 use super::types::{broadcast_shapes, DType, Dim, TensorType};
+use crate::registry::attrs::{DIMS, SIZE, VALUE};
 use std::fmt;
 
 /// A verification failure, naming the node (as printed: `%3`, `%arg0`) and its op, and where
@@ -143,8 +144,14 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
         return Err(format!("expects {} results, got {}", info.results, node.results.len()));
     }
     for a in info.required_attrs {
-        if !node.attrs.contains_key(*a) {
-            return Err(format!("missing required attribute '{a}'"));
+        match node.attrs.get(a.name) {
+            None => return Err(format!("missing required attribute '{}'", a.name)),
+            Some(v) if !a.kind.accepts(v) => {
+                let mut text = String::new();
+                crate::ir::printer::print_attr(&mut text, v);
+                return Err(format!("attribute '{}' must be {}, got {text}", a.name, a.kind.describe()));
+            }
+            Some(_) => {}
         }
     }
     let operand = |i: usize| g.value_type(node.operands[i]);
@@ -205,7 +212,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
                     return Err(format!("reshape changes the element count: {} to {result}", operand(0)));
                 }
             }
-            if let (Some(Attr::IntList(size)), Some(dims)) = (node.attr("size"), result.static_dims()) {
+            if let (Some(Attr::IntList(size)), Some(dims)) = (node.attr(SIZE), result.static_dims()) {
                 let resolved = resolve_size(size, operand(0).numel());
                 if resolved.as_deref() != Some(&dims[..]) {
                     return Err(format!("size {size:?} does not match the result type {result}"));
@@ -213,7 +220,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
             }
         }
         ShapeRule::Permute => {
-            let Some(Attr::IntList(perm)) = node.attr("dims") else { return Err("'dims' must be an int list".into()) };
+            let Some(Attr::IntList(perm)) = node.attr(DIMS) else { return Err("'dims' must be an int list".into()) };
             let input = operand(0);
             let perm = normalize_permutation(perm, input.rank())
                 .ok_or_else(|| format!("dims {perm:?} is not a permutation of rank {}", input.rank()))?;
@@ -222,7 +229,7 @@ fn verify_node(g: &Graph, id: NodeId) -> Result<(), String> {
                 return shape_mismatch(&expected);
             }
         }
-        ShapeRule::Constant => match node.attr("value") {
+        ShapeRule::Constant => match node.attr(VALUE) {
             Some(Attr::Tensor(l)) if &l.ty == result => {}
             Some(Attr::Tensor(l)) => {
                 return Err(format!("literal type {} differs from the result type {result}", l.ty))

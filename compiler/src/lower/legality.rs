@@ -5,6 +5,7 @@
 
 use super::table::{lowering, Lowering};
 use crate::ir::{Attr, DType, Graph, Node, NodeId, NodeKind, SourceLoc, TensorType};
+use crate::registry::attrs::{AttrKey, Kind};
 
 /// A legality check: `Err(reason)` refuses the node's form ("round with decimals != 0").
 pub type LegalFn = fn(&Check) -> Result<(), String>;
@@ -16,25 +17,15 @@ pub struct Check<'g> {
 }
 
 impl<'g> Check<'g> {
-    pub fn attr(&self, name: &str) -> Option<&'g Attr> {
-        self.node.attrs.get(name)
+    /// The attribute `key` names as written.
+    pub fn raw<K>(&self, key: AttrKey<K>) -> Option<&'g Attr> {
+        self.node.attrs.get(key.name)
     }
 
-    /// An int attribute, `default` when absent or `none` (ill-typed attributes are left to the
-    /// rule, which reports them as bad IR).
-    pub fn int_or(&self, name: &str, default: i64) -> i64 {
-        match self.attr(name) {
-            Some(Attr::Int(i)) => *i,
-            Some(Attr::Bool(b)) => *b as i64,
-            _ => default,
-        }
-    }
-
-    pub fn str_or(&self, name: &str, default: &'g str) -> &'g str {
-        match self.attr(name) {
-            Some(Attr::Str(s)) => s,
-            _ => default,
-        }
+    /// The attribute `key` names, `default` when absent, `none` or of another kind (ill-typed
+    /// attributes are left to the rule, which reports them as bad IR).
+    pub fn get_or<K: Kind>(&self, key: AttrKey<K>, default: K::Value<'g>) -> K::Value<'g> {
+        self.raw(key).and_then(|a| K::read(a)).unwrap_or(default)
     }
 
     pub fn out_dtype(&self) -> Option<DType> {

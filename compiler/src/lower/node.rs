@@ -7,6 +7,7 @@ use super::emitter::Tv;
 use super::error::{bad, RuleError, RuleResult};
 use super::param::{FromParam, RuleParam};
 use crate::ir::{Attr, DType, Node};
+use crate::registry::attrs::{AttrKey, Kind};
 
 pub struct NodeCtx<'c, 'a, 'n> {
     pub node: &'n Node,
@@ -62,10 +63,6 @@ impl<'c, 'a, 'n> NodeCtx<'c, 'a, 'n> {
         &self.results[0].1
     }
 
-    pub fn attr(&self, name: &str) -> Option<&'n Attr> {
-        self.node.attrs.get(name)
-    }
-
     pub fn arg(&self, i: usize) -> RuleResult<&Tv<'c, 'a>> {
         match self.args.get(i) {
             Some(t) => Ok(t),
@@ -73,64 +70,30 @@ impl<'c, 'a, 'n> NodeCtx<'c, 'a, 'n> {
         }
     }
 
-    pub fn int(&self, name: &str) -> RuleResult<i64> {
-        match self.attr(name) {
-            Some(Attr::Int(i)) => Ok(*i),
-            Some(Attr::Bool(b)) => Ok(*b as i64),
-            Some(other) => bad!("attribute '{name}' must be an int, got {other:?}"),
-            None => bad!("missing attribute '{name}'"),
+    /// The attribute `key` names, of its kind; missing or of another kind is bad IR.
+    pub fn get<K: Kind>(&self, key: AttrKey<K>) -> RuleResult<K::Value<'n>> {
+        match self.raw(key) {
+            Some(a) => typed(key, a),
+            None => bad!("missing attribute '{}'", key.name),
         }
     }
 
-    pub fn int_or(&self, name: &str, default: i64) -> RuleResult<i64> {
-        match self.attr(name) {
-            None | Some(Attr::None) => Ok(default),
-            Some(_) => self.int(name),
-        }
+    /// The attribute `key` names, or `default` when absent or `none`.
+    pub fn get_or<K: Kind>(&self, key: AttrKey<K>, default: K::Value<'n>) -> RuleResult<K::Value<'n>> {
+        Ok(self.opt(key)?.unwrap_or(default))
     }
 
-    pub fn ints(&self, name: &str) -> RuleResult<Vec<i64>> {
-        match self.attr(name) {
-            Some(Attr::IntList(v)) => Ok(v.clone()),
-            Some(Attr::Int(i)) => Ok(vec![*i]),
-            Some(other) => bad!("attribute '{name}' must be an int list, got {other:?}"),
-            None => bad!("missing attribute '{name}'"),
-        }
-    }
-
-    /// An int list, or `None` when absent or `none` (e.g. `sum`'s `dim=None`).
-    pub fn opt_ints(&self, name: &str) -> RuleResult<Option<Vec<i64>>> {
-        match self.attr(name) {
+    /// The attribute `key` names, or None when absent or `none` (e.g. `sum`'s `dim=None`).
+    pub fn opt<K: Kind>(&self, key: AttrKey<K>) -> RuleResult<Option<K::Value<'n>>> {
+        match self.raw(key) {
             None | Some(Attr::None) => Ok(None),
-            Some(_) => self.ints(name).map(Some),
+            Some(a) => typed(key, a).map(Some),
         }
     }
 
-    pub fn float_or(&self, name: &str, default: f64) -> RuleResult<f64> {
-        match self.attr(name) {
-            None | Some(Attr::None) => Ok(default),
-            Some(a) => match a.as_number() {
-                Some(x) => Ok(x),
-                None => bad!("attribute '{name}' must be a number, got {a:?}"),
-            },
-        }
-    }
-
-    pub fn bool_or(&self, name: &str, default: bool) -> RuleResult<bool> {
-        match self.attr(name) {
-            None | Some(Attr::None) => Ok(default),
-            Some(Attr::Bool(b)) => Ok(*b),
-            Some(Attr::Int(i)) => Ok(*i != 0),
-            Some(a) => bad!("attribute '{name}' must be a bool, got {a:?}"),
-        }
-    }
-
-    pub fn str_or<'s>(&'s self, name: &str, default: &'s str) -> RuleResult<&'s str> {
-        match self.attr(name) {
-            None | Some(Attr::None) => Ok(default),
-            Some(Attr::Str(s)) => Ok(s),
-            Some(a) => bad!("attribute '{name}' must be a string, got {a:?}"),
-        }
+    /// The attribute `key` names as written (a tensor-or-scalar the rule reads itself).
+    pub fn raw<K>(&self, key: AttrKey<K>) -> Option<&'n Attr> {
+        self.node.attrs.get(key.name)
     }
 
     /// Resolves schema parameters in order: an attribute of that name wins, else the next
@@ -139,7 +102,7 @@ impl<'c, 'a, 'n> NodeCtx<'c, 'a, 'n> {
         let mut next = 0;
         names
             .iter()
-            .map(|n| match self.attr(n) {
+            .map(|n| match self.node.attrs.get(*n) {
                 Some(a) => Param::Attr(a),
                 None if next < self.args.len() => {
                     next += 1;
@@ -177,4 +140,12 @@ pub fn axis(d: i64, rank: usize) -> RuleResult<usize> {
         return bad!("dim {d} of a 0-d tensor");
     }
     dim(d, rank)
+}
+
+/// `a` read as `key`'s kind, or bad IR naming the attribute and the kind it must be.
+fn typed<K: Kind>(key: AttrKey<K>, a: &Attr) -> RuleResult<K::Value<'_>> {
+    match K::read(a) {
+        Some(v) => Ok(v),
+        None => bad!("attribute '{}' must be {}, got {a:?}", key.name, K::KIND.describe()),
+    }
 }

@@ -22,6 +22,7 @@ use super::layout_rules::{layout_rule, LayoutRule};
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, TensorType, Value};
 use crate::lower::convolution_runs_as_matmul;
+use crate::registry::attrs::{CHANNELS_LAST, CHANNEL_DIM, DIM, GROUPS, KEEPDIM};
 use petgraph::unionfind::UnionFind;
 use petgraph::visit::NodeIndexable;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -56,7 +57,7 @@ fn permuted(dims: &[i64], perm: &[usize; 4]) -> Vec<i64> {
 /// The reduced dims of a reduction node over a rank-4 operand, normalised and sorted; None
 /// when the attribute is not a list or int (then the node stays out of regions).
 fn reduced_dims(g: &Graph, id: NodeId) -> Option<Vec<i64>> {
-    let mut dims = match g.node(id).attr("dim") {
+    let mut dims = match g.node(id).attr(DIM) {
         Some(Attr::IntList(v)) if !v.is_empty() => v.clone(),
         Some(Attr::Int(d)) => vec![*d],
         _ => return None, // every dim (or no attribute): nothing to renumber, but keep it simple
@@ -99,11 +100,11 @@ fn role(g: &Graph, id: NodeId) -> Option<Role> {
         LayoutRule::Convolution => {
             let w = *node.operands.get(1)?;
             let (xd, wd) = (static_dims(g, x)?, static_dims(g, w)?);
-            let groups = match node.attr("groups") {
+            let groups = match node.attr(GROUPS) {
                 Some(Attr::Int(n)) => *n,
                 _ => 1,
             };
-            if xd.len() != 4 || wd.len() != 4 || !result4 || node.attr("channels_last").is_some() {
+            if xd.len() != 4 || wd.len() != 4 || !result4 || node.attr(CHANNELS_LAST).is_some() {
                 return None;
             }
             if convolution_runs_as_matmul(&xd[2..], &wd[2..], groups) {
@@ -111,21 +112,21 @@ fn role(g: &Graph, id: NodeId) -> Option<Role> {
             }
             Some(Role { rule, operands: vec![0], results: vec![0] })
         }
-        LayoutRule::BatchNorm => (rank4(g, x) && result4 && node.attr("channel_dim").is_none()).then(|| Role {
+        LayoutRule::BatchNorm => (rank4(g, x) && result4 && node.attr(CHANNEL_DIM).is_none()).then(|| Role {
             rule,
             operands: vec![0],
             results: vec![0],
         }),
         LayoutRule::Pool => {
             let results = (0..node.results.len() as u32).filter(|&i| node.results[i as usize].rank() == 4).collect();
-            (rank4(g, x) && node.attr("channels_last").is_none()).then(|| Role { rule, operands: vec![0], results })
+            (rank4(g, x) && node.attr(CHANNELS_LAST).is_none()).then(|| Role { rule, operands: vec![0], results })
         }
         LayoutRule::Reduction => {
             if !rank4(g, x) {
                 return None;
             }
             let dims = reduced_dims(g, id)?;
-            let keepdim = matches!(node.attr("keepdim"), Some(Attr::Bool(true)));
+            let keepdim = matches!(node.attr(KEEPDIM), Some(Attr::Bool(true)));
             if keepdim {
                 return Some(Role { rule, operands: vec![0], results: vec![0] });
             }
@@ -216,16 +217,16 @@ impl Rewriter<'_> {
         let mut attrs = node.attrs.clone();
         match role.rule {
             LayoutRule::Convolution | LayoutRule::Pool => {
-                attrs.insert("channels_last".into(), Attr::Bool(true));
+                attrs.insert(CHANNELS_LAST.name.into(), Attr::Bool(true));
             }
             LayoutRule::BatchNorm => {
-                attrs.insert("channel_dim".into(), Attr::Int(3));
+                attrs.insert(CHANNEL_DIM.name.into(), Attr::Int(3));
             }
             LayoutRule::Reduction => {
                 let dims = reduced_dims(self.g, id).expect("checked by role");
                 let mut renumbered: Vec<i64> = dims.iter().map(|&d| NHWC_POSITION[d as usize]).collect();
                 renumbered.sort_unstable();
-                attrs.insert("dim".into(), Attr::IntList(renumbered));
+                attrs.insert(DIM.name.into(), Attr::IntList(renumbered));
             }
             LayoutRule::Elementwise => {}
         }

@@ -16,6 +16,7 @@ use super::patterns::{splat_value, Scalar};
 use super::{Pass, PassDecl, PassError};
 use crate::ir::verifier::{normalize_dim, normalize_permutation};
 use crate::ir::{Attr, Graph, NodeId, NodeKind, Value};
+use crate::registry::attrs::{ALPHA, DIM0, DIM1, DIMS, MEMORY_FORMAT, OTHER, ROUNDING_MODE, STEP};
 
 #[derive(Default)]
 pub struct Canonicalize;
@@ -68,7 +69,7 @@ fn apply(g: &mut Graph, id: NodeId, rw: Rewrite) {
         Rewrite::SetInput(v) => g.set_operand(id, 0, v),
         Rewrite::Permute(v, dims) => {
             g.set_operand(id, 0, v);
-            g.node_attrs_mut(id).insert("dims".into(), Attr::IntList(dims));
+            g.node_attrs_mut(id).insert(DIMS.name.into(), Attr::IntList(dims));
         }
     }
 }
@@ -99,12 +100,12 @@ fn rewrite_for(g: &Graph, id: NodeId) -> Option<Rewrite> {
 
     match name {
         "alias" | "detach" | "lift_fresh" if same_type_as(x) => return Some(Rewrite::Forward(x)),
-        "clone" | "contiguous" if same_type_as(x) && keeps_layout(node.attr("memory_format")) => {
+        "clone" | "contiguous" if same_type_as(x) && keeps_layout(node.attr(MEMORY_FORMAT)) => {
             return Some(Rewrite::Forward(x))
         }
-        "_to_copy" if same_type_as(x) && keeps_layout(node.attr("memory_format")) => return Some(Rewrite::Forward(x)),
+        "_to_copy" if same_type_as(x) && keeps_layout(node.attr(MEMORY_FORMAT)) => return Some(Rewrite::Forward(x)),
         "expand" | "slice" | "squeeze" | "unsqueeze" | "view" | "reshape" | "_unsafe_view" if same_type_as(x) => {
-            let unit_step = node.attr("step").and_then(Attr::as_int).unwrap_or(1) == 1;
+            let unit_step = node.attr(STEP).and_then(Attr::as_int).unwrap_or(1) == 1;
             if name != "slice" || unit_step {
                 return Some(Rewrite::Forward(x));
             }
@@ -125,13 +126,13 @@ fn rewrite_for(g: &Graph, id: NodeId) -> Option<Rewrite> {
     match name {
         "permute" => {
             let rank = result.rank();
-            let outer = normalize_permutation(node.attr("dims")?.as_int_list()?, rank)?;
+            let outer = normalize_permutation(node.attr(DIMS)?.as_int_list()?, rank)?;
             if outer.iter().enumerate().all(|(i, &p)| i == p) && same_type_as(x) {
                 return Some(Rewrite::Forward(x));
             }
             if producer(x) == Some("permute") {
                 let inner_node = g.node(x.node);
-                let inner = normalize_permutation(inner_node.attr("dims")?.as_int_list()?, rank)?;
+                let inner = normalize_permutation(inner_node.attr(DIMS)?.as_int_list()?, rank)?;
                 // out[i] = mid[outer[i]] = in[inner[outer[i]]]
                 let composed: Vec<i64> = outer.iter().map(|&o| inner[o] as i64).collect();
                 let source = inner_node.operands[0];
@@ -145,8 +146,8 @@ fn rewrite_for(g: &Graph, id: NodeId) -> Option<Rewrite> {
         "transpose" => {
             let rank = result.rank();
             let dims = |n: &crate::ir::Node| {
-                let a = normalize_dim(n.attr("dim0")?.as_int()?, rank)?;
-                let b = normalize_dim(n.attr("dim1")?.as_int()?, rank)?;
+                let a = normalize_dim(n.attr(DIM0)?.as_int()?, rank)?;
+                let b = normalize_dim(n.attr(DIM1)?.as_int()?, rank)?;
                 Some(if a <= b { (a, b) } else { (b, a) })
             };
             let (a, b) = dims(node)?;
@@ -179,17 +180,17 @@ fn identity_operand(g: &Graph, id: NodeId) -> Option<Rewrite> {
     let node = g.node(id);
     let name = node.op()?.name.as_str();
     let result = &node.results[0];
-    let alpha_is_one = node.attr("alpha").is_none_or(|a| a.as_number() == Some(1.0));
+    let alpha_is_one = node.attr(ALPHA).is_none_or(|a| a.as_number() == Some(1.0));
     if !alpha_is_one {
         return None;
     }
-    if name == "div" && !node.attr("rounding_mode").is_none_or(Attr::is_none) {
+    if name == "div" && !node.attr(ROUNDING_MODE).is_none_or(Attr::is_none) {
         return None;
     }
     // The constant side: the second operand, or the `other` attribute of the scalar form.
     let other_of = |i: usize| -> Option<Scalar> {
         match node.operands.len() {
-            1 if i == 1 => Scalar::from_attr(node.attr("other")?),
+            1 if i == 1 => Scalar::from_attr(node.attr(OTHER)?),
             2 => splat_value(g, node.operands[i]),
             _ => None,
         }

@@ -10,6 +10,7 @@ use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::types::DType;
 use crate::ir::verifier::{normalize_dim, normalize_permutation};
 use crate::ir::{Attr, Graph, NodeId, NodeKind, OpName, Value};
+use crate::registry::attrs::{ALPHA, DIM0, DIM1, DIMS, OTHER, ROUNDING_MODE, VALUE};
 use std::collections::BTreeMap;
 
 pub struct FoldConstants {
@@ -63,7 +64,7 @@ impl Pass for FoldConstants {
             let Some(lit) = folded.to_literal() else { continue };
             let ty = lit.ty.clone();
             let mut attrs = BTreeMap::new();
-            attrs.insert("value".to_string(), Attr::Tensor(lit));
+            attrs.insert(VALUE.name.into(), Attr::Tensor(lit));
             let c = g.add_op(OpName::new("tpu", "constant", None), Vec::new(), attrs, vec![ty]);
             g.replace_all_uses(Value::new(id, 0), Value::new(c, 0));
             changed = true;
@@ -107,7 +108,7 @@ impl FoldConstants {
             "_to_copy" => out(args[0].vals.iter().map(|v| v.cast(dt)).collect::<Option<_>>()?),
             "expand" => out(broadcast_to(&args[0], &dims)?),
             "permute" => {
-                let perm = normalize_permutation(node.attr("dims")?.as_int_list()?, dims.len())?;
+                let perm = normalize_permutation(node.attr(DIMS)?.as_int_list()?, dims.len())?;
                 out(permute(&args[0], &perm)?)
             }
             "transpose" | "t" => {
@@ -121,8 +122,8 @@ impl FoldConstants {
                         (0, 1)
                     } else {
                         (
-                            normalize_dim(node.attr("dim0")?.as_int()?, rank)?,
-                            normalize_dim(node.attr("dim1")?.as_int()?, rank)?,
+                            normalize_dim(node.attr(DIM0)?.as_int()?, rank)?,
+                            normalize_dim(node.attr(DIM1)?.as_int()?, rank)?,
                         )
                     };
                     perm.swap(a, b);
@@ -145,12 +146,12 @@ impl FoldConstants {
             "add" | "sub" | "mul" | "div" | "maximum" | "minimum" | "eq" | "ne" | "lt" | "le" | "gt" | "ge"
             | "logical_and" | "logical_or" => {
                 let (a, b) = binary_operands(node, &args, &ty)?;
-                let alpha_ok = node.attr("alpha").is_none_or(|a| a.as_number() == Some(1.0));
+                let alpha_ok = node.attr(ALPHA).is_none_or(|a| a.as_number() == Some(1.0));
                 if !alpha_ok {
                     // PyTorch fuses `a + alpha * b` into one FMA on CPU; do not guess its rounding.
                     return None;
                 }
-                let mode = match node.attr("rounding_mode") {
+                let mode = match node.attr(ROUNDING_MODE) {
                     None | Some(Attr::None) => None,
                     Some(Attr::Str(m)) => Some(m.as_str()),
                     _ => return None,
@@ -204,7 +205,7 @@ fn binary_operands(
     match args.len() {
         2 => Some((args[0].clone(), args[1].clone())),
         1 => {
-            let s = Scalar::from_attr(node.attr("other")?)?;
+            let s = Scalar::from_attr(node.attr(OTHER)?)?;
             // A Python scalar takes the dtype of the computation (the result's, or the
             // tensor's for comparisons).
             let dtype = if ty.dtype == DType::Bool { args[0].ty.dtype } else { ty.dtype };

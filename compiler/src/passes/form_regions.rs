@@ -8,6 +8,7 @@
 
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, NodeKind};
+use crate::registry::attrs::REGION;
 use crate::registry::{self, Traits};
 use petgraph::unionfind::UnionFind;
 use petgraph::visit::NodeIndexable;
@@ -86,8 +87,8 @@ impl Pass for FormRegions {
                 next - 1
             });
             let attrs = g.node_attrs_mut(id);
-            if attrs.get("region") != Some(&Attr::Int(n)) {
-                attrs.insert("region".into(), Attr::Int(n));
+            if attrs.get(REGION.name) != Some(&Attr::Int(n)) {
+                attrs.insert(REGION.name.into(), Attr::Int(n));
                 changed = true;
             }
         }

@@ -13,6 +13,7 @@
 
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, Value};
+use crate::registry::attrs::{ALPHA, DIM, DTYPE, KEEPDIM};
 use std::collections::BTreeMap;
 
 #[derive(Default)]
@@ -31,14 +32,14 @@ fn is_op(g: &Graph, v: Value, base: &str) -> Option<NodeId> {
 /// The single reduced dim of a keepdim sum/amax node, normalised.
 fn keepdim_dim(g: &Graph, id: NodeId) -> Option<i64> {
     let node = g.node(id);
-    if !matches!(node.attr("keepdim"), Some(Attr::Bool(true))) {
+    if !matches!(node.attr(KEEPDIM), Some(Attr::Bool(true))) {
         return None;
     }
-    if node.attr("dtype").is_some_and(|a| !a.is_none()) {
+    if node.attr(DTYPE).is_some_and(|a| !a.is_none()) {
         return None;
     }
     let rank = g.value_type(node.operands[0]).rank() as i64;
-    let d = match node.attr("dim")? {
+    let d = match node.attr(DIM)? {
         Attr::IntList(v) if v.len() == 1 => v[0],
         Attr::Int(d) => *d,
         _ => return None,
@@ -58,7 +59,7 @@ fn sum_of_exp(g: &Graph, v: Value) -> Option<(NodeId, Value, i64)> {
 fn minus_row_max(g: &Graph, v: Value, d: i64) -> Option<Value> {
     let sub = is_op(g, v, "aten.sub")?;
     let node = g.node(sub);
-    if node.operands.len() != 2 || node.attr("alpha").is_some_and(|a| !matches!(a, Attr::Int(1))) {
+    if node.operands.len() != 2 || node.attr(ALPHA).is_some_and(|a| !matches!(a, Attr::Int(1))) {
         return None;
     }
     let m = is_op(g, node.operands[1], "aten.amax")?;
@@ -104,7 +105,7 @@ impl Pass for FuseSoftmax {
                     changed = true;
                 }
                 // x - log(sum(exp(x))).
-                "aten.sub" if node.attr("alpha").is_none_or(|al| matches!(al, Attr::Int(1))) => {
+                "aten.sub" if node.attr(ALPHA).is_none_or(|al| matches!(al, Attr::Int(1))) => {
                     let Some(l) = is_op(g, b, "aten.log") else { continue };
                     let Some((_, inner, d)) = sum_of_exp(g, g.node(l).operands[0]) else { continue };
                     if inner != a {

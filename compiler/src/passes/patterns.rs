@@ -3,6 +3,7 @@
 
 pub(crate) use crate::ir::Scalar;
 use crate::ir::{Attr, DType, Elements, Graph, Literal, NodeKind, TensorType, Value};
+use crate::registry::attrs::{AttrKey, Number, FILL_VALUE, S, START_NUMBER, STEP_NUMBER, VALUE};
 
 /// A constant tensor with a static shape, element by element.
 #[derive(Clone, Debug)]
@@ -43,7 +44,7 @@ pub(crate) fn splat_value(g: &Graph, v: Value) -> Option<Scalar> {
     let dtype = node.results.first()?.dtype;
     let raw = match (op.namespace.as_str(), op.name.as_str()) {
         ("tpu", "constant") => {
-            let Some(Attr::Tensor(l)) = node.attr("value") else { return None };
+            let Some(Attr::Tensor(l)) = node.attr(VALUE) else { return None };
             let vals = literal_scalars(l);
             let first = *vals.first()?;
             if !vals.iter().all(|x| *x == first || (x.as_f64().is_nan() && first.as_f64().is_nan())) {
@@ -51,8 +52,8 @@ pub(crate) fn splat_value(g: &Graph, v: Value) -> Option<Scalar> {
             }
             first
         }
-        ("aten", "full") => Scalar::from_attr(node.attr("fill_value")?)?,
-        ("aten", "scalar_tensor") => Scalar::from_attr(node.attr("s")?)?,
+        ("aten", "full") => Scalar::from_attr(node.attr(FILL_VALUE)?)?,
+        ("aten", "scalar_tensor") => Scalar::from_attr(node.attr(S)?)?,
         _ => return None,
     };
     raw.cast(dtype)
@@ -69,11 +70,11 @@ pub(crate) fn const_tensor(g: &Graph, v: Value, max_elements: i64) -> Option<Con
         return None;
     }
     let vals = if op.is("tpu", "constant") {
-        let Some(Attr::Tensor(l)) = node.attr("value") else { return None };
+        let Some(Attr::Tensor(l)) = node.attr(VALUE) else { return None };
         literal_scalars(l)
     } else if op.is("aten", "arange") {
-        let num = |k: &str, d: f64| node.attr(k).map_or(Some(d), Attr::as_number);
-        let (start, step) = (num("start", 0.0)?, num("step", 1.0)?);
+        let num = |k: AttrKey<Number>, d: f64| node.attr(k).map_or(Some(d), Attr::as_number);
+        let (start, step) = (num(START_NUMBER, 0.0)?, num(STEP_NUMBER, 1.0)?);
         // PyTorch computes `start + i * step` in double, then casts to the dtype.
         (0..numel).map(|i| Scalar::F(start + i as f64 * step).cast(ty.dtype)).collect::<Option<_>>()?
     } else {

@@ -13,6 +13,7 @@
 //! Ops the registry does not describe are still valid IR: the verifier checks only the
 //! generic invariants, and lowering reports them unsupported (the backend runs them eagerly).
 
+pub mod attrs;
 mod table;
 
 use crate::ir::ops::{Arity, ShapeRule};
@@ -68,7 +69,8 @@ impl Traits {
 pub struct Signature {
     pub operands: Arity,
     pub results: Arity,
-    pub required_attrs: &'static [&'static str],
+    /// Attributes every node of the op carries, each of its declared kind (`attrs.rs`).
+    pub required_attrs: &'static [attrs::AttrSpec],
     pub shape: ShapeRule,
 }
 

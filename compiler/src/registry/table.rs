@@ -3,6 +3,7 @@
 //! table that has a rule for it (`lower/table.rs`, `sharding/table.rs`,
 //! `passes/layout_rules.rs`).
 
+use super::attrs::*;
 use super::{Decomposition as D, OpDef, Signature, Traits as T};
 use crate::ir::ops::Arity::{AtLeast, Between, Exactly};
 use crate::ir::ops::ShapeRule;
@@ -14,7 +15,7 @@ const fn op(name: &'static str) -> OpDef {
 const fn sig(
     operands: crate::ir::ops::Arity,
     results: usize,
-    required_attrs: &'static [&'static str],
+    required_attrs: &'static [AttrSpec],
     shape: ShapeRule,
 ) -> Signature {
     Signature { operands, results: Exactly(results), required_attrs, shape }
@@ -31,23 +32,23 @@ const REDUCE: Signature = sig(Exactly(1), 1, &[], ShapeRule::Free);
 const MM: Signature = sig(Exactly(2), 1, &[], ShapeRule::MatMul);
 const BMM: Signature = sig(Exactly(2), 1, &[], ShapeRule::BatchMatMul);
 const ADDMM: Signature = sig(Exactly(3), 1, &[], ShapeRule::AddMm);
-const RESHAPE: Signature = sig(Exactly(1), 1, &["size"], ShapeRule::Reshape);
-const PERMUTE: Signature = sig(Exactly(1), 1, &["dims"], ShapeRule::Permute);
-const TRANSPOSE: Signature = sig(Exactly(1), 1, &["dim0", "dim1"], ShapeRule::Free);
+const RESHAPE: Signature = sig(Exactly(1), 1, &[SIZE.spec()], ShapeRule::Reshape);
+const PERMUTE: Signature = sig(Exactly(1), 1, &[DIMS.spec()], ShapeRule::Permute);
+const TRANSPOSE: Signature = sig(Exactly(1), 1, &[DIM0.spec(), DIM1.spec()], ShapeRule::Free);
 const VIEWLIKE: Signature = sig(Exactly(1), 1, &[], ShapeRule::Free);
-const LAYER_NORM: Signature = sig(Between(1, 3), 3, &["normalized_shape", "eps"], ShapeRule::Free);
-const DROPOUT: Signature = sig(Exactly(1), 2, &["p"], ShapeRule::SameShape);
-const SOFTMAX: Signature = sig(Exactly(1), 1, &["dim"], ShapeRule::SameShape);
-const FULL: Signature = sig(Exactly(0), 1, &["size", "fill_value"], ShapeRule::Free);
-const SCALAR_TENSOR: Signature = sig(Exactly(0), 1, &["s"], ShapeRule::Free);
-const ARANGE: Signature = sig(Exactly(0), 1, &["end"], ShapeRule::Free);
-const CAT: Signature = sig(AtLeast(1), 1, &["dim"], ShapeRule::Free);
+const LAYER_NORM: Signature = sig(Between(1, 3), 3, &[NORMALIZED_SHAPE.spec(), EPS.spec()], ShapeRule::Free);
+const DROPOUT: Signature = sig(Exactly(1), 2, &[P.spec()], ShapeRule::SameShape);
+const SOFTMAX: Signature = sig(Exactly(1), 1, &[DIM.spec()], ShapeRule::SameShape);
+const FULL: Signature = sig(Exactly(0), 1, &[SIZE.spec(), FILL_VALUE.spec()], ShapeRule::Free);
+const SCALAR_TENSOR: Signature = sig(Exactly(0), 1, &[S.spec()], ShapeRule::Free);
+const ARANGE: Signature = sig(Exactly(0), 1, &[END.spec()], ShapeRule::Free);
+const CAT: Signature = sig(AtLeast(1), 1, &[DIM.spec()], ShapeRule::Free);
 // Collectives of replicated programs (`lower/ops/collective.rs`): the replica groups are required.
-const COLLECTIVE: Signature = sig(Exactly(1), 1, &["groups", "group_size"], ShapeRule::Free);
-const CONSTANT: Signature = sig(Exactly(0), 1, &["value"], ShapeRule::Constant);
+const COLLECTIVE: Signature = sig(Exactly(1), 1, &[GROUPS_LIST.spec(), GROUP_SIZE.spec()], ShapeRule::Free);
+const CONSTANT: Signature = sig(Exactly(0), 1, &[VALUE.spec()], ShapeRule::Constant);
 // Device random draws: (state) -> (next state, values); `lower/ops/random.rs` checks the types.
-const RNG_RANGE: Signature = sig(Exactly(1), 2, &["low", "high"], ShapeRule::Free);
-const RNG_NORMAL: Signature = sig(Exactly(1), 2, &["mean", "std"], ShapeRule::Free);
+const RNG_RANGE: Signature = sig(Exactly(1), 2, &[LOW.spec(), HIGH.spec()], ShapeRule::Free);
+const RNG_NORMAL: Signature = sig(Exactly(1), 2, &[MEAN.spec(), STD.spec()], ShapeRule::Free);
 
 // One line per op: the table reads as a table.
 #[rustfmt::skip]

@@ -13,6 +13,7 @@ pub mod table;
 
 use crate::ir::printer::ValueNames;
 use crate::ir::{Attr, Graph, Mesh, NodeKind, Origin, Sharding, TensorType, Value};
+use crate::registry::attrs::{BYTES, COLLECTIVE, CONSUMER};
 
 /// One collective the propagation planned (a `tpu.reshard` or a user's constraint; local
 /// slices, which move nothing, are not collectives).
@@ -61,12 +62,12 @@ impl ShardingPlan {
                 continue;
             }
             // No change, or a local slice (it moves nothing): not a collective.
-            let Some(collective) = node.attr("collective").and_then(Attr::as_str) else { continue };
+            let Some(collective) = node.attr(COLLECTIVE).and_then(Attr::as_str) else { continue };
             if collective == "none" || collective == "slice" {
                 continue;
             }
             let v = Value::new(id, 0);
-            let consumer = match node.attr("consumer").and_then(Attr::as_str) {
+            let consumer = match node.attr(CONSUMER).and_then(Attr::as_str) {
                 _ if op.is("tpu", "sharding_constraint") => "constraint",
                 Some(c) => c,
                 None => "output",
@@ -75,7 +76,7 @@ impl ShardingPlan {
                 node: names.node(id).to_string(),
                 consumer: consumer.to_string(),
                 collective: collective.to_string(),
-                bytes_per_device: node.attr("bytes").and_then(|a| a.as_int()).unwrap_or(0).max(0) as u64,
+                bytes_per_device: node.attr(BYTES).and_then(|a| a.as_int()).unwrap_or(0).max(0) as u64,
                 line: node.loc.map(|l| l.line),
                 to: layout(v),
             });

@@ -8,6 +8,9 @@
 
 use super::{local_bytes, reshard, Target};
 use crate::ir::{Attr, Mesh, Node, Origin, Sharding, TensorType};
+use crate::registry::attrs::{
+    ACCUMULATE, BROADCAST_DIMENSIONS, DIM, DIM0, DIM1, DIMS, INDICES, NORMALIZED_SHAPE, TRANSPOSED,
+};
 
 /// What a rule sees: the node, its operands' types and their current layouts.
 pub struct OpView<'a> {
@@ -180,7 +183,7 @@ fn norm_dim(d: i64, rank: usize) -> Option<usize> {
 
 /// The dims a reduction reduces: `dim`/`dims` as an int or a list; none or `[]` is all.
 fn reduced_dims(node: &Node, rank: usize) -> Vec<usize> {
-    let attr = node.attr("dim").or_else(|| node.attr("dims"));
+    let attr = node.attr(DIM).or_else(|| node.attr(DIMS));
     let listed: Vec<i64> = match attr {
         Some(Attr::Int(d)) => vec![*d],
         Some(Attr::IntList(l)) => l.clone(),
@@ -334,7 +337,7 @@ pub fn permute(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
     let input = summed(v, 0);
     let rank = input.len();
-    let perm: Vec<usize> = match (v.node.attr("dims"), v.node.attr("dim0"), v.node.attr("dim1")) {
+    let perm: Vec<usize> = match (v.node.attr(DIMS), v.node.attr(DIM0), v.node.attr(DIM1)) {
         (Some(Attr::IntList(p)), _, _) => p.iter().filter_map(|&d| norm_dim(d, rank)).collect(),
         (_, Some(a), Some(b)) => {
             let (a, b) = (norm_dim(a.as_int().unwrap_or(0), rank), norm_dim(b.as_int().unwrap_or(0), rank));
@@ -359,7 +362,7 @@ pub fn broadcast(v: &OpView<'_>, name: &'static str) -> Decision {
     let input = summed(v, 0);
     let shape = static_shape(v.types[0]);
     let out = static_shape(&v.node.results[0]);
-    let result = match v.node.attr("broadcast_dimensions").and_then(Attr::as_int_list) {
+    let result = match v.node.attr(BROADCAST_DIMENSIONS).and_then(Attr::as_int_list) {
         Some(map) => {
             let mut r = vec![Vec::new(); out.len()];
             for (i, &d) in map.iter().enumerate() {
@@ -374,7 +377,7 @@ pub fn broadcast(v: &OpView<'_>, name: &'static str) -> Decision {
         None => lift(&input, &shape, &out),
     };
     let kept = project(&result, &shape, &out);
-    let operands = if v.node.attr("broadcast_dimensions").is_some() { input } else { kept };
+    let operands = if v.node.attr(BROADCAST_DIMENSIONS).is_some() { input } else { kept };
     Decision { operands: vec![layout(operands, &origin)], results: vec![layout(fit(v.mesh, result, &out), &origin)] }
 }
 
@@ -460,7 +463,7 @@ pub fn reshape(v: &OpView<'_>, name: &'static str) -> Decision {
 
 /// The dim an op indexes along (`dim`, default 0).
 fn touched_dim(node: &Node, rank: usize) -> Option<usize> {
-    let d = node.attr("dim").and_then(Attr::as_int).unwrap_or(0);
+    let d = node.attr(DIM).and_then(Attr::as_int).unwrap_or(0);
     norm_dim(d, rank)
 }
 
@@ -556,7 +559,7 @@ pub fn embedding(v: &OpView<'_>, name: &'static str) -> Decision {
 pub fn normalize(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
     let rank = v.types[0].shape.len();
-    let normalized: Vec<usize> = match v.node.attr("normalized_shape").and_then(Attr::as_int_list) {
+    let normalized: Vec<usize> = match v.node.attr(NORMALIZED_SHAPE).and_then(Attr::as_int_list) {
         Some(s) => (rank.saturating_sub(s.len())..rank).collect(),
         None => touched_dim(v.node, rank).into_iter().collect(),
     };
@@ -573,7 +576,7 @@ pub fn convolution(v: &OpView<'_>, name: &'static str) -> Decision {
     if v.types.len() < 2 || v.types[0].shape.len() < 2 || v.types[1].shape.len() < 2 {
         return replicated(v, Origin::NoRule);
     }
-    let transposed = matches!(v.node.attr("transposed"), Some(Attr::Bool(true)));
+    let transposed = matches!(v.node.attr(TRANSPOSED), Some(Attr::Bool(true)));
     let fdim = usize::from(transposed);
     let (x, w) = (summed(v, 0), summed(v, 1));
     let batch = x.first().cloned().unwrap_or_default();
@@ -614,7 +617,7 @@ pub fn factory(v: &OpView<'_>, name: &'static str) -> Decision {
 /// else those dims are gathered. Other forms gather.
 pub fn index_put(v: &OpView<'_>, name: &'static str) -> Decision {
     let origin = rule_origin(name);
-    let one_index_on_dim0 = matches!(v.node.attr("indices"), Some(Attr::IntList(l)) if l.as_slice() == [0]);
+    let one_index_on_dim0 = matches!(v.node.attr(INDICES), Some(Attr::IntList(l)) if l.as_slice() == [0]);
     if !one_index_on_dim0 || v.types.len() != 3 || v.types[0].shape.is_empty() {
         return replicated(v, Origin::NoRule);
     }
@@ -623,7 +626,7 @@ pub fn index_put(v: &OpView<'_>, name: &'static str) -> Decision {
     if values.len() != k + this.len() - 1 || values[..k] != index[..] || values[k..] != this[1..] {
         return replicated(v, Origin::NoRule);
     }
-    let accumulate = matches!(v.node.attr("accumulate"), Some(Attr::Bool(true)));
+    let accumulate = matches!(v.node.attr(ACCUMULATE), Some(Attr::Bool(true)));
     let current = summed(v, 2);
     let rows: Dims = if accumulate { current[..k].to_vec() } else { vec![Vec::new(); k] };
     let mut trailing: Dims = vec![Vec::new()];

@@ -10,6 +10,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
+use crate::registry::attrs::{CONCAT_DIM, DIM, GROUPS, GROUPS_LIST, GROUP_SIZE, REDUCE_OP, SPLIT_DIM, SRC};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -18,8 +19,8 @@ const REDUCE_OPS: [&str; 5] = ["sum", "avg", "product", "min", "max"];
 
 /// The replica groups as StableHLO's `replica_groups` attribute text.
 fn replica_groups(n: &NodeCtx) -> RuleResult<(String, i64)> {
-    let ids = n.ints("groups")?;
-    let size = n.int("group_size")?;
+    let ids = n.get(GROUPS_LIST)?;
+    let size = n.get(GROUP_SIZE)?;
     if size < 1 || ids.is_empty() || ids.len() as i64 % size != 0 {
         return bad!("groups {ids:?} do not split into groups of {size}");
     }
@@ -52,7 +53,7 @@ fn reducing<'c, 'a>(
     extra: &[(&str, melior::ir::Attribute<'c>)],
 ) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let kind = n.str_or("reduce_op", "sum")?;
+    let kind = n.get_or(REDUCE_OP, "sum")?;
     let (groups, size) = replica_groups(n)?;
     let d = x.dtype;
     let op = combiner(kind, d);
@@ -78,7 +79,7 @@ pub fn all_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
 /// `c10d.reduce_scatter(x) {reduce_op, dim, groups, group_size}`: the reduction, split along
 /// `dim` in group order; replica i of a group keeps the i-th piece.
 pub fn reduce_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let dim = n.int_or("dim", 0)?;
+    let dim = n.get_or(DIM, 0)?;
     let scatter = e.attr(&format!("{dim} : i64"))?;
     reducing(e, n, hlo::REDUCE_SCATTER, &[("scatter_dimension", scatter)])
 }
@@ -88,7 +89,7 @@ pub fn reduce_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
 pub fn all_gather<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let (groups, _) = replica_groups(n)?;
-    let dim = n.int_or("dim", 0)?;
+    let dim = n.get_or(DIM, 0)?;
     let attrs = [("all_gather_dim", e.attr(&format!("{dim} : i64"))?), ("replica_groups", e.attr(&groups)?)];
     Ok(vec![e.op(hlo::ALL_GATHER, &[x], x.dtype, n.out_dims(), &attrs)?])
 }
@@ -100,8 +101,8 @@ pub fn all_to_all<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let x = n.arg(0)?;
     let (groups, size) = replica_groups(n)?;
     let attrs = [
-        ("split_dimension", e.attr(&format!("{} : i64", n.int_or("split_dim", 0)?))?),
-        ("concat_dimension", e.attr(&format!("{} : i64", n.int_or("concat_dim", 0)?))?),
+        ("split_dimension", e.attr(&format!("{} : i64", n.get_or(SPLIT_DIM, 0)?))?),
+        ("concat_dimension", e.attr(&format!("{} : i64", n.get_or(CONCAT_DIM, 0)?))?),
         ("split_count", e.attr(&format!("{size} : i64"))?),
         ("replica_groups", e.attr(&groups)?),
     ];
@@ -114,7 +115,7 @@ pub fn all_to_all<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
 pub fn broadcast<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let (groups, size) = replica_groups(n)?;
-    let src = n.int("src")?;
+    let src = n.get(SRC)?;
     let mut one = vec![1];
     one.extend_from_slice(&x.dims);
     let lifted = e.reshape(x, &one)?;
@@ -133,10 +134,10 @@ pub fn broadcast<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
 /// The groups every collective checks: ids that split into groups of `group_size`, each id
 /// at most once.
 fn groups_legal(c: &Check) -> Result<(), String> {
-    let Some(crate::ir::Attr::IntList(ids)) = c.attr("groups") else {
+    let Some(crate::ir::Attr::IntList(ids)) = c.raw(GROUPS) else {
         return Err("needs `groups`, the replica ids group by group".into());
     };
-    let size = c.int_or("group_size", 0);
+    let size = c.get_or(GROUP_SIZE, 0);
     if size < 1 || ids.is_empty() || ids.len() as i64 % size != 0 {
         return Err(format!("groups {ids:?} do not split into groups of {size}"));
     }
@@ -151,7 +152,7 @@ fn groups_legal(c: &Check) -> Result<(), String> {
 
 pub fn reducing_legal(c: &Check) -> Result<(), String> {
     groups_legal(c)?;
-    let kind = c.str_or("reduce_op", "sum");
+    let kind = c.get_or(REDUCE_OP, "sum");
     if !REDUCE_OPS.contains(&kind) {
         return Err(format!("reduce_op {kind:?} is not one of {REDUCE_OPS:?}"));
     }
@@ -167,8 +168,8 @@ pub fn gather_legal(c: &Check) -> Result<(), String> {
 
 pub fn broadcast_legal(c: &Check) -> Result<(), String> {
     groups_legal(c)?;
-    let src = c.int_or("src", -1);
-    if !(0..c.int_or("group_size", 0)).contains(&src) {
+    let src = c.get_or(SRC, -1);
+    if !(0..c.get_or(GROUP_SIZE, 0)).contains(&src) {
         return Err(format!("src {src} is not a position in the group"));
     }
     Ok(())

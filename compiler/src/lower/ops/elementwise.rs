@@ -10,6 +10,7 @@ use crate::lower::names::{chlo, hlo};
 use crate::lower::node::{NodeCtx, Param};
 use crate::lower::param::{Clamp, Classify, Extreme, LogBase};
 use crate::lower::promote::{result_type, Operand};
+use crate::registry::attrs::{ALPHA, APPROXIMATE, DECIMALS, MAX_VAL, MIN_VAL, ROUNDING_MODE};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -69,7 +70,7 @@ pub fn not_of_bool(c: &Check) -> Result<(), String> {
 
 /// `round(x, decimals)`: only `decimals = 0` is lowered.
 pub fn round_legal(c: &Check) -> Result<(), String> {
-    match c.int_or("decimals", 0) {
+    match c.get_or(DECIMALS, 0) {
         0 => Ok(()),
         _ => Err("round with decimals != 0".into()),
     }
@@ -156,7 +157,7 @@ pub fn log_base<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 
 pub fn gelu_rule<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = e.convert(n.arg(0)?, n.out_dtype())?;
-    Ok(vec![gelu(e, &x, n.str_or("approximate", "none")?)?])
+    Ok(vec![gelu(e, &x, n.get_or(APPROXIMATE, "none")?)?])
 }
 
 pub fn atan<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
@@ -239,7 +240,7 @@ fn operands<'c, 'a>(
 /// `alpha * x` for add/sub/rsub's `alpha` (absent or 1: `x`).
 fn scaled_by_alpha<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>, x: Tv<'c, 'a>) -> RuleResult<Tv<'c, 'a>> {
     let out = n.out_dtype();
-    match n.attr("alpha").and_then(Scalar::from_attr) {
+    match n.raw(ALPHA).and_then(Scalar::from_attr) {
         Some(al) if !al.is_one() => {
             let c = e.constant(out, &x.dims.clone(), al)?;
             e.ew(if out == DType::Bool { hlo::AND } else { hlo::MULTIPLY }, &[&x, &c], out)
@@ -257,7 +258,7 @@ fn divide<'c, 'a>(
     b: &Tv<'c, 'a>,
 ) -> RuleResult<Tv<'c, 'a>> {
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
-    match n.str_or("rounding_mode", "")? {
+    match n.get_or(ROUNDING_MODE, "")? {
         "" if out.is_float() || out.is_complex() => e.ew(hlo::DIVIDE, &[a, b], out),
         "" => bad!("true division must produce a floating result, the IR says {out}"),
         "trunc" if out.is_float() => {
@@ -465,8 +466,8 @@ pub fn identity<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 pub fn hardtanh<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
     let x = e.convert(n.arg(0)?, out)?;
-    let lo = e.constant(out, &dims, Scalar::F(n.float_or("min_val", -1.0)?))?;
-    let hi = e.constant(out, &dims, Scalar::F(n.float_or("max_val", 1.0)?))?;
+    let lo = e.constant(out, &dims, Scalar::F(n.get_or(MIN_VAL, -1.0)?))?;
+    let hi = e.constant(out, &dims, Scalar::F(n.get_or(MAX_VAL, 1.0)?))?;
     Ok(vec![e.minmax(&e.minmax(&x, &lo, true)?, &hi, false)?])
 }
 

@@ -10,6 +10,7 @@ use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
 use crate::lower::param::Fill;
+use crate::registry::attrs::{AttrKey, Number, FILL_VALUE, S, START_NUMBER, STEP_NUMBER, VALUE};
 use melior::ir::attribute::DenseElementsAttribute;
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
@@ -20,10 +21,13 @@ pub fn fill<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let value = match n.param()? {
         Fill::Zero => Scalar::I(0),
         Fill::One => Scalar::I(1),
-        from @ (Fill::FillValue | Fill::S) => match n.attr(from.text()).and_then(Scalar::from_attr) {
-            Some(s) => s,
-            None => return bad!("{} must be a number", from.text()),
-        },
+        from @ (Fill::FillValue | Fill::S) => {
+            let key = if from == Fill::S { S } else { FILL_VALUE };
+            match n.raw(key).and_then(Scalar::from_attr) {
+                Some(s) => s,
+                None => return bad!("{} must be a number", key.name),
+            }
+        }
     };
     Ok(vec![e.constant(n.out_dtype(), n.out_dims(), value)?])
 }
@@ -37,14 +41,14 @@ pub fn arange<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
         return bad!("arange must produce a 1-D tensor");
     }
     let compute = if out.is_float() { DType::F64 } else { DType::I64 };
-    let get = |k: &str, d: f64| -> RuleResult<Scalar> {
-        Ok(match n.attr(k) {
+    let get = |k: AttrKey<Number>, d: f64| -> RuleResult<Scalar> {
+        Ok(match n.raw(k) {
             None | Some(Attr::None) => Scalar::F(d),
             Some(a) => Scalar::from_attr(a)
-                .ok_or_else(|| crate::lower::error::RuleError::Bad(format!("{k} must be a number")))?,
+                .ok_or_else(|| crate::lower::error::RuleError::Bad(format!("{} must be a number", k.name)))?,
         })
     };
-    let (start, step) = (get("start", 0.0)?, get("step", 1.0)?);
+    let (start, step) = (get(START_NUMBER, 0.0)?, get(STEP_NUMBER, 1.0)?);
     let i = e.iota(compute, &dims, 0)?;
     let step_c = e.constant(compute, &dims, step)?;
     let start_c = e.constant(compute, &dims, start)?;
@@ -55,7 +59,7 @@ pub fn arange<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 
 /// `tpu.constant`: literals of real dtypes (complex literals are not lowered).
 pub fn literal_legal(c: &Check) -> Result<(), String> {
-    match c.attr("value") {
+    match c.raw(VALUE) {
         Some(Attr::Tensor(l)) if l.ty.dtype.is_complex() => Err(format!("literals of dtype {}", l.ty.dtype)),
         _ => Ok(()),
     }
@@ -63,7 +67,7 @@ pub fn literal_legal(c: &Check) -> Result<(), String> {
 
 /// `tpu.constant {value = dense<...>}`: the literal as a StableHLO constant.
 pub fn constant<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    let Some(Attr::Tensor(lit)) = n.attr("value") else { return bad!("'value' must be a dense literal") };
+    let Some(Attr::Tensor(lit)) = n.raw(VALUE) else { return bad!("'value' must be a dense literal") };
     let dims = n.out_dims().to_vec();
     let d = lit.ty.dtype;
     // f16/bf16 literals are held at f32 precision in the IR: emit f32 and convert.

@@ -13,6 +13,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::param::Part;
+use crate::registry::attrs::{DIM_LIST, FORWARD, LAST_DIM_SIZE, NORMALIZATION, ONESIDED};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -87,7 +88,7 @@ fn norm_factor(mode: i64, n: i64, xla_divided: bool) -> RuleResult<f64> {
 }
 
 fn signal_dims(n: &NodeCtx, rank: usize) -> RuleResult<Vec<usize>> {
-    n.ints("dim")?.iter().map(|&d| dim(d, rank)).collect()
+    n.get(DIM_LIST)?.iter().map(|&d| dim(d, rank)).collect()
 }
 
 /// _fft_r2c(self, dim, normalization, onesided): the last listed dim is halved when onesided.
@@ -97,7 +98,7 @@ pub fn r2c<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let Some((&last, rest)) = dims.split_last() else { return bad!("_fft_r2c needs at least one dim") };
     let size: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let real = e.convert(x, real_of(n.out_dtype()))?;
-    let mut y = if n.bool_or("onesided", true)? {
+    let mut y = if n.get_or(ONESIDED, true)? {
         fft_1d(e, &real, last, "RFFT", x.dims[last])?
     } else {
         let c = e.convert(&real, n.out_dtype())?;
@@ -106,20 +107,20 @@ pub fn r2c<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     for &d in rest {
         y = fft_1d(e, &y, d, "FFT", y.dims[d])?;
     }
-    Ok(vec![scale(e, &y, norm_factor(n.int("normalization")?, size, false)?)?])
+    Ok(vec![scale(e, &y, norm_factor(n.get(NORMALIZATION)?, size, false)?)?])
 }
 
 /// _fft_c2c(self, dim, normalization, forward).
 pub fn c2c<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = e.convert(n.arg(0)?, n.out_dtype())?;
     let dims = signal_dims(n, x.rank())?;
-    let forward = n.bool_or("forward", true)?;
+    let forward = n.get_or(FORWARD, true)?;
     let size: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let mut y = x;
     for &d in &dims {
         y = fft_1d(e, &y, d, if forward { "FFT" } else { "IFFT" }, y.dims[d])?;
     }
-    Ok(vec![scale(e, &y, norm_factor(n.int("normalization")?, size, !forward)?)?])
+    Ok(vec![scale(e, &y, norm_factor(n.get(NORMALIZATION)?, size, !forward)?)?])
 }
 
 /// _fft_c2r(self, dim, normalization, last_dim_size): inverse transforms over the leading
@@ -128,7 +129,7 @@ pub fn c2r<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = e.convert(n.arg(0)?, complex_of(n.out_dtype()))?;
     let dims = signal_dims(n, x.rank())?;
     let Some((&last, rest)) = dims.split_last() else { return bad!("_fft_c2r needs at least one dim") };
-    let len = n.int("last_dim_size")?;
+    let len = n.get(LAST_DIM_SIZE)?;
     let mut y = x;
     for &d in rest {
         y = fft_1d(e, &y, d, "IFFT", y.dims[d])?;
@@ -148,7 +149,7 @@ pub fn c2r<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     }
     let y = fft_1d(e, &y, last, "IRFFT", len)?;
     let size: i64 = product(rest.iter().map(|&d| y.dims[d]).chain([len]))?;
-    Ok(vec![scale(e, &y, norm_factor(n.int("normalization")?, size, true)?)?])
+    Ok(vec![scale(e, &y, norm_factor(n.get(NORMALIZATION)?, size, true)?)?])
 }
 
 /// _conj / _conj_physical / conj_physical: negated imaginary part (identity for reals).

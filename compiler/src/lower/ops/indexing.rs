@@ -13,6 +13,10 @@ use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::{axis, dim, product, NodeCtx};
 use crate::lower::param::{Cumulative, Reduction, Scatter, SliceScatter};
+use crate::registry::attrs::{
+    ACCUMULATE, BINS, DIM, FILL_VALUE_INT, INCLUDE_SELF, INDEX, INDICES, MAX, MIN, REDUCE, SIZE, SIZE_INT, START, STEP,
+    STORAGE_OFFSET, STRIDE, VALUE,
+};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -257,11 +261,11 @@ pub fn scatter_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let index = n.arg(1)?;
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     let src = e.convert(n.arg(2)?, out)?;
     let src = e.slice(&src, &vec![0; src.rank()], &index.dims, &vec![1; src.rank()])?;
-    let reduce = n.str_or("reduce", "sum")?.to_string();
-    let include_self = n.bool_or("include_self", true)?;
+    let reduce = n.get_or(REDUCE, "sum")?.to_string();
+    let include_self = n.get_or(INCLUDE_SELF, true)?;
     if x.rank() == 0 {
         return bad!("scatter_reduce of a 0-d tensor (refused by `scatter_reduce_legal`)");
     }
@@ -281,9 +285,9 @@ pub fn index_reduce<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     if x.rank() == 0 || product(src.dims.iter().copied())? == 0 {
         return bad!("index_reduce of a 0-d or empty tensor (refused by `index_reduce_legal`)");
     }
-    let d = dim(n.int("dim")?, x.rank())?;
-    let reduce = n.str_or("reduce", "prod")?.to_string();
-    let include_self = n.bool_or("include_self", true)?;
+    let d = dim(n.get(DIM)?, x.rank())?;
+    let reduce = n.get_or(REDUCE, "prod")?.to_string();
+    let include_self = n.get_or(INCLUDE_SELF, true)?;
     let flat = e.reshape(index, &[product(index.dims.iter().copied())?])?;
     let wrapped = wrap_negative(e, &flat, x.dims[d])?;
     let spread = e.broadcast_in_dim(&wrapped, &src.dims, &[d as i64])?;
@@ -304,7 +308,7 @@ fn wrap_negative<'c, 'a>(e: &Emitter<'c, 'a>, idx: &Tv<'c, 'a>, size: i64) -> Ru
 /// gather(self, dim, index): out[p] = self[p with p[dim] = index[p]].
 pub fn gather<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (x, index) = (n.arg(0)?, n.arg(1)?);
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     if x.rank() == 0 {
         return Ok(vec![e.reshape(x, n.out_dims())?]);
     }
@@ -318,7 +322,7 @@ pub fn index_select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     if x.rank() == 0 {
         return Ok(vec![e.reshape(x, n.out_dims())?]);
     }
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     let out = n.out_dims().to_vec();
     let flat = e.reshape(index, &[product(index.dims.iter().copied())?])?;
     let spread = e.broadcast_in_dim(&e.convert(&flat, DType::I64)?, &out, &[d as i64])?;
@@ -343,7 +347,7 @@ pub fn embedding<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
 
 /// scatter's `reduce`: none, add/sum or multiply.
 pub fn scatter_legal(c: &Check) -> Result<(), String> {
-    match c.str_or("reduce", "") {
+    match c.get_or(REDUCE, "") {
         "" | "add" | "sum" | "multiply" => Ok(()),
         other => Err(format!("scatter with reduce='{other}'")),
     }
@@ -354,7 +358,7 @@ const REDUCTIONS: [&str; 5] = ["sum", "mean", "prod", "amax", "amin"];
 
 /// scatter_reduce: one of `REDUCTIONS`, into a tensor of rank >= 1.
 pub fn scatter_reduce_legal(c: &Check) -> Result<(), String> {
-    let reduce = c.str_or("reduce", "sum");
+    let reduce = c.get_or(REDUCE, "sum");
     if !REDUCTIONS.contains(&reduce) {
         return Err(format!("reduce='{reduce}'"));
     }
@@ -366,7 +370,7 @@ pub fn scatter_reduce_legal(c: &Check) -> Result<(), String> {
 
 /// index_reduce: one of `REDUCTIONS`, into a tensor of rank >= 1, from a non-empty source.
 pub fn index_reduce_legal(c: &Check) -> Result<(), String> {
-    let reduce = c.str_or("reduce", "prod");
+    let reduce = c.get_or(REDUCE, "prod");
     if !REDUCTIONS.contains(&reduce) {
         return Err(format!("reduce='{reduce}'"));
     }
@@ -392,7 +396,7 @@ pub fn index_put_legal(c: &Check) -> Result<(), String> {
     if no_masks(indices).is_ok() {
         return Ok(());
     }
-    let position = match c.attr("indices") {
+    let position = match c.raw(INDICES) {
         Some(Attr::IntList(p)) if p.len() == 1 && indices.len() == 1 => p[0],
         _ => return Err("indexing with a boolean mask among other indices (data-dependent shape)".into()),
     };
@@ -422,8 +426,8 @@ fn no_masks(indices: &[&crate::ir::TensorType]) -> Result<(), String> {
 /// scatter(self, dim, index, src|value, reduce?) and scatter_add(self, dim, index, src).
 pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (x, index) = (n.arg(0)?, n.arg(1)?);
-    let d = dim(n.int("dim")?, x.rank())?;
-    let how = match (n.param()?, n.str_or("reduce", "")?) {
+    let d = dim(n.get(DIM)?, x.rank())?;
+    let how = match (n.param()?, n.get_or(REDUCE, "")?) {
         (Scatter::Add, _) | (_, "add" | "sum") => Combine::Add,
         (_, "multiply") => Combine::Mul,
         (_, "") => Combine::Replace,
@@ -432,7 +436,7 @@ pub fn scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
     let add = how == Combine::Add;
     let out = n.out_dtype();
     let x = e.convert(x, out)?;
-    let updates = match n.attr("value") {
+    let updates = match n.raw(VALUE) {
         Some(a) if !a.is_none() => match Scalar::from_attr(a) {
             Some(s) => e.constant(out, &index.dims, s)?,
             None => return bad!("value must be a number"),
@@ -520,7 +524,7 @@ fn static_dims(v: &[i64]) -> Vec<crate::ir::Dim> {
 /// The indexed dims and index operands of an `index`/`index_put` node: operands after `self`
 /// named by the `indices` attribute (positions of the non-None entries of `Tensor?[]`).
 fn indexed_dims(n: &NodeCtx<'_, '_, '_>, rank: usize) -> RuleResult<Vec<usize>> {
-    let Some(Attr::IntList(indexed)) = n.attr("indices") else {
+    let Some(Attr::IntList(indexed)) = n.raw(INDICES) else {
         return bad!("indexing needs the 'indices' attribute listing the indexed dims");
     };
     if indexed.is_empty() {
@@ -556,7 +560,7 @@ pub fn index_put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
         return bad!("index_put expects {} index operands and values", k);
     }
     let idx: Vec<&Tv> = n.args[1..=k].iter().collect();
-    let accumulate = n.bool_or("accumulate", false)?;
+    let accumulate = n.get_or(ACCUMULATE, false)?;
     if k == 1 && matches!(idx[0].dtype, DType::Bool | DType::U8) {
         return Ok(vec![masked_index_put(e, &x, dims[0], idx[0], &n.args[2], accumulate)?]);
     }
@@ -652,11 +656,11 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let src = e.convert(n.arg(1)?, out)?;
-    let d = axis(n.int_or("dim", 0)?, x.rank())?;
+    let d = axis(n.get_or(DIM, 0)?, x.rank())?;
     let size = x.dims[d];
     let is_select = n.param::<SliceScatter>()? == SliceScatter::Select;
     let (start, step, src) = if is_select {
-        let i = n.int("index")?;
+        let i = n.get(INDEX)?;
         let i = if i < 0 { i + size } else { i };
         if src.rank() + 1 != x.rank() {
             return bad!("select_scatter: src {:?} does not fit self {:?}", src.dims, x.dims);
@@ -665,9 +669,9 @@ pub fn slice_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<
         dims.insert(d, 1);
         (i, 1, e.reshape(&src, &dims)?)
     } else {
-        let s = n.int_or("start", 0)?;
+        let s = n.get_or(START, 0)?;
         let s = if s < 0 { s + size } else { s }.clamp(0, size);
-        (s, n.int_or("step", 1)?, src)
+        (s, n.get_or(STEP, 1)?, src)
     };
     if src.rank() != x.rank() || step < 1 {
         return bad!("slice_scatter: src {:?} does not fit self {:?}", src.dims, x.dims);
@@ -708,7 +712,7 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     if x.rank() == 0 {
         return Ok(vec![x]);
     }
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     let op = match (out == DType::Bool, prod) {
         (true, false) => hlo::OR,
         (true, true) => hlo::AND,
@@ -725,12 +729,12 @@ pub fn cumsum<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 /// contiguous from offset 0, which is how the IR holds every value (as Inductor assumes too).
 pub fn as_strided<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let size = n.ints("size")?;
-    let stride = n.ints("stride")?;
+    let size = n.get(SIZE)?;
+    let stride = n.get(STRIDE)?;
     if size.len() != stride.len() {
         return bad!("as_strided: size {size:?} and stride {stride:?} differ in length");
     }
-    let offset = n.int_or("storage_offset", 0)?;
+    let offset = n.get_or(STORAGE_OFFSET, 0)?;
     let numel: i64 = product(x.dims.iter().copied())?;
     if size.iter().any(|&s| s < 0) {
         return bad!("as_strided: negative size {size:?}");
@@ -781,7 +785,7 @@ pub fn put<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let flat = e.reshape(&x, &[numel])?;
     let idx = wrap_negative(e, &e.reshape(index, &[k])?, numel)?;
     let src = e.reshape(&source, &[k])?;
-    let how = if n.bool_or("accumulate", false)? { Combine::Add } else { Combine::Replace };
+    let how = if n.get_or(ACCUMULATE, false)? { Combine::Add } else { Combine::Replace };
     let r = scatter_flat(e, &flat, &idx, &src, how)?;
     Ok(vec![e.reshape(&r, &x.dims)?])
 }
@@ -827,7 +831,7 @@ pub fn as_strided_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
     let src = e.convert(n.arg(1)?, out)?;
-    let (size, stride) = (n.ints("size")?, n.ints("stride")?);
+    let (size, stride) = (n.get(SIZE)?, n.get(STRIDE)?);
     if size.len() != stride.len() || src.dims != size {
         return bad!("as_strided_scatter: src {:?} does not match size {size:?} / stride {stride:?}", src.dims);
     }
@@ -836,7 +840,7 @@ pub fn as_strided_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     if count == 0 {
         return Ok(vec![x]);
     }
-    let pos = strided_positions(e, &size, &stride, n.int_or("storage_offset", 0)?)?;
+    let pos = strided_positions(e, &size, &stride, n.get_or(STORAGE_OFFSET, 0)?)?;
     let flat = e.reshape(&x, &[numel])?;
     let r = scatter_flat(e, &flat, &e.reshape(&pos, &[count])?, &e.reshape(&src, &[count])?, Combine::Replace)?;
     Ok(vec![e.reshape(&r, &x.dims)?])
@@ -846,8 +850,8 @@ pub fn as_strided_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
 /// elements in row-major order, one row each, padded with `fill_value`.
 pub fn nonzero_static<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let size = n.int("size")?;
-    let fill = n.int_or("fill_value", -1)?;
+    let size = n.get(SIZE_INT)?;
+    let fill = n.get_or(FILL_VALUE_INT, -1)?;
     let numel: i64 = product(x.dims.iter().copied())?;
     let r = x.rank();
     let out_dims = n.out_dims().to_vec();
@@ -887,7 +891,7 @@ pub fn logcumsumexp<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
     if x.rank() == 0 || !out.is_float() {
         return if out.is_float() { Ok(vec![x]) } else { bad!("logcumsumexp of a non-float tensor") };
     }
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     let region = e.scalar_region(&[out, out], |b, a| {
         let hi = b.minmax(&a[0], &a[1], true)?;
         let lo = b.minmax(&a[0], &a[1], false)?;
@@ -918,10 +922,10 @@ pub fn histc<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     }
     let int = !out.is_float();
     let comp = if int { DType::I64 } else { out };
-    let bins = n.int_or("bins", 100)?;
+    let bins = n.get_or(BINS, 100)?;
     let numel: i64 = product(x.dims.iter().copied())?;
     let flat = e.reshape(&e.convert(x, comp)?, &[numel])?;
-    let (lo, hi) = (n.float_or("min", 0.0)?, n.float_or("max", 0.0)?);
+    let (lo, hi) = (n.get_or(MIN, 0.0)?, n.get_or(MAX, 0.0)?);
     let scalar = |v: f64| e.constant(comp, &[], if int { Scalar::I(v as i64) } else { Scalar::F(v) });
     let (mut lo_t, mut hi_t) = (scalar(lo)?, scalar(hi)?);
     if lo == hi && numel > 0 {

@@ -8,11 +8,12 @@ use crate::ir::Sharding;
 use crate::lower::error::RuleError;
 use crate::lower::names::sdy;
 use crate::lower::sdy::ShardingAttr;
+use crate::registry::attrs::SHARDING;
 pub use crate::sharding::is_layout_op;
 
 pub fn sharding_constraint<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> RuleResult<Vec<Tv<'c, 'a>>> {
     let x = n.arg(0)?;
-    match n.str_or("sharding", "")? {
+    match n.get_or(SHARDING, "")? {
         "" => Ok(vec![x.clone()]),
         dims => {
             let layout = ShardingAttr::from_layout(dims).map_err(|err| RuleError::Bad(format!("sharding: {err}")))?;

@@ -8,6 +8,7 @@ use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::NodeCtx;
 use crate::lower::param::{RuleParam, Triangular};
+use crate::registry::attrs::{ALPHA, BETA, LEFT, TRANSPOSE, UNITRIANGULAR, UPPER};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -61,8 +62,8 @@ pub fn addmm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
     let out = n.out_dtype();
     let mut prod = dot(e, n.arg(1)?, n.arg(2)?, out)?;
     let dims = prod.dims.clone();
-    let alpha = n.attr("alpha").and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
-    let beta = n.attr("beta").and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
+    let alpha = n.raw(ALPHA).and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
+    let beta = n.raw(BETA).and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
     if !alpha.is_one() {
         let c = e.constant(out, &dims, alpha)?;
         prod = e.ew(hlo::MULTIPLY, &[&prod, &c], out)?;
@@ -105,10 +106,10 @@ pub fn solve_triangular<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) ->
     a_dims.extend([m, m]);
     let a = e.broadcast_to(&e.convert(a, out)?, &a_dims)?;
     let b = e.broadcast_to(&e.convert(b, out)?, &dims)?;
-    let left = if legacy { true } else { n.bool_or("left", true)? };
-    let upper = n.bool_or("upper", legacy)?;
-    let unit = n.bool_or("unitriangular", false)?;
-    let transpose = if legacy && n.bool_or("transpose", false)? { "TRANSPOSE" } else { "NO_TRANSPOSE" };
+    let left = if legacy { true } else { n.get_or(LEFT, true)? };
+    let upper = n.get_or(UPPER, legacy)?;
+    let unit = n.get_or(UNITRIANGULAR, false)?;
+    let transpose = if legacy && n.get_or(TRANSPOSE, false)? { "TRANSPOSE" } else { "NO_TRANSPOSE" };
     let flag = |v: bool| e.attr(if v { "true" } else { "false" });
     let attrs = [
         ("left_side", flag(left)?),

@@ -11,6 +11,10 @@ use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx, Param};
 use crate::lower::ops::reduce::reduce_with;
 use crate::lower::param::{BatchNorm, Reduction, Softmax};
+use crate::registry::attrs::{
+    CHANNELS_LAST, CHANNEL_DIM, COUNT_INCLUDE_PAD, DILATION, DIM, DIVISOR_OVERRIDE, EPS, GROUPS, KERNEL_SIZE, MOMENTUM,
+    NORMALIZED_SHAPE, OUTPUT_PADDING, P, PADDING, STRIDE, TRAIN, TRAINING, TRANSPOSED,
+};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -40,7 +44,7 @@ pub fn softmax<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
         let v = e.constant(compute, &[], Scalar::F(if log { 0.0 } else { 1.0 }))?;
         return Ok(vec![e.convert(&v, out)?]);
     }
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     let max = reduce_keep(e, &x, &[d], Reduction::Max)?;
     let shifted = e.ew(hlo::SUBTRACT, &[&x, &max], compute)?;
     let ex = e.ew(hlo::EXPONENTIAL, &[&shifted], compute)?;
@@ -79,7 +83,7 @@ fn affine<'c, 'a>(
 pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let ps = n.params(&["input", "weight", "bias"]);
     let Some(input) = ps[0].tensor() else { return bad!("missing input") };
-    let norm_rank = n.ints("normalized_shape")?.len();
+    let norm_rank = n.get(NORMALIZED_SHAPE)?.len();
     let rank = input.rank();
     if norm_rank > rank {
         return bad!("normalized_shape has more dims than the input");
@@ -93,7 +97,7 @@ pub fn layer_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let centered = e.ew(hlo::SUBTRACT, &[&x, &mean], compute)?;
     let sq = e.ew(hlo::MULTIPLY, &[&centered, &centered], compute)?;
     let var = e.ew(hlo::DIVIDE, &[&reduce_keep(e, &sq, &axes, Reduction::Sum)?, &cnt], compute)?;
-    let eps = e.constant(compute, &x.dims, Scalar::F(n.float_or("eps", 1e-5)?))?;
+    let eps = e.constant(compute, &x.dims, Scalar::F(n.get_or(EPS, 1e-5)?))?;
     let rstd = e.ew(hlo::RSQRT, &[&e.ew(hlo::ADD, &[&var, &eps], compute)?], compute)?;
     let normed = e.ew(hlo::MULTIPLY, &[&centered, &rstd], compute)?;
     let wshape: Vec<i64> = x.dims[rank - norm_rank..].to_vec();
@@ -120,9 +124,9 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         n.params(&["input", "weight", "bias", "running_mean", "running_var"])
     };
     let Some(input) = ps[0].tensor() else { return bad!("missing input") };
-    let training = !no_training && n.bool_or("training", true)?;
-    let momentum = n.float_or("momentum", 0.1)?;
-    let eps = n.float_or("eps", 1e-5)?;
+    let training = !no_training && n.get_or(TRAINING, true)?;
+    let momentum = n.get_or(MOMENTUM, 0.1)?;
+    let eps = n.get_or(EPS, 1e-5)?;
     let rank = input.rank();
     if rank < 2 {
         return bad!("batch norm needs an input of rank >= 2");
@@ -130,7 +134,7 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     let compute = acc_type(input.dtype);
     let x = e.convert(input, compute)?;
     // Channels are dim 1 (NCHW), or where the layout pass put them (`channel_dim`).
-    let cd = dim(n.int_or("channel_dim", 1)?, rank)?;
+    let cd = dim(n.get_or(CHANNEL_DIM, 1)?, rank)?;
     let channels = x.dims[cd];
     let cshape: Vec<i64> = (0..rank).map(|i| if i == cd { channels } else { 1 }).collect();
     let axes: Vec<usize> = (0..rank).filter(|&i| i != cd).collect();
@@ -215,8 +219,8 @@ pub fn batch_norm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
 /// as eager's, never bit-identical to it.
 pub fn dropout<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let p = n.float_or("p", 0.5)?;
-    let train = n.bool_or("train", true)?;
+    let p = n.get_or(P, 0.5)?;
+    let train = n.get_or(TRAIN, true)?;
     let dims = x.dims.clone();
     let out = n.out_dtype();
     if !train || p == 0.0 {
@@ -309,27 +313,27 @@ pub fn convolution_legal(c: &Check) -> Result<(), String> {
 pub fn convolution<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let ps = n.params(&["input", "weight", "bias"]);
     let (Some(x), Some(w)) = (ps[0].tensor(), ps[1].tensor()) else { return bad!("missing input or weight") };
-    let transposed = n.bool_or("transposed", false)?;
+    let transposed = n.get_or(TRANSPOSED, false)?;
     let sp = x.rank().saturating_sub(2);
     if !(1..=3).contains(&sp) || w.rank() != x.rank() {
         return bad!("convolution of rank-{} input with rank-{} weight", x.rank(), w.rank());
     }
-    let stride = spatial(n.ints("stride")?, sp, "stride")?;
-    let padding = spatial(n.ints("padding")?, sp, "padding")?;
-    let dilation = spatial(n.ints("dilation")?, sp, "dilation")?;
-    let groups = n.int_or("groups", 1)?;
+    let stride = spatial(n.get(STRIDE)?, sp, "stride")?;
+    let padding = spatial(n.get(PADDING)?, sp, "padding")?;
+    let dilation = spatial(n.get(DILATION)?, sp, "dilation")?;
+    let groups = n.get_or(GROUPS, 1)?;
     if groups < 1 {
         return bad!("groups must be positive");
     }
     // NHWC activations (the layout pass's `channels_last`); the kernel keeps its layout.
-    let channels_last = n.bool_or("channels_last", false)?;
+    let channels_last = n.get_or(CHANNELS_LAST, false)?;
     let x_spatial = if channels_last { &x.dims[1..=sp] } else { &x.dims[2..] };
     let out = n.out_dtype();
     let (xc, mut wc) = (e.convert(x, out)?, e.convert(w, out)?);
     let s: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
     let dims = n.out_dims().to_vec();
     let (kernel_layout, lhs_dilation, strides, pads) = if transposed {
-        let output_padding = match n.opt_ints("output_padding")? {
+        let output_padding = match n.opt(OUTPUT_PADDING)? {
             Some(v) if !v.is_empty() => spatial(v, sp, "output_padding")?,
             _ => vec![0; sp],
         };
@@ -504,20 +508,20 @@ pub fn max_pool2d<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
     if r != 3 && r != 4 {
         return bad!("max_pool2d needs a 3-D or 4-D input");
     }
-    let kernel = spatial(n.ints("kernel_size")?, 2, "kernel_size")?;
-    let stride = match n.opt_ints("stride")? {
+    let kernel = spatial(n.get(KERNEL_SIZE)?, 2, "kernel_size")?;
+    let stride = match n.opt(STRIDE)? {
         Some(s) if !s.is_empty() => spatial(s, 2, "stride")?,
         _ => kernel.clone(),
     };
-    let padding = spatial(n.ints("padding").unwrap_or(vec![0]), 2, "padding")?;
-    let dilation = spatial(n.ints("dilation").unwrap_or(vec![1]), 2, "dilation")?;
+    let padding = spatial(n.get(PADDING).unwrap_or(vec![0]), 2, "padding")?;
+    let dilation = spatial(n.get(DILATION).unwrap_or(vec![1]), 2, "dilation")?;
     let out_dims = n.out_dims().to_vec();
     if out_dims.len() != r || n.results.len() != 2 {
         return bad!("max_pool2d_with_indices of a rank-{r} input declares {:?}", n.results);
     }
     // The window dims: the last two, or H and W of an NHWC input (the layout pass's
     // `channels_last`). Indices count positions in each H x W plane either way.
-    let (hd, wd) = if n.bool_or("channels_last", false)? {
+    let (hd, wd) = if n.get_or(CHANNELS_LAST, false)? {
         if r != 4 {
             return bad!("channels_last max_pool2d needs a 4-D input");
         }
@@ -610,23 +614,17 @@ struct Pool2d {
 
 impl Pool2d {
     fn read(n: &NodeCtx) -> RuleResult<Pool2d> {
-        let kernel = spatial(n.ints("kernel_size")?, 2, "kernel_size")?;
-        let stride = match n.opt_ints("stride")? {
+        let kernel = spatial(n.get(KERNEL_SIZE)?, 2, "kernel_size")?;
+        let stride = match n.opt(STRIDE)? {
             Some(s) if !s.is_empty() => spatial(s, 2, "stride")?,
             _ => kernel.clone(),
         };
-        let padding = spatial(n.ints("padding").unwrap_or(vec![0]), 2, "padding")?;
-        let divisor_override = match n.attr("divisor_override") {
+        let padding = spatial(n.get(PADDING).unwrap_or(vec![0]), 2, "padding")?;
+        let divisor_override = match n.raw(DIVISOR_OVERRIDE) {
             None | Some(crate::ir::Attr::None) => None,
-            Some(_) => Some(n.int("divisor_override")?),
+            Some(_) => Some(n.get(DIVISOR_OVERRIDE)?),
         };
-        Ok(Pool2d {
-            kernel,
-            stride,
-            padding,
-            count_include_pad: n.bool_or("count_include_pad", true)?,
-            divisor_override,
-        })
+        Ok(Pool2d { kernel, stride, padding, count_include_pad: n.get_or(COUNT_INCLUDE_PAD, true)?, divisor_override })
     }
 
     /// Per-dim [low, high] padding of a rank-`r` input of spatial size `hw` so that every

@@ -11,6 +11,7 @@ use crate::lower::names::{chlo, hlo};
 use crate::lower::node::{dim, NodeCtx};
 use crate::lower::ops::reduce::reduce_with;
 use crate::lower::param::{Extreme, Gcd, Reduction, Special};
+use crate::registry::attrs::{BROADCAST_DIMENSIONS, CORRECTION, DIMS, N};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -38,7 +39,7 @@ fn operand<'c, 'a>(
 pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let out = n.out_dtype();
-    let mut dims: Vec<usize> = match n.opt_ints("dims")? {
+    let mut dims: Vec<usize> = match n.opt(DIMS)? {
         Some(v) => v.iter().map(|&d| dim(d, x.rank())).collect::<RuleResult<_>>()?,
         None => (0..x.rank()).collect(),
     };
@@ -49,7 +50,7 @@ pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
         let s = e.convert(&reduce_with(e, &e.convert(x, acc)?, &dims, Reduction::Sum)?, out)?;
         return Ok(vec![e.reshape(&s, n.out_dims())?]);
     }
-    let correction = n.float_or("correction", 1.0)?;
+    let correction = n.get_or(CORRECTION, 1.0)?;
     if x.dtype.is_complex() {
         let v = crate::lower::ops::reduce::complex_variance(e, x, &dims, correction, out)?;
         return Ok(vec![e.reshape(&v, n.out_dims())?]);
@@ -61,7 +62,7 @@ pub fn reduction<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
 /// prims.broadcast_in_dim(a, shape, broadcast_dimensions).
 pub fn broadcast_in_dim<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let mapping = n.ints("broadcast_dimensions")?;
+    let mapping = n.get(BROADCAST_DIMENSIONS)?;
     if mapping.len() != x.rank() {
         return bad!("broadcast_dimensions has {} entries for a rank-{} operand", mapping.len(), x.rank());
     }
@@ -143,7 +144,7 @@ pub fn hypot<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let x = e.convert(n.arg(0)?, out)?;
-    let order = n.int("n")?;
+    let order = n.get(N)?;
     let orders = e.constant(out, &x.dims, Scalar::I(order))?;
     if order < 1 || x.dims.contains(&0) {
         return Ok(vec![e.ew(chlo::POLYGAMMA, &[&orders, &x], out)?]);

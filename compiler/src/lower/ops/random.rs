@@ -32,6 +32,7 @@ use crate::ir::{Attr, DType, Scalar, TensorType};
 use crate::lower::error::bad;
 use crate::lower::legality::Check;
 use crate::lower::names::hlo;
+use crate::registry::attrs::{AttrKey, Int, Number, HIGH, HIGH_INT, LOW, LOW_INT, MEAN, STD};
 use melior::ir::r#type::{IntegerType, RankedTensorType};
 use melior::ir::{Type, Value};
 
@@ -156,7 +157,7 @@ fn results<'n>(n: &'n NodeCtx<'_, '_, '_>) -> RuleResult<(DType, &'n [i64])> {
 /// `tpu.rng_uniform(%state) {low, high}`.
 pub fn uniform<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (t, dims) = results(n)?;
-    let (low, high) = (n.float_or("low", 0.0)?, n.float_or("high", 1.0)?);
+    let (low, high) = (n.get_or(LOW, 0.0)?, n.get_or(HIGH, 1.0)?);
     let Some((floor, cap)) = inner_bounds(t, low, high) else {
         return bad!("no {t} value lies in [{low}, {high}) (refused by `uniform_legal`)");
     };
@@ -174,7 +175,7 @@ pub fn uniform<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
 /// `tpu.rng_normal(%state) {mean, std}`.
 pub fn normal<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (t, dims) = results(n)?;
-    let (mean, std) = (n.float_or("mean", 0.0)?, n.float_or("std", 1.0)?);
+    let (mean, std) = (n.get_or(MEAN, 0.0)?, n.get_or(STD, 1.0)?);
     let c = compute(t);
     let mut pair = vec![2];
     pair.extend_from_slice(dims);
@@ -200,7 +201,7 @@ pub fn normal<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 /// `tpu.rng_integers(%state) {low, high}`.
 pub fn integers<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let (t, dims) = results(n)?;
-    let (low, high) = (n.int("low")?, n.int("high")?);
+    let (low, high) = (n.get(LOW_INT)?, n.get(HIGH_INT)?);
     if low >= high {
         return bad!("low {low} must be below high {high} (refused by `integers_legal`)");
     }
@@ -233,8 +234,9 @@ fn state_legal(c: &Check) -> Result<DType, String> {
     }
 }
 
-fn finite(c: &Check, name: &str) -> Result<f64, String> {
-    match c.attr(name) {
+fn finite(c: &Check, key: AttrKey<Number>) -> Result<f64, String> {
+    let name = key.name;
+    match c.raw(key) {
         None => Err(format!("missing attribute '{name}'")),
         Some(a) => match a.as_number() {
             Some(x) if x.is_finite() => Ok(x),
@@ -243,8 +245,9 @@ fn finite(c: &Check, name: &str) -> Result<f64, String> {
     }
 }
 
-fn int(c: &Check, name: &str) -> Result<i64, String> {
-    match c.attr(name) {
+fn int(c: &Check, key: AttrKey<Int>) -> Result<i64, String> {
+    let name = key.name;
+    match c.raw(key) {
         Some(Attr::Int(i)) => Ok(*i),
         None => Err(format!("missing attribute '{name}'")),
         Some(a) => Err(format!("'{name}' must be an int, got {a:?}")),
@@ -263,7 +266,7 @@ fn float_draw(c: &Check) -> Result<DType, String> {
 /// and a range `high - low` finite in the compute dtype.
 pub fn uniform_legal(c: &Check) -> Result<(), String> {
     let t = float_draw(c)?;
-    let (low, high) = (finite(c, "low")?, finite(c, "high")?);
+    let (low, high) = (finite(c, LOW)?, finite(c, HIGH)?);
     if low >= high {
         return Err(format!("low {low} must be below high {high}"));
     }
@@ -280,8 +283,8 @@ pub fn uniform_legal(c: &Check) -> Result<(), String> {
 /// `tpu.rng_normal`: a float dtype, finite `mean` and finite `std >= 0`.
 pub fn normal_legal(c: &Check) -> Result<(), String> {
     float_draw(c)?;
-    finite(c, "mean")?;
-    let std = finite(c, "std")?;
+    finite(c, MEAN)?;
+    let std = finite(c, STD)?;
     if std < 0.0 {
         return Err(format!("std {std} must be >= 0"));
     }
@@ -293,7 +296,7 @@ pub fn normal_legal(c: &Check) -> Result<(), String> {
 /// `±2^digits`, PyTorch's bound for `random_`).
 pub fn integers_legal(c: &Check) -> Result<(), String> {
     let t = state_legal(c)?;
-    let (low, high) = (int(c, "low")?, int(c, "high")?);
+    let (low, high) = (int(c, LOW_INT)?, int(c, HIGH_INT)?);
     if low >= high {
         return Err(format!("low {low} must be below high {high}"));
     }

@@ -10,12 +10,13 @@ use crate::lower::legality::Check;
 use crate::lower::names::hlo;
 use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::param::{ArgReduction, Reduction};
+use crate::registry::attrs::{CORRECTION, DIM, DIM_LIST, UNBIASED};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
 /// The dims to reduce: the `dim` attribute normalised, or all dims.
 fn reduced_dims(n: &NodeCtx, rank: usize, empty_means_all: bool) -> RuleResult<Vec<usize>> {
-    let dims = match n.opt_ints("dim")? {
+    let dims = match n.opt(DIM_LIST)? {
         Some(v) if !(v.is_empty() && empty_means_all) => v,
         _ => return Ok((0..rank).collect()),
     };
@@ -193,8 +194,8 @@ pub fn arg<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
         let r = reduce_with(e, x, &all, kind)?;
         return Ok(vec![e.reshape(&r, n.out_dims())?]);
     }
-    let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
-        Some(_) => (x.clone(), dim(n.int("dim")?, x.rank())?),
+    let (x, d) = match n.raw(DIM).filter(|a| !a.is_none()) {
+        Some(_) => (x.clone(), dim(n.get(DIM)?, x.rank())?),
         None => {
             let numel: i64 = product(x.dims.iter().copied())?;
             (e.reshape(x, &[numel])?, 0)
@@ -219,10 +220,10 @@ pub fn var<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
     let out = n.out_dtype();
     let dims = reduced_dims(n, x.rank(), true)?;
-    let correction = match n.attr("correction") {
-        Some(a) if !a.is_none() => n.float_or("correction", 1.0)?,
+    let correction = match n.raw(CORRECTION) {
+        Some(a) if !a.is_none() => n.get_or(CORRECTION, 1.0)?,
         _ => {
-            if n.bool_or("unbiased", true)? {
+            if n.get_or(UNBIASED, true)? {
                 1.0
             } else {
                 0.0

@@ -7,6 +7,7 @@ use crate::lower::error::{bad, RuleResult};
 use crate::lower::names::hlo;
 use crate::lower::node::{axis, dim, product, NodeCtx};
 use crate::lower::param::Split;
+use crate::registry::attrs::{DIM, DIM0, DIM1, DIMS, END_INT, INDEX, PAD, START, STEP, VALUE_NUMBER};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -24,7 +25,7 @@ pub fn reshape<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
 
 pub fn permute<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let perm = match crate::ir::verifier::normalize_permutation(&n.ints("dims")?, x.rank()) {
+    let perm = match crate::ir::verifier::normalize_permutation(&n.get(DIMS)?, x.rank()) {
         Some(p) => p,
         None => return bad!("dims is not a permutation of rank {}", x.rank()),
     };
@@ -37,7 +38,7 @@ pub fn transpose<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     let r = x.rank();
     let mut perm: Vec<usize> = (0..r).collect();
     if r >= 2 {
-        let (a, b) = if n.attr("dim0").is_some() { (dim(n.int("dim0")?, r)?, dim(n.int("dim1")?, r)?) } else { (0, 1) };
+        let (a, b) = if n.raw(DIM0).is_some() { (dim(n.get(DIM0)?, r)?, dim(n.get(DIM1)?, r)?) } else { (0, 1) };
         perm.swap(a, b);
     }
     Ok(vec![e.transpose(x, &perm)?])
@@ -57,11 +58,11 @@ fn clamp_bound(v: i64, size: i64) -> i64 {
 /// slice.Tensor(self, dim=0, start=None, end=None, step=1).
 pub fn slice<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let d = axis(n.int_or("dim", 0)?, x.rank())?;
+    let d = axis(n.get_or(DIM, 0)?, x.rank())?;
     let size = x.dims[d];
-    let start = clamp_bound(n.int_or("start", 0)?, size);
-    let end = clamp_bound(n.int_or("end", size)?, size).max(start);
-    let step = n.int_or("step", 1)?;
+    let start = clamp_bound(n.get_or(START, 0)?, size);
+    let end = clamp_bound(n.get_or(END_INT, size)?, size).max(start);
+    let step = n.get_or(STEP, 1)?;
     if step < 1 {
         return bad!("slice step must be positive, got {step}");
     }
@@ -77,12 +78,12 @@ pub fn slice<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 /// select.int(self, dim, index): one slice along `dim`, with the dim dropped.
 pub fn select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let d = axis(n.int("dim")?, x.rank())?;
+    let d = axis(n.get(DIM)?, x.rank())?;
     let size = x.dims[d];
-    let i = n.int("index")?;
+    let i = n.get(INDEX)?;
     let i = if i < 0 { i + size } else { i };
     if !(0..size).contains(&i) {
-        return bad!("index {} is out of range for dim {d} of size {size}", n.int("index")?);
+        return bad!("index {} is out of range for dim {d} of size {size}", n.get(INDEX)?);
     }
     let mut lo = vec![0; x.rank()];
     let mut hi = x.dims.clone();
@@ -97,7 +98,7 @@ pub fn select<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
 pub fn cat<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let dims = n.out_dims().to_vec();
-    let d = dim(n.int_or("dim", 0)?, dims.len())?;
+    let d = dim(n.get_or(DIM, 0)?, dims.len())?;
     let parts: Vec<Tv> = n
         .args
         .iter()
@@ -114,7 +115,7 @@ pub fn cat<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
     let dims = n.out_dims().to_vec();
-    let d = dim(n.int_or("dim", 0)?, dims.len())?;
+    let d = dim(n.get_or(DIM, 0)?, dims.len())?;
     let parts: Vec<Tv> = n
         .args
         .iter()
@@ -134,7 +135,7 @@ pub fn stack<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 /// result's extent read from its declared type.
 pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let d = axis(n.int_or("dim", 0)?, x.rank())?;
+    let d = axis(n.get_or(DIM, 0)?, x.rank())?;
     let unbind = n.param::<Split>()? == Split::Unbind;
     let mut start: i64 = 0;
     let mut outs = Vec::with_capacity(n.results.len());
@@ -161,8 +162,7 @@ pub fn split<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> 
 /// flip(self, dims).
 pub fn flip<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let dims: Vec<i64> =
-        n.ints("dims")?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
+    let dims: Vec<i64> = n.get(DIMS)?.iter().map(|&d| dim(d, x.rank()).map(|d| d as i64)).collect::<RuleResult<_>>()?;
     Ok(vec![e.op(hlo::REVERSE, &[x], x.dtype, &x.dims.clone(), &[("dimensions", e.i64_array(&dims))])?])
 }
 
@@ -170,7 +170,7 @@ pub fn flip<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
 /// backwards; negative amounts crop.
 pub fn constant_pad<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = e.convert(n.arg(0)?, n.out_dtype())?;
-    let pad = n.ints("pad")?;
+    let pad = n.get(PAD)?;
     let r = x.rank();
     if pad.len() % 2 != 0 || pad.len() / 2 > r {
         return bad!("pad has {} entries for a rank-{r} tensor", pad.len());
@@ -180,7 +180,7 @@ pub fn constant_pad<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'
         low[r - 1 - i] = pair[0];
         high[r - 1 - i] = pair[1];
     }
-    let value = n.float_or("value", 0.0)?;
+    let value = n.get_or(VALUE_NUMBER, 0.0)?;
     let value = e.constant(x.dtype, &[], crate::ir::Scalar::F(value))?;
     let out = e.pad(&x, &value, &low, &high, &vec![0; r])?;
     Ok(vec![e.reshape(&out, n.out_dims())?])

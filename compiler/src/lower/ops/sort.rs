@@ -13,6 +13,7 @@ use crate::lower::node::{dim, product, NodeCtx};
 use crate::lower::ops::indexing::{coordinates, gather_at};
 use crate::lower::ops::reduce::reduce_with;
 use crate::lower::param::{Extreme, Median, Reduction, Search};
+use crate::registry::attrs::{DESCENDING, DIM, K, LARGEST, RIGHT, SIDE};
 
 type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 
@@ -60,23 +61,23 @@ pub fn sort<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     if x.rank() == 0 {
         return scalar_with_index(e, x);
     }
-    let d = dim(n.int_or("dim", -1)?, x.rank())?;
-    let (values, indices) = sort_along(e, x, d, n.bool_or("descending", false)?)?;
+    let d = dim(n.get_or(DIM, -1)?, x.rank())?;
+    let (values, indices) = sort_along(e, x, d, n.get_or(DESCENDING, false)?)?;
     Ok(vec![values, indices])
 }
 
 /// topk(self, k, dim=-1, largest=True, sorted=True): the first k of a sort.
 pub fn topk<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
-    let k = n.int("k")?;
+    let k = n.get(K)?;
     if x.rank() == 0 {
         return scalar_with_index(e, x);
     }
-    let d = dim(n.int_or("dim", -1)?, x.rank())?;
+    let d = dim(n.get_or(DIM, -1)?, x.rank())?;
     if k < 0 || k > x.dims[d] {
         return bad!("k = {k} is out of range for dim {d} of size {}", x.dims[d]);
     }
-    let (values, indices) = sort_along(e, x, d, n.bool_or("largest", true)?)?;
+    let (values, indices) = sort_along(e, x, d, n.get_or(LARGEST, true)?)?;
     let lo = vec![0; x.rank()];
     let mut hi = x.dims.clone();
     hi[d] = k;
@@ -109,8 +110,8 @@ pub fn kthvalue<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     if x.rank() == 0 {
         return scalar_with_index(e, x);
     }
-    let d = dim(n.int_or("dim", -1)?, x.rank())?;
-    let k = n.int("k")?;
+    let d = dim(n.get_or(DIM, -1)?, x.rank())?;
+    let k = n.get(K)?;
     if k < 1 || k > x.dims[d] {
         return bad!("k = {k} is out of range for dim {d} of size {}", x.dims[d]);
     }
@@ -127,8 +128,8 @@ pub fn kthvalue<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
 pub fn median<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let skip_nan = n.param::<Median>()? == Median::NanMedian;
     let x0 = n.arg(0)?;
-    let (x, d) = match n.attr("dim").filter(|a| !a.is_none()) {
-        Some(_) if x0.rank() > 0 => (x0.clone(), dim(n.int("dim")?, x0.rank())?),
+    let (x, d) = match n.raw(DIM).filter(|a| !a.is_none()) {
+        Some(_) if x0.rank() > 0 => (x0.clone(), dim(n.get(DIM)?, x0.rank())?),
         _ => (e.reshape(x0, &[product(x0.dims.iter().copied())?.max(1)])?, 0),
     };
     if x.dims[d] == 0 {
@@ -178,7 +179,7 @@ pub fn searchsorted_legal(c: &Check) -> Result<(), String> {
 pub fn searchsorted<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let bucketize = n.param::<Search>()? == Search::Bucketize;
     let (seq, vals) = if bucketize { (n.arg(1)?, n.arg(0)?) } else { (n.arg(0)?, n.arg(1)?) };
-    let right = n.bool_or("right", false)? || n.str_or("side", "left")? == "right";
+    let right = n.get_or(RIGHT, false)? || n.get_or(SIDE, "left")? == "right";
     let common = crate::lower::promote::result_type(
         &[crate::lower::promote::Operand::Dim(seq.dtype), crate::lower::promote::Operand::Dim(vals.dtype)],
         DType::F32,
@@ -219,7 +220,7 @@ pub fn cumulative_extreme<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     if x.rank() == 0 {
         return scalar_with_index(e, x);
     }
-    let d = dim(n.int("dim")?, x.rank())?;
+    let d = dim(n.get(DIM)?, x.rank())?;
     let dt = x.dtype;
     let iota = e.iota(DType::I64, &x.dims, d)?;
     let region = e.scalar_region(&[dt, DType::I64, dt, DType::I64], |b, a| {
