@@ -166,3 +166,38 @@ def test_a_user_input_error_from_torchtpus_own_ir_is_internal(fresh_torchtpu, mo
         )
     (entry,) = torchtpu.stats()["fallback_reasons"]
     assert entry["kind"] == "internal" and entry["repro"].endswith(".repro.py")
+
+
+@pytest.mark.parametrize("stage", ["trace", "export"])
+def test_a_failure_in_a_python_stage_goes_through_the_policy(fresh_torchtpu, monkeypatch, stage):
+    """A failure while tracing or exporting (injected as the RuntimeError PyTorch's own tracing
+    raises) never escapes the policy as BackendCompilerFailed: strict raises InternalError
+    naming the stage, normal use warns and runs eagerly."""
+    monkeypatch.setenv("TORCHTPU_INJECT_FAULT", stage)
+    with pytest.raises(InternalError) as info:
+        torch.compile(_mlp_step, backend="torchtpu", options={"strict": True})(torch.randn(3, 3))
+    assert info.value.stage == stage, info.value
+    torch._dynamo.reset()
+    x = torch.randn(3, 3)
+    with pytest.warns(RuntimeWarning, match="torchtpu bug"):
+        out = torch.compile(_mlp_step, backend="torchtpu", options={"strict": False})(x)
+    torch.testing.assert_close(out, _mlp_step(x), **TOL)
+    s = torchtpu.stats()
+    assert s["fallback_kinds"] == {"internal": 1}, s["fallback_reasons"]
+
+
+def test_tensor_subclass_weights_compile_through_aotautograd(fresh_torchtpu):
+    """A module whose weight is a traceable tensor subclass (torchao's quantized weights are
+    such) takes AOTAutograd's path, which unwraps it: no `aot_export` refusal escapes, nothing
+    falls back, and the output is eager's."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    lin = torch.nn.Linear(8, 4).eval()
+    w = lin.weight.detach()
+    lin.weight = torch.nn.Parameter(TwoTensor(w, w.clone()), requires_grad=False)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        want = lin(x)
+        got = torch.compile(lin, backend="torchtpu", options={"strict": True})(x)
+    torch.testing.assert_close(got.a if isinstance(got, TwoTensor) else got, want.a, **TOL)
+    assert torchtpu.stats()["fallback_reasons"] == []

@@ -313,6 +313,36 @@ CASES = [
     ("any", "aten.any.dim", [bools(3, 4)], {"dim": 1}, lambda a: aten.any.dim(a, 1), TIGHT),
     # linear algebra
     ("mm", "aten.mm.default", [f32(3, 5), f32(5, 2, seed=3)], {}, aten.mm.default, LOOSE),
+    # torchao's W8A8 linear: int8 x int8 summed in int32, exact (extreme values included).
+    (
+        "int_mm",
+        "aten._int_mm.default",
+        [ints(32, 64, lo=-128, hi=128, dtype=torch.int8), ints(64, 16, lo=-128, hi=128, seed=4, dtype=torch.int8)],
+        {},
+        aten._int_mm.default,
+        TIGHT,
+    ),
+    # out_dtype(mm / addmm, int32, x_i8, w_i8), written as mm with an int32 result.
+    (
+        "mm_int8_into_int32",
+        "aten.mm.default",
+        [ints(8, 32, lo=-128, hi=128, dtype=torch.int8), ints(32, 8, lo=-128, hi=128, seed=4, dtype=torch.int8)],
+        {},
+        lambda a, b: a.to(torch.int32) @ b.to(torch.int32),
+        TIGHT,
+    ),
+    (
+        "addmm_int8_into_int32",
+        "aten.addmm.default",
+        [
+            ints(8, lo=-1000, hi=1000, seed=7),
+            ints(4, 32, lo=-128, hi=128, dtype=torch.int8),
+            ints(32, 8, lo=-128, hi=128, seed=4, dtype=torch.int8),
+        ],
+        {},
+        lambda c, a, b: c + a.to(torch.int32) @ b.to(torch.int32),
+        TIGHT,
+    ),
     ("bmm", "aten.bmm.default", [f32(2, 3, 4), f32(2, 4, 5, seed=3)], {}, aten.bmm.default, LOOSE),
     (
         "addmm",

@@ -17,6 +17,7 @@ import logging
 import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from torchtpu import _C, _stats
 from torchtpu import sharding as _sharding
@@ -28,6 +29,7 @@ from torchtpu.executor import CompiledGraph
 from torchtpu.exporter import unsupported_nodes
 from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
+from torchtpu.policy import inject_fault
 from torchtpu.saved_layout import relayout_saved_activations
 from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
@@ -260,6 +262,8 @@ def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: O
     wrapper."""
     if not all(isinstance(x, torch.Tensor) for x in example_inputs):
         return None
+    if any(is_traceable_wrapper_subclass(x) for x in example_inputs):
+        return None  # tensor subclasses (torchao's quantized weights): export refuses them
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
         return None
     if any(n.op == "get_attr" for n in gm.graph.nodes):
@@ -304,23 +308,32 @@ def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: O
     return run
 
 
-# What a decomposition or a pass of ours raises when it is wrong (Python's own errors), as
-# opposed to the RuntimeErrors PyTorch's tracing raises for Dynamo to handle.
-_TRACING_BUGS = (ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError)
+def _dynamo_handles(e: BaseException) -> bool:
+    """Exceptions Dynamo answers itself when a backend raises them (a data-dependent output
+    shape graph-breaks and traces again, a scalar restarts the analysis, a frame is skipped):
+    they must reach it unchanged. Everything else a backend raises is decided by the policy."""
+    from torch._dynamo import exc
+
+    handled = (*exc.exceptions_allowed_to_be_fallback, exc.SkipFrame, exc.ShortenTraceback)
+    restart = getattr(exc, "TensorifyScalarRestartAnalysis", None)
+    return isinstance(e, handled) or (restart is not None and isinstance(e, restart))
 
 
 def torchtpu_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """Entry point registered as `torchtpu` in the torch_dynamo_backends group."""
     opts = Options.from_dict(options)
     try:
+        inject_fault("trace")
         return _trace_and_compile(gm, example_inputs, opts, kwargs)
     except TorchTPUError:
         raise  # decided already: strict's refusals, the user's errors, recorded fallbacks
-    except _TRACING_BUGS as e:
-        # Tracing what Dynamo traced failed: a torchtpu bug (a decomposition's strides, say),
-        # through the failure policy: strict raises it as an InternalError, otherwise it is
-        # recorded with a reproduction and runs eagerly. RuntimeErrors pass: Dynamo answers
-        # some itself (a data-dependent output shape graph-breaks and traces again).
+    except Exception as e:
+        if _dynamo_handles(e):
+            raise
+        # Any other failure while tracing or compiling what Dynamo traced (a decomposition's
+        # strides, a PyTorch tracing path that refuses the graph, a pass of ours) goes through
+        # the failure policy: strict raises it as an InternalError, otherwise it is recorded
+        # with a reproduction and the graph runs eagerly.
         from torchtpu import policy
 
         where = "graph tracing (AOTAutograd with torchtpu's decompositions)"

@@ -305,6 +305,11 @@ class _Writer:
                 self.values[node] = None if self.values.get(src) is None else f"{self.values[src]}#{idx}"
                 return
             raise Unsupported(f"getitem on {src.name}, which is not a multi-result op")
+        args, kwargs = node.args, node.kwargs
+        if is_out_dtype(node):
+            # out_dtype(op, dtype, *args): `op` with its result in `dtype` (torchao's int8
+            # matmuls into int32). Written as `op` with that result type: the rule sums in it.
+            target, args = node.args[0], node.args[2:]
         full = op_name(target)
         if full == "torchtpu.sharding_constraint.default":
             return self.sharding_constraint(node)
@@ -317,16 +322,16 @@ class _Writer:
             )
         base = ".".join(full.split(".")[:2])
         self.ops.append(base)
-        _check_matrix_dtypes(node, full, base)
+        _check_matrix_dtypes(args, node, full, base)
         _check_empty_reduction(node, full, base)
         schema = target._schema
         operands: list[str] = []
         attrs: list[tuple[str, str]] = []
         for i, arg in enumerate(schema.arguments):
-            if i < len(node.args) and not arg.kwarg_only:
-                value = node.args[i]
-            elif arg.name in node.kwargs:
-                value = node.kwargs[arg.name]
+            if i < len(args) and not arg.kwarg_only:
+                value = args[i]
+            elif arg.name in kwargs:
+                value = kwargs[arg.name]
             elif arg.has_default_value():
                 value = arg.default_value
             else:
@@ -515,13 +520,12 @@ _MATRIX_OPERANDS = {
 }
 
 
-def _check_matrix_dtypes(node, full: str, base: str) -> None:
+def _check_matrix_dtypes(args, node, full: str, base: str) -> None:
     positions = _MATRIX_OPERANDS.get(base)
     if positions is None:
         return
     vals = [
-        node.args[i].meta.get("val") if i < len(node.args) and isinstance(node.args[i], torch.fx.Node) else None
-        for i in positions
+        args[i].meta.get("val") if i < len(args) and isinstance(args[i], torch.fx.Node) else None for i in positions
     ]
     dtypes = [v.dtype for v in vals if isinstance(v, torch.Tensor)]
     if len(set(dtypes)) > 1:
@@ -594,6 +598,15 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
     return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh, w.group)
 
 
+# The ops `out_dtype` is lowered for: matrix products whose rule sums in the result dtype.
+OUT_DTYPE_OPS = frozenset({"aten.mm", "aten.bmm", "aten.addmm"})
+
+
+def is_out_dtype(node: torch.fx.Node) -> bool:
+    """A call of `torch.ops.higher_order.out_dtype(op, dtype, *args)`."""
+    return node.op == "call_function" and node.target is getattr(torch.ops.higher_order, "out_dtype", None)
+
+
 def unsupported_nodes(
     gm: torch.fx.GraphModule, supported: set[str], sizes_known: bool = False
 ) -> dict[torch.fx.Node, str]:
@@ -607,7 +620,10 @@ def unsupported_nodes(
             continue
         if sizes_known and is_size_node(node):
             continue
-        base = base_name(node.target)
+        base = base_name(node.args[0] if is_out_dtype(node) else node.target)
+        if is_out_dtype(node) and base not in OUT_DTYPE_OPS:
+            bad[node] = f"out_dtype of {base or node.args[0]} (lowered for {', '.join(sorted(OUT_DTYPE_OPS))})"
+            continue
         if base == "torchtpu.sharding_constraint":
             continue  # written as tpu.sharding_constraint, a layout the compiler keeps
         if index_checks.is_assert(node):

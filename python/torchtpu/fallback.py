@@ -86,6 +86,7 @@ def compile_graph(gm: torch.fx.GraphModule, opts, name: str, where: str, binding
         # Device asserts and masks' counts are checked whatever `check_indices` says: the
         # graph has them, and without them a wrong count would write silently.
         checked = index_checks.instrument(gm, binding, indices=opts.check_indices)
+        policy.inject_fault("export")
         exported = export(gm if checked is None else checked.gm, name, binding)
         refused = refused_nodes(exported)
         if checked is not None:

@@ -29,6 +29,18 @@ def fallback_is_error() -> bool:
     return os.environ.get(FALLBACK_ENV, "eager").strip().lower() == "error"
 
 
+# The Python stages a fault can be injected at (TORCHTPU_INJECT_FAULT, as the engine's `lower`,
+# `compile` and `execute`): what the policy must catch when tracing or exporting fails.
+PYTHON_FAULT_STAGES = ("trace", "export")
+
+
+def inject_fault(stage: str) -> None:
+    """Raises at `stage` when TORCHTPU_INJECT_FAULT names it: a RuntimeError, the type PyTorch's
+    own tracing raises, so a test sees that no failure of that stage escapes the policy."""
+    if os.environ.get("TORCHTPU_INJECT_FAULT") == stage:
+        raise RuntimeError(f"fault injected at stage '{stage}' (TORCHTPU_INJECT_FAULT)")
+
+
 def as_internal(error: BaseException, stage: str) -> TorchTPUError:
     """`error` if it is a fallback or an internal error, else an InternalError wrapping it: a
     Python exception escaping the exporter or the compiler, or a user-input error type

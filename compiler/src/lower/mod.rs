@@ -178,7 +178,7 @@ pub fn lower_to_stablehlo(g: &Graph) -> Result<StableHlo, LowerError> {
 }
 
 /// Erases the `stablehlo.transpose`s nothing reads: a matmul that reads its operand
-/// untransposed (`ops::linalg::dot`) leaves the node's transpose behind, and the emitted
+/// untransposed (`ops::linalg::dot_in`) leaves the node's transpose behind, and the emitted
 /// module is read by people too.
 fn erase_unused_transposes(block: &Block) {
     use melior::ir::BlockLike;

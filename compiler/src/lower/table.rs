@@ -184,6 +184,7 @@ static TABLE: &[Entry] = &[
     // linear algebra
     lowered("aten.mm", rule!(linalg::mm)),
     lowered("aten.bmm", rule!(linalg::mm)),
+    lowered("aten._int_mm", rule!(linalg::int_mm)).legal(linalg::int_mm_legal),
     lowered("aten.addmm", rule!(linalg::addmm)),
     lowered("aten.linalg_solve_triangular", rule!(linalg::solve_triangular)).legal(linalg::solve_triangular_legal),
     lowered_with("aten.triangular_solve", rule!(linalg::solve_triangular), P::Triangular(Triangular::Legacy)).legal(linalg::solve_triangular_legal),

@@ -151,6 +151,7 @@ pub(super) static OPS: &[OpDef] = &[
     // linear algebra
     op("aten.mm").sig(MM),
     op("aten.bmm").sig(BMM),
+    op("aten._int_mm").sig(MM),
     op("aten.addmm").sig(ADDMM).decomposition(D::Lowering),
     op("aten.linalg_solve_triangular"),
     op("aten.triangular_solve"),

@@ -147,6 +147,7 @@ static TABLE: &[(&str, ShardingRule)] = &[
     // linear algebra
     ("aten.mm", S::DOT),
     ("aten.bmm", S::DOT),
+    ("aten._int_mm", S::DOT),
     ("aten.addmm", S::DOT),
     // shapes and data movement
     ("aten.view", S::RESHAPE),

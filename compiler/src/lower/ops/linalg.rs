@@ -15,15 +15,19 @@ type R<'c, 'a> = RuleResult<Vec<Tv<'c, 'a>>>;
 /// `a @ b` for rank-2 or batched rank-3 operands. An operand that is a transpose of its last
 /// two dims (`x @ w.t()`, as every nn.Linear is exported) is read untransposed, with the dot
 /// contracting its other dim: XLA CPU would otherwise copy the transposed weight on every call
-/// before its matmul (measured on the MLP: a `transpose_copy_fusion` per weight).
-pub fn dot<'c, 'a>(
+/// before its matmul (measured on the MLP: a `transpose_copy_fusion` per weight). Both
+/// operands are read in `operands` and the products summed in `out`: an integer dot reads its
+/// int8 operands as they are (`s8 x s8 -> s32`, which XLA's CPU dot and the accelerators'
+/// take) instead of widening them first.
+pub fn dot_in<'c, 'a>(
     e: &Emitter<'c, 'a>,
     a: &Tv<'c, 'a>,
     b: &Tv<'c, 'a>,
-    out: crate::ir::DType,
+    operands: DType,
+    out: DType,
 ) -> RuleResult<Tv<'c, 'a>> {
-    let a = e.convert(a, out)?;
-    let b = e.convert(b, out)?;
+    let a = e.convert(a, operands)?;
+    let b = e.convert(b, operands)?;
     let (rank_a, rank_b) = (a.rank(), b.rank());
     if rank_a != rank_b || !(2..=3).contains(&rank_a) {
         // The verifier's MatMul/BatchMatMul/AddMm signatures admit nothing else.
@@ -53,14 +57,43 @@ pub fn dot<'c, 'a>(
 }
 
 pub fn mm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    Ok(vec![dot(e, n.arg(0)?, n.arg(1)?, n.out_dtype())?])
+    let (a, b, out) = (n.arg(0)?, n.arg(1)?, n.out_dtype());
+    Ok(vec![dot_in(e, a, b, read_as(a, b, out), out)?])
+}
+
+/// The dtype a product reads its operands in: the result's, except that integer operands
+/// narrower than an integer result (`out_dtype(mm, int32, x_i8, w_i8)`) are read as they are
+/// and summed in the result.
+fn read_as(a: &Tv, b: &Tv, out: DType) -> DType {
+    let narrower = a.dtype.is_integer() && out.is_integer() && a.dtype.size_bytes() < out.size_bytes();
+    if a.dtype == b.dtype && narrower {
+        a.dtype
+    } else {
+        out
+    }
+}
+
+/// `torch._int_mm(a, b)`: int8 matrices, their products summed in int32 (what torchao's
+/// dynamically quantized linear layers run), one `s8 x s8 -> s32` dot.
+pub fn int_mm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    Ok(vec![dot_in(e, n.arg(0)?, n.arg(1)?, DType::I8, DType::I32)?])
+}
+
+/// `_int_mm` takes int8 operands and gives int32, as PyTorch requires.
+pub fn int_mm_legal(c: &Check) -> Result<(), String> {
+    let dtypes = (c.operand_dtype(0), c.operand_dtype(1), c.out_dtype());
+    match dtypes {
+        (Some(DType::I8), Some(DType::I8), Some(DType::I32)) => Ok(()),
+        (a, b, out) => Err(format!("_int_mm of {a:?} and {b:?} into {out:?} (int8 operands, an int32 result only)")),
+    }
 }
 
 /// addmm(self, mat1, mat2, beta=1, alpha=1) = beta * self + alpha * (mat1 @ mat2).
 /// With beta == 0, `self` is ignored (NaNs in it do not propagate), as in PyTorch.
 pub fn addmm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let out = n.out_dtype();
-    let mut prod = dot(e, n.arg(1)?, n.arg(2)?, out)?;
+    let (a, b) = (n.arg(1)?, n.arg(2)?);
+    let mut prod = dot_in(e, a, b, read_as(a, b, out), out)?;
     let dims = prod.dims.clone();
     let alpha = n.raw(ALPHA).and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
     let beta = n.raw(BETA).and_then(Scalar::from_attr).unwrap_or(Scalar::I(1));
