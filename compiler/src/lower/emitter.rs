@@ -157,6 +157,42 @@ impl<'c, 'a> Emitter<'c, 'a> {
         Ok(Tv { v, dtype, dims: dims.to_vec() })
     }
 
+    /// PyTorch's true division `a / b` (operands already in `dtype` and `a`'s shape), as its
+    /// kernel computes it. XLA divides by a constant or a broadcast scalar as `a * (1 / b)`,
+    /// and `1 / b` rounds: `x / 127.5` came out one bit off for most `x` (enough to flip
+    /// torchao's rounding of an activation to int8), and a mean's division by its count too.
+    /// Such an f32 division runs in f64 and is rounded back: XLA's reciprocal is off by at
+    /// most 2^-52 relative there, and a quotient of two f32 numbers is never within 2^-49 of
+    /// an f32 rounding midpoint, so the result is the f32 quotient exactly. (An optimization
+    /// barrier on the divisor does not stop XLA. A divisor broadcast along some dims only,
+    /// `x / rows`, is still divided by its reciprocal: XLA drops the f64 there unless
+    /// `xla_allow_excess_precision` is off.)
+    pub fn true_divide(&self, a: &Tv<'c, 'a>, b: &Tv<'c, 'a>, dtype: DType) -> RuleResult<Tv<'c, 'a>> {
+        if dtype != DType::F32 || !self.is_scalar_divisor(b) {
+            return self.ew(hlo::DIVIDE, &[a, b], dtype);
+        }
+        let dims = a.dims.clone();
+        let (a64, b64) = (self.convert(a, DType::F64)?, self.convert(b, DType::F64)?);
+        let q = self.ew(hlo::DIVIDE, &[&a64, &b64], DType::F64)?;
+        self.op(hlo::CONVERT, &[&q], DType::F32, &dims, &[])
+    }
+
+    /// Whether `b` is a constant or a broadcast of a rank-0 value.
+    fn is_scalar_divisor(&self, b: &Tv<'c, 'a>) -> bool {
+        use melior::ir::operation::{OperationLike, OperationResult};
+        use melior::ir::r#type::ShapedTypeLike;
+        use melior::ir::ValueLike;
+        let Ok(result) = OperationResult::try_from(b.v) else { return false };
+        let op = result.owner();
+        match op.name().as_string_ref().as_str() {
+            Ok(hlo::CONSTANT) => true,
+            Ok(hlo::BROADCAST_IN_DIM) => {
+                op.operand(0).is_ok_and(|v| RankedTensorType::try_from(v.r#type()).is_ok_and(|t| t.rank() == 0))
+            }
+            _ => false,
+        }
+    }
+
     /// An elementwise op whose operands already share the result's shape.
     pub fn ew(&self, name: &str, operands: &[&Tv<'c, 'a>], dtype: DType) -> RuleResult<Tv<'c, 'a>> {
         let dims = operands[0].dims.clone();

@@ -259,7 +259,7 @@ fn divide<'c, 'a>(
 ) -> RuleResult<Tv<'c, 'a>> {
     let (out, dims) = (n.out_dtype(), n.out_dims().to_vec());
     match n.get_or(ROUNDING_MODE, "")? {
-        "" if out.is_float() || out.is_complex() => e.ew(hlo::DIVIDE, &[a, b], out),
+        "" if out.is_float() || out.is_complex() => e.true_divide(a, b, out),
         "" => bad!("true division must produce a floating result, the IR says {out}"),
         "trunc" if out.is_float() => {
             let q = e.ew(hlo::DIVIDE, &[a, b], out)?;

@@ -125,7 +125,7 @@ pub fn simple<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     if name == Reduction::Mean {
         let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
         let c = e.constant(compute, &r.dims.clone(), Scalar::I(count))?;
-        r = e.ew(hlo::DIVIDE, &[&r, &c], compute)?;
+        r = e.true_divide(&r, &c, compute)?;
     }
     let r = e.convert(&r, out)?;
     Ok(vec![e.reshape(&r, n.out_dims())?])
@@ -268,7 +268,7 @@ pub fn variance<'c, 'a>(
     let out = x.dtype;
     let count: i64 = product(dims.iter().map(|&d| x.dims[d]))?;
     let sum = reduce_with(e, x, dims, Reduction::Sum)?;
-    let mean = e.ew(hlo::DIVIDE, &[&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?], out)?;
+    let mean = e.true_divide(&sum, &e.constant(out, &sum.dims.clone(), Scalar::I(count))?, out)?;
     // Put the mean back in x's shape to subtract it.
     let kept: Vec<i64> = (0..x.rank()).map(|i| if dims.contains(&i) { 1 } else { x.dims[i] }).collect();
     let mean = e.broadcast_to(&e.reshape(&mean, &kept)?, &x.dims)?;
@@ -276,5 +276,5 @@ pub fn variance<'c, 'a>(
     let sq = e.ew(hlo::MULTIPLY, &[&diff, &diff], out)?;
     let ss = reduce_with(e, &sq, dims, Reduction::Sum)?;
     let denom = e.constant(out, &ss.dims.clone(), Scalar::F((count as f64 - correction).max(0.0)))?;
-    e.ew(hlo::DIVIDE, &[&ss, &denom], out)
+    e.true_divide(&ss, &denom, out)
 }
