@@ -29,15 +29,12 @@ def fallback_is_error() -> bool:
     return os.environ.get(FALLBACK_ENV, "eager").strip().lower() == "error"
 
 
-# The Python stages a fault can be injected at (TORCHTPU_INJECT_FAULT, as the engine's `lower`,
-# `compile` and `execute`): what the policy must catch when tracing or exporting fails.
-PYTHON_FAULT_STAGES = ("trace", "export")
-
-
 def inject_fault(stage: str) -> None:
-    """Raises at `stage` when TORCHTPU_INJECT_FAULT names it: a RuntimeError, the type PyTorch's
-    own tracing raises, so a test sees that no failure of that stage escapes the policy."""
-    if os.environ.get("TORCHTPU_INJECT_FAULT") == stage:
+    """Raises at `stage` ("trace", "export": the Python stages, beside the engine's "lower",
+    "compile" and "execute") when TORCHTPU_INJECT_FAULT names it: a RuntimeError, the type
+    PyTorch's own tracing raises, so a test sees that no failure of that stage escapes the
+    policy."""
+    if stage in os.environ.get("TORCHTPU_INJECT_FAULT", "").split(","):
         raise RuntimeError(f"fault injected at stage '{stage}' (TORCHTPU_INJECT_FAULT)")
 
 
