@@ -547,6 +547,13 @@ fn list_passes(py: Python<'_>) -> PyResult<Vec<(&'static str, &'static str)>> {
     guarded(py, "passes", || Ok(torchtpu_engine::list_passes()))
 }
 
+/// Whether `TORCHTPU_INJECT_FAULT` names `stage`: the engine's own reading of it, for the
+/// Python stages (`trace`, `export`).
+#[pyfunction]
+fn fault_injected(stage: &str) -> bool {
+    torchtpu_engine::fault_injected(stage)
+}
+
 /// Panics inside Rust, for the test that checks a panic becomes `InternalError`.
 #[pyfunction]
 fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
@@ -561,6 +568,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let prefix: String = m.py().import("sys")?.getattr("prefix")?.extract()?;
     torchtpu_runtime::set_python_environment(std::path::Path::new(&prefix));
     m.add("FAULT_ENV", torchtpu_engine::FAULT_ENV)?;
+    m.add_function(wrap_pyfunction!(fault_injected, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(check_pipeline, m)?)?;

@@ -34,7 +34,9 @@ def inject_fault(stage: str) -> None:
     "compile" and "execute") when TORCHTPU_INJECT_FAULT names it: a RuntimeError, the type
     PyTorch's own tracing raises, so a test sees that no failure of that stage escapes the
     policy."""
-    if stage in os.environ.get("TORCHTPU_INJECT_FAULT", "").split(","):
+    from torchtpu import _C
+
+    if _C.fault_injected(stage):
         raise RuntimeError(f"fault injected at stage '{stage}' (TORCHTPU_INJECT_FAULT)")
 
 

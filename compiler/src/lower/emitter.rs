@@ -179,11 +179,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     /// Whether `b` is a constant or a broadcast of a rank-0 value.
     fn is_scalar_divisor(&self, b: &Tv<'c, 'a>) -> bool {
-        use melior::ir::operation::{OperationLike, OperationResult};
+        use melior::ir::operation::OperationLike;
         use melior::ir::r#type::ShapedTypeLike;
         use melior::ir::ValueLike;
-        let Ok(result) = OperationResult::try_from(b.v) else { return false };
-        let op = result.owner();
+        let Some(op) = producer(b) else { return false };
         match op.name().as_string_ref().as_str() {
             Ok(hlo::CONSTANT) => true,
             Ok(hlo::BROADCAST_IN_DIM) => {
@@ -324,8 +323,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// `y` when `x` is this module's `stablehlo.transpose(y)` with exactly `perm`: lets a
     /// consumer read `y` directly instead (a dot contracting the other dim).
     pub fn transpose_source(&self, x: &Tv<'c, 'a>, perm: &[usize]) -> Option<Tv<'c, 'a>> {
-        use melior::ir::operation::{OperationLike, OperationResult};
-        let op = OperationResult::try_from(x.v).ok()?.owner();
+        use melior::ir::operation::OperationLike;
+        let op = producer(x)?;
         if op.name().as_string_ref().as_str().ok()? != hlo::TRANSPOSE {
             return None;
         }
@@ -641,4 +640,9 @@ pub fn float_literal(d: DType, x: f64) -> String {
         ninf
     })
     .to_string()
+}
+
+/// The op of this module that produced `x` (None for a block argument).
+fn producer<'c, 'a>(x: &Tv<'c, 'a>) -> Option<melior::ir::operation::OperationRef<'c, 'a>> {
+    melior::ir::operation::OperationResult::try_from(x.v).ok().map(|r| r.owner())
 }

@@ -14,7 +14,9 @@ use melior::Context;
 use super::emitter::{self, tensor_type, Emitter, Tv};
 use super::error::{LowerError, RuleError};
 use super::sdy::ShardingAttr;
-use super::{erase_unused_pure_ops, legality, mesh_declaration, mlir, names, node, ops, type_bytes, Format, StableHlo};
+use super::{
+    erase_unused_transposes, legality, mesh_declaration, mlir, names, node, ops, type_bytes, Format, StableHlo,
+};
 use crate::ir::printer::ValueNames;
 use crate::ir::{Graph, NodeId, NodeKind, TensorType, Value};
 
@@ -91,7 +93,7 @@ pub(super) fn lower_body<'c>(
     }
     let outs: Vec<_> = g.outputs().iter().map(|v| values[v].v).collect();
     block.append_operation(func::r#return(&outs, loc));
-    erase_unused_pure_ops(block);
+    erase_unused_transposes(block);
     Ok(())
 }
 

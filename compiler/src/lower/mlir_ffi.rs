@@ -27,7 +27,7 @@ pub(super) fn opaque_attribute<'c>(ctx: &'c Context, dialect: &str, data: &str) 
 
 /// Erases `op` when nothing uses its first (only) result; says whether it did.
 pub(super) fn erase_if_first_result_unused(op: OperationRef) -> bool {
-    // SAFETY: `op` is a live operation with one result (the caller's pure ops); the C
+    // SAFETY: `op` is a live operation with one result (the caller's transposes); the C
     // API only reads its use list, and erases it (its own operands' use lists drop it) when it
     // has none, after which the caller holds no reference to it.
     unsafe {

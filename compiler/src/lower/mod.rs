@@ -177,21 +177,16 @@ pub fn lower_to_stablehlo(g: &Graph) -> Result<StableHlo, LowerError> {
     Lowering::new().lower(g)
 }
 
-/// Erases the transposes, broadcasts and constants nothing reads: a matmul that reads its
-/// operand untransposed (`ops::linalg::dot_in`) leaves the node's transpose behind, a rule
-/// may build a constant it ends up not using, and the emitted module is read by people too. Last to first, so an erased op's operands are seen unused in turn.
-fn erase_unused_pure_ops(block: &Block) {
+/// Erases the `stablehlo.transpose`s nothing reads: a matmul that reads its operand
+/// untransposed (`ops::linalg::dot_in`) leaves the node's transpose behind, and the emitted
+/// module is read by people too.
+fn erase_unused_transposes(block: &Block) {
     use melior::ir::BlockLike;
-    const PURE: [&str; 3] = [hlo::TRANSPOSE, hlo::BROADCAST_IN_DIM, hlo::CONSTANT];
-    let mut candidates = Vec::new();
     let mut op = block.first_operation();
     while let Some(o) = op {
         op = o.next_in_block();
-        if o.name().as_string_ref().as_str().is_ok_and(|n| PURE.contains(&n)) {
-            candidates.push(o);
+        if o.name().as_string_ref().as_str() == Ok(hlo::TRANSPOSE) {
+            mlir_ffi::erase_if_first_result_unused(o);
         }
-    }
-    for o in candidates.into_iter().rev() {
-        mlir_ffi::erase_if_first_result_unused(o);
     }
 }
