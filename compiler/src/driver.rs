@@ -92,7 +92,7 @@ pub struct Options {
     pub emit: Option<Format>,
     /// What the target's partitioner does, for the `propagate-sharding` the driver adds to a
     /// graph with a mesh (its costs are predictions of XLA's collectives).
-    pub sharding_target: crate::sharding::Target,
+    pub target: crate::sharding::Target,
 }
 
 impl Default for Options {
@@ -105,7 +105,7 @@ impl Default for Options {
             analyze: true,
             memory_before: false,
             emit: Some(Format::Bytecode),
-            sharding_target: crate::sharding::Target::default(),
+            target: crate::sharding::Target::default(),
         }
     }
 }
@@ -237,7 +237,7 @@ impl Context {
         timings.passes = pm.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?;
         // The passes the graph requires that the pipeline left out (`propagate-sharding` for a
         // graph with a mesh), built with the typed target, not written as pipeline text.
-        let required = pm.required_after(&graph, &options.sharding_target);
+        let required = pm.required_after(&graph, &options.target);
         timings.passes.extend(required.run_verified(&mut graph, dump).map_err(DriverError::Pipeline)?);
         let sharded = graph.mesh.is_some();
         timings.record("passes", t.elapsed());

@@ -21,6 +21,7 @@ pub mod lower;
 pub mod passes;
 pub mod registry;
 pub mod sharding;
+pub mod target;
 pub mod testing;
 
 /// A hash of this build's compiler sources (build.rs): part of every key under which lowered

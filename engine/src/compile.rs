@@ -68,7 +68,7 @@ impl Engine {
         mut timings: Timings,
     ) -> Result<CompiledGraph, EngineError> {
         let mut options = options.clone();
-        options.compiler.sharding_target = self.platform.sharding_target();
+        options.compiler.target = self.target();
         let options = &options;
         let annotated;
         let graph = match &options.mesh {

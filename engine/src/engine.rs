@@ -7,9 +7,13 @@ use torchtpu_runtime::{Buffer, Client, ClientOption, Device, ExecutableCache, Pl
 
 use crate::ir::DType;
 use crate::{distributed, element_type, Distributed, EngineError, GraphCache, Platform};
+use torchtpu_compiler::target::Target;
 
 /// `TORCHTPU_MALLOC_TUNING=0` leaves the process's allocator as it was (see `Engine::new`).
 pub const MALLOC_TUNING_ENV: &str = "TORCHTPU_MALLOC_TUNING";
+
+/// `TORCHTPU_HOST_KERNELS=0` compiles without torchtpu's host kernels (see `Engine::target`).
+pub const HOST_KERNELS_ENV: &str = "TORCHTPU_HOST_KERNELS";
 
 /// The variable that sets the CPU plugin's device count (`cpu_device_count`).
 pub const CPU_DEVICES_ENV: &str = "TORCHTPU_CPU_DEVICES";
@@ -29,6 +33,8 @@ pub struct Engine {
     pub(crate) no_sharding_v3_option: AtomicBool,
     /// `(node_id, num_nodes)` of a client across processes (`distributed.rs`).
     pub(crate) distributed: Option<(i64, i64)>,
+    /// What the compiler may assume of the platform (`Engine::target`), found on first use.
+    pub(crate) target: OnceLock<Target>,
 }
 
 impl Engine {
@@ -99,6 +105,26 @@ impl Engine {
             graphs,
             no_sharding_v3_option: AtomicBool::new(false),
             distributed: distributed.map(|d| (d.node_id, d.num_nodes)),
+            target: OnceLock::new(),
+        })
+    }
+
+    /// What the compiler may assume of this engine's platform (`Platform::target`): found once,
+    /// registering torchtpu's host kernels with the plugin and compiling their probes.
+    /// `TORCHTPU_HOST_KERNELS=0` leaves them out (the XLA-only forms, for comparison); a
+    /// plugin without them is logged once and compiled for without them.
+    pub fn target(&self) -> Target {
+        *self.target.get_or_init(|| {
+            let off = std::env::var(HOST_KERNELS_ENV).is_ok_and(|v| v.trim() == "0");
+            let kernels = if off || !self.platform.runs_host_kernels() {
+                Vec::new()
+            } else {
+                self.client.host_kernels().unwrap_or_else(|why| {
+                    eprintln!("torchtpu: host kernels unavailable, compiling without them: {why}");
+                    Vec::new()
+                })
+            };
+            self.platform.target(&kernels)
         })
     }
 

@@ -11,7 +11,7 @@ use torchtpu_runtime::XlaOption;
 pub struct Options {
     /// The driver's: the pass pipeline, donation (`donate_inputs`: outputs aliased to inputs
     /// of their type so PJRT donates the per-call input buffers), the size limit
-    /// (`max_tensor_bytes`). `emit` is the engine's to set per call, and `sharding_target`
+    /// (`max_tensor_bytes`). `emit` is the engine's to set per call, and `target`
     /// the platform's (`Engine::compile` overrides both).
     pub compiler: driver::Options,
     /// XLA option overrides for this graph's compile (`CompileOptions::xla_options`).
@@ -77,8 +77,8 @@ impl Options {
     pub fn cache_component(&self) -> String {
         let c = &self.compiler;
         format!(
-            "{};donate_inputs={};max_tensor_bytes={};reduce_scatter={}",
-            c.pipeline, c.donate_inputs, c.max_tensor_bytes, c.sharding_target.reduce_scatter
+            "{};donate_inputs={};max_tensor_bytes={};target={:?}",
+            c.pipeline, c.donate_inputs, c.max_tensor_bytes, c.target
         )
     }
 }

@@ -36,11 +36,23 @@ impl Platform {
         self.is_host()
     }
 
-    /// What the platform's XLA partitioner does with layout changes, for the sharding plan's
-    /// predictions: XLA's CPU compiler has no pass that turns an all-reduce and a slice into a
-    /// reduce-scatter (measured: a sum pinned to a split layout moved the whole tensor).
-    pub fn sharding_target(&self) -> torchtpu_compiler::sharding::Target {
-        torchtpu_compiler::sharding::Target { reduce_scatter: !self.is_host() }
+    /// Whether torchtpu's host kernels (custom calls on the host platform) can run here.
+    pub fn runs_host_kernels(&self) -> bool {
+        self.is_host()
+    }
+
+    /// What the compiler may assume of the platform: what its XLA partitioner does with
+    /// layout changes (the sharding plan's predictions: XLA's CPU compiler has no pass that
+    /// turns an all-reduce and a slice into a reduce-scatter, measured: a sum pinned to a split
+    /// layout moved the whole tensor), and which of torchtpu's host kernels the plugin has
+    /// registered (`registered`: `Plugin::host_kernels`); they run on the host platform only.
+    pub fn target(&self, registered: &[&str]) -> torchtpu_compiler::target::Target {
+        use torchtpu_compiler::lower::names::custom_call;
+        let host = |name: &str| self.is_host() && registered.contains(&name);
+        torchtpu_compiler::target::Target {
+            reduce_scatter: !self.is_host(),
+            host_kernels: torchtpu_compiler::target::HostKernels { int8_matmul: host(custom_call::INT8_MATMUL) },
+        }
     }
 
     /// Whether the process's allocator is tuned to keep freed memory: the CPU plugin mallocs
@@ -60,7 +72,12 @@ mod tests {
         let gpu = Platform::new("cuda");
         assert!(!cpu.donation_pays() && gpu.donation_pays());
         assert!(cpu.buffers_in_host_memory() && !gpu.buffers_in_host_memory());
-        assert!(!cpu.sharding_target().reduce_scatter && gpu.sharding_target().reduce_scatter);
+        assert!(!cpu.target(&[]).reduce_scatter && gpu.target(&[]).reduce_scatter);
+        let kernels = [torchtpu_compiler::lower::names::custom_call::INT8_MATMUL];
+        assert!(cpu.target(&kernels).host_kernels.int8_matmul);
+        assert!(!cpu.target(&[]).host_kernels.int8_matmul && !gpu.target(&kernels).host_kernels.int8_matmul);
+        // The compiler's custom-call target is the name the runtime registers its kernel under.
+        assert_eq!(kernels[0], torchtpu_runtime::host_kernels::INT8_MATMUL);
         assert!(cpu.tunes_host_allocator() && !gpu.tunes_host_allocator());
     }
 }

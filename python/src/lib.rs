@@ -158,7 +158,9 @@ fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: Option<bool>, wi
             Some(d) => d,
             None => default_engine(py)?.donates_by_default(),
         };
-        let options = torchtpu_engine::Options::with_pipeline(pipeline).donating(donate);
+        let mut options = torchtpu_engine::Options::with_pipeline(pipeline).donating(donate);
+        // Lowered for the default engine's platform, as its compiles are (its host kernels).
+        options.compiler.target = default_engine(py)?.target();
         let (ir, hlo) = text::lower_text(text, &options).map_err(|e| engine_error(py, &e))?;
         if with_ir {
             Ok((ir, hlo).into_pyobject(py)?.into_any().unbind())

@@ -114,6 +114,33 @@ def test_compiled_quantized_decoder_on_tpu_tensors_matches_torchao_eager(config)
     assert torchtpu.stats()["fallback_reasons"] == []
 
 
+@pytest.mark.parametrize("tokens", [1, 12])
+def test_the_quantized_linear_form_follows_the_rows_and_is_explained(tokens, capsys):
+    """Decode (one token per sequence: 2 rows) runs each int8 weight-only layer as torchtpu's
+    host kernel (the weight read as int8); a 12-token prefill (24 rows, above
+    `KERNEL_MAX_ROWS` = 16) converts the weight once and uses XLA's dot. Both match torchao's
+    eager logits (int8 tolerance), and `torchtpu.explain` names the form of every layer: 7 per
+    decoder layer (q, k, v, o, gate, up, down) and the LM head."""
+    model = _quantized("int8_weight_only")
+    ids = IDS[:, :tokens]
+    with torch.no_grad():
+        want = model(ids).logits
+        got = torch.compile(model, backend="torchtpu", options={"strict": True})(ids).logits
+        report = torchtpu.explain(model, ids)
+    _assert_logits_close(got, want, "int8_weight_only")
+    form = "host-kernel" if tokens == 1 else "dequantize"
+    layers = report["quantized_linears"]
+    assert len(layers) == 2 * 7 + 1 and all(q.startswith(f"{form} [{2 * tokens}, ") for q in layers), layers
+    assert f"int8 linear layers: {form} x15" in capsys.readouterr().out
+
+
+def test_explain_names_the_w8a8_integer_dots():
+    model = _quantized("w8a8_dynamic")
+    with torch.no_grad():
+        report = torchtpu.explain(model, IDS[:, :1])
+    assert report["quantized_linears"] and all(q.startswith("integer-dot [2, ") for q in report["quantized_linears"])
+
+
 def test_int8_weights_stay_int8_on_the_device():
     model = _quantized("int8_weight_only").to("tpu")
     layer = model.model.layers[0].mlp.gate_proj.weight

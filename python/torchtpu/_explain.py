@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 
 import torch
 from functorch.compile import make_boxed_func
@@ -31,6 +32,27 @@ def _not_taken(g: torch.fx.GraphModule, supported: set) -> dict:
         return {node: str(e)} if node is not None else {}
 
 
+_QUANTIZED = re.compile(r'tpu\.quantized_linear\(.*\{form = "([a-z-]+)"\} : f32\[(\d+), (\d+)\]')
+_INT_MM = re.compile(r"aten\._int_mm\.default\(.*\) : i32\[(\d+), (\d+)\]")
+
+
+def _quantized_linears(g: torch.fx.GraphModule) -> list[str]:
+    """The int8 linear layers of `g` as the compiler will run them: the form the
+    `quantized-linear` pass chose for each weight-only one (`host-kernel`: torchtpu's int8
+    kernel; `dequantize`: convert, then XLA's dot), and `integer-dot` for each W8A8 `_int_mm`
+    (`s8 x s8 -> s32`), with the result's [rows, columns]. Empty when nothing is quantized or
+    the graph falls back."""
+    from torchtpu.errors import FallbackError
+
+    try:
+        exported = export(g, "explain")
+        ir, _ = _C.lower_ir(exported.text, _C.DEFAULT_PIPELINE, None, with_ir=True)
+    except FallbackError:  # reported as the graph's fallback ops instead
+        return []
+    found = [f"{form} [{m}, {n}]" for form, m, n in _QUANTIZED.findall(ir)]
+    return found + [f"integer-dot [{m}, {n}]" for m, n in _INT_MM.findall(ir)]
+
+
 def explain(model, *args, **kwargs) -> dict:
     supported = set(_C.supported_ops())
     report = {
@@ -39,6 +61,7 @@ def explain(model, *args, **kwargs) -> dict:
         "ops": collections.Counter(),
         "fallback_ops": collections.Counter(),
         "reasons": [],
+        "quantized_linears": [],
     }
 
     def inspect(g, _inputs):
@@ -49,6 +72,7 @@ def explain(model, *args, **kwargs) -> dict:
         for node, reason in _not_taken(g, supported).items():
             report["fallback_ops"][base_name(node.target) or str(node.target)] += 1
             report["reasons"].append(f"{node.name}: {reason}")
+        report["quantized_linears"] += _quantized_linears(g)
         return make_boxed_func(g.forward)
 
     def backend(gm, example_inputs):
@@ -78,5 +102,14 @@ def explain(model, *args, **kwargs) -> dict:
         )
     else:
         lines.append("  every op has a lowering: nothing would fall back")
+    if report["quantized_linears"]:
+        forms = collections.Counter(q.split(" ")[0] for q in report["quantized_linears"])
+        lines.append(
+            "  int8 linear layers: "
+            + ", ".join(f"{form} x{count}" for form, count in sorted(forms.items()))
+            + " ("
+            + "; ".join(report["quantized_linears"])
+            + ")"
+        )
     print("\n".join(lines))
     return report

@@ -58,6 +58,22 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// torchtpu's host kernels that programs compiled by this client may call: those the
+    /// plugin registered (`Plugin::host_kernels`) whose probe program then compiles; or why
+    /// there are none. Each call registers (once per process) and compiles the probes afresh:
+    /// callers keep the answer.
+    pub fn host_kernels(&self) -> std::result::Result<Vec<&'static str>, String> {
+        let registered = self.plugin().host_kernels().map_err(str::to_string)?;
+        let mut usable = Vec::new();
+        for &name in registered {
+            let probe = crate::host_kernels::probe_program(name).ok_or_else(|| format!("{name}: no probe program"))?;
+            self.compile(probe, &crate::CompileOptions::default())
+                .map_err(|e| format!("{name} is registered but XLA refuses a program calling it: {e}"))?;
+            usable.push(name);
+        }
+        Ok(usable)
+    }
+
     /// Creates a client with the plugin's default options.
     pub fn new(plugin: Arc<Plugin>) -> Result<Client> {
         Client::with_options(plugin, &[])

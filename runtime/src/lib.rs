@@ -16,6 +16,7 @@ mod error;
 mod executable;
 mod ffi;
 mod fork;
+pub mod host_kernels;
 mod kv;
 mod optimized;
 mod options;

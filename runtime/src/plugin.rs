@@ -80,6 +80,8 @@ pub struct Plugin {
     stamp: FileStamp,
     /// Hex SHA-256 of the .so (or why it is unknown), computed on first request.
     sha256: OnceLock<std::result::Result<String, String>>,
+    /// The host kernels registered through the FFI extension (or why none), on first request.
+    host_kernels: OnceLock<std::result::Result<Vec<&'static str>, String>>,
     _library: Library,
 }
 
@@ -219,6 +221,7 @@ impl Plugin {
             error_get_code: never_code,
             stamp,
             sha256: OnceLock::new(),
+            host_kernels: OnceLock::new(),
             _library: library,
         };
         plugin.error_destroy = pjrt_fn!(plugin, PJRT_Error_Destroy)?;
@@ -228,6 +231,56 @@ impl Plugin {
         let mut args = ffi::PJRT_Plugin_Initialize_Args::new();
         pjrt_call!(plugin, PJRT_Plugin_Initialize, &mut args)?;
         Ok(plugin)
+    }
+
+    /// The custom-call targets of torchtpu's host kernels (`host_kernels::INT8_MATMUL`)
+    /// that XLA programs compiled by this plugin may call, registered through the plugin's PJRT
+    /// FFI extension on the first request; or why there are none (no FFI extension, or one
+    /// that refuses the registration). Registration is process-wide inside the plugin.
+    pub fn host_kernels(&self) -> std::result::Result<&[&'static str], &str> {
+        self.host_kernels.get_or_init(|| self.register_host_kernels()).as_deref().map_err(String::as_str)
+    }
+
+    fn register_host_kernels(&self) -> std::result::Result<Vec<&'static str>, String> {
+        use crate::host_kernels::{ExtensionBase, PjrtFfiExtension, RegisterHandlerArgs, PJRT_EXTENSION_FFI};
+        // SAFETY: `extension_start` is the second field of every version of the table; the
+        // chain is the plugin's, immutable, and each link is read only after its null check.
+        let mut ext = unsafe { std::ptr::addr_of!((*self.api).extension_start).read() } as *const ExtensionBase;
+        while let Some(base) = unsafe { ext.as_ref() } {
+            if base.kind == PJRT_EXTENSION_FFI {
+                break;
+            }
+            ext = base.next;
+        }
+        // SAFETY: as above.
+        let Some(base) = (unsafe { ext.as_ref() }) else {
+            return Err("the PJRT plugin has no FFI extension".into());
+        };
+        if base.struct_size < offset_of!(PjrtFfiExtension, register_handler) + size_of::<usize>() {
+            return Err("the PJRT plugin's FFI extension predates handler registration".into());
+        }
+        // SAFETY: the tag and size say this is an FFI extension with `register_handler`.
+        let register = unsafe { (*(ext as *const PjrtFfiExtension)).register_handler }
+            .ok_or("the PJRT plugin's FFI extension has no register_handler")?;
+        let mut registered = Vec::new();
+        for (name, handler) in crate::host_kernels::kernels() {
+            let platform = crate::host_kernels::PLATFORM;
+            let mut args = RegisterHandlerArgs {
+                struct_size: RegisterHandlerArgs::STRUCT_SIZE,
+                target_name: name.as_ptr().cast(),
+                target_name_size: name.len(),
+                handler,
+                platform_name: platform.as_ptr().cast(),
+                platform_name_size: platform.len(),
+                traits: 0,
+            };
+            // SAFETY: the args struct is complete for its declared size; the names outlive
+            // the call (XLA copies them) and the handler is a process-lifetime function.
+            let err = unsafe { register(&mut args) } as *mut ffi::PJRT_Error;
+            self.check("PJRT_FFI_Register_Handler", err).map_err(|e| format!("registering {name}: {e}"))?;
+            registered.push(name);
+        }
+        Ok(registered)
     }
 
     /// Reads one slot of the function table, or fails if the plugin's table is too short.
@@ -347,6 +400,7 @@ mod tests {
             error_get_code: never_code,
             stamp: FileStamp { dev: 0, ino: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
             sha256: OnceLock::new(),
+            host_kernels: OnceLock::new(),
             _library: libloading::os::unix::Library::this().into(),
         };
         match pjrt_fn!(plugin, PJRT_Client_Create) {
@@ -365,5 +419,7 @@ mod tests {
         }
         assert!(plugin.check("PJRT_Anything", std::ptr::null_mut()).is_ok());
         assert!(plugin.await_event("PJRT_Anything", std::ptr::null_mut()).is_ok());
+        // No extension chain: no host kernels, and the reason says so.
+        assert_eq!(plugin.host_kernels(), Err("the PJRT plugin has no FFI extension"));
     }
 }

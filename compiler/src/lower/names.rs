@@ -22,6 +22,7 @@ pub mod hlo {
     pub const CONSTANT: &str = "stablehlo.constant";
     pub const CONVERT: &str = "stablehlo.convert";
     pub const CONVOLUTION: &str = "stablehlo.convolution";
+    pub const CUSTOM_CALL: &str = "stablehlo.custom_call";
     pub const COSINE: &str = "stablehlo.cosine";
     pub const DIVIDE: &str = "stablehlo.divide";
     pub const DOT_GENERAL: &str = "stablehlo.dot_general";
@@ -95,6 +96,13 @@ pub mod chlo {
     pub const ZETA: &str = "chlo.zeta";
 }
 
+/// Targets of `stablehlo.custom_call`: torchtpu's host kernels, which the runtime registers
+/// with the plugin under these names (`torchtpu_runtime::host_kernels`; the engine's tests check
+/// that the two agree). Emitted only where `target::Target::host_kernels` says so.
+pub mod custom_call {
+    pub const INT8_MATMUL: &str = "torchtpu_int8_matmul";
+}
+
 /// Shardy ops.
 pub mod sdy {
     pub const MESH: &str = "sdy.mesh";
@@ -123,6 +131,7 @@ pub const ALL: &[&str] = &[
     hlo::CONSTANT,
     hlo::CONVERT,
     hlo::CONVOLUTION,
+    hlo::CUSTOM_CALL,
     hlo::COSINE,
     hlo::DIVIDE,
     hlo::DOT_GENERAL,

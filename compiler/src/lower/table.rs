@@ -4,8 +4,8 @@
 
 use super::legality::LegalFn;
 use super::ops::{
-    collective, elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, random, reduce, shape,
-    sort, RuleFn,
+    collective, elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, quant, random, reduce,
+    shape, sort, RuleFn,
 };
 use crate::ir::OpName;
 use crate::lower::names::{chlo, hlo};
@@ -343,6 +343,8 @@ static TABLE: &[Entry] = &[
     lowered_with("aten.bucketize", rule!(sort::searchsorted), P::Search(Search::Bucketize)),
     lowered_with("aten.cummax", rule!(sort::cumulative_extreme), P::Extreme(Extreme::Max)),
     lowered_with("aten.cummin", rule!(sort::cumulative_extreme), P::Extreme(Extreme::Min)),
+    // int8 weight-only linear layers in the form `quantized-linear` chose
+    lowered("tpu.quantized_linear", rule!(quant::quantized_linear)).legal(quant::quantized_linear_legal),
     // layouts of SPMD programs (effects, so that CSE keeps constraints whose layouts differ)
     lowered("tpu.sharding_constraint", rule!(layout::sharding_constraint)),
     lowered("tpu.reshard", rule!(layout::sharding_constraint)),

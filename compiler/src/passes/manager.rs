@@ -2,7 +2,7 @@
 
 use super::{lookup, Pass, PassDecl, PassOptions, REGISTRY};
 use crate::ir::{print_graph, verify, Graph, VerifyError};
-use crate::sharding::Target;
+use crate::target::Target;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn a_graph_with_a_mesh_requires_propagation_unless_the_pipeline_runs_it() {
         let meshed = parse_graph("graph @g(%x: f32[4] sharding<[{\"dp\"}]>) -> (f32[4]) {\n  mesh<[\"dp\"=2]>\n  %0 = aten.neg.default(%x) : f32[4]\n  return %0\n}\n").unwrap();
-        let target = Target { reduce_scatter: false };
+        let target = Target { reduce_scatter: false, ..Target::default() };
         let pm = PassManager::from_pipeline("cse,dce", PipelineOptions::default()).unwrap();
         assert_eq!(pm.required_after(&meshed, &target).pass_names(), vec!["propagate-sharding"]);
         assert!(pm.required_after(&parse_graph(G).unwrap(), &target).pass_names().is_empty());

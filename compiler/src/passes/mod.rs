@@ -18,6 +18,7 @@ pub mod layout_rules;
 mod manager;
 pub mod patterns;
 mod propagate_sharding;
+mod quantized_linear;
 mod schedule;
 
 pub use assign_layouts::AssignLayouts;
@@ -30,10 +31,11 @@ pub use fuse_matmuls::FuseMatmuls;
 pub use fuse_softmax::FuseSoftmax;
 pub use manager::{PassManager, PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
 pub use propagate_sharding::PropagateSharding;
+pub use quantized_linear::QuantizedLinear;
 pub use schedule::ScheduleMemory;
 
 use crate::ir::Graph;
-use crate::sharding::Target;
+use crate::target::Target;
 use std::collections::BTreeMap;
 
 /// A pass failed for a reason of its own (not a verifier failure).
@@ -114,6 +116,7 @@ pub static REGISTRY: &[PassInfo] = &[
     PassInfo::of::<FoldConstants>(),
     PassInfo::of::<FuseSoftmax>(),
     PassInfo::of::<FuseMatmuls>(),
+    PassInfo::of::<QuantizedLinear>(),
     PassInfo::of::<FormRegions>(),
     PassInfo::of::<AssignLayouts>(),
     PassInfo::of::<PropagateSharding>(),

@@ -196,6 +196,7 @@ keys! {
     EPS: "eps" => Number,
     FILL_VALUE: "fill_value" => Number,
     FILL_VALUE_INT: "fill_value" => Int,
+    FORM: "form" => Str,
     FORWARD: "forward" => Bool,
     GROUP_SIZE: "group_size" => Int,
     GROUPS: "groups" => Int,

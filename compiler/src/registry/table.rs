@@ -48,6 +48,9 @@ const COLLECTIVE: Signature = sig(Exactly(1), 1, &[GROUPS_LIST.spec(), GROUP_SIZ
 const CONSTANT: Signature = sig(Exactly(0), 1, &[VALUE.spec()], ShapeRule::Constant);
 // Device random draws: (state) -> (next state, values); `lower/ops/random.rs` checks the types.
 const RNG_RANGE: Signature = sig(Exactly(1), 2, &[LOW.spec(), HIGH.spec()], ShapeRule::Free);
+// `quantized-linear`'s node: (x f32[M, K], w int8[N, K], scale f32[N]) -> f32[M, N] in the
+// form the pass chose (`lower/ops/quant.rs`).
+const QUANTIZED_LINEAR: Signature = sig(Exactly(3), 1, &[FORM.spec()], ShapeRule::Free);
 const RNG_NORMAL: Signature = sig(Exactly(1), 2, &[MEAN.spec(), STD.spec()], ShapeRule::Free);
 
 // One line per op: the table reads as a table.
@@ -323,6 +326,7 @@ pub(super) static OPS: &[OpDef] = &[
     // of the state operand alone (the same state gives the same numbers, the advanced state is
     // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are
     // both correct; the hidden-generator trait would only forbid those.
+    op("tpu.quantized_linear").sig(QUANTIZED_LINEAR),
     op("tpu.rng_uniform").sig(RNG_RANGE),
     op("tpu.rng_normal").sig(RNG_NORMAL),
     op("tpu.rng_integers").sig(RNG_RANGE),

@@ -113,20 +113,7 @@ impl Reshard {
     }
 }
 
-/// What the partitioner of the target does with layout changes, where that differs between
-/// targets (the engine says; the compiler knows no devices). XLA's CPU compiler, for one,
-/// finishes a pending sum that a dim is then split by as an all-reduce and a local slice, not
-/// a reduce-scatter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
-    pub reduce_scatter: bool,
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Target { reduce_scatter: true }
-    }
-}
+pub use crate::target::Target;
 
 /// Bytes of one device's piece of `ty` under `s` (static shapes; 0 when symbolic).
 pub fn local_bytes(mesh: &Mesh, ty: &TensorType, s: &Sharding) -> u64 {
@@ -225,7 +212,7 @@ mod tests {
         // A pending sum over dp scattered onto dim 0: each device gets its [4, 16] piece.
         let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), Target::default());
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("reduce-scatter", 256));
-        let cpu = Target { reduce_scatter: false };
+        let cpu = Target { reduce_scatter: false, ..Target::default() };
         let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), cpu);
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("all-reduce", 512));
     }

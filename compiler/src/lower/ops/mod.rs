@@ -11,6 +11,7 @@ pub mod linalg;
 pub mod nn;
 pub mod polynomial;
 pub mod prims;
+pub mod quant;
 pub mod random;
 pub mod reduce;
 pub mod shape;

@@ -1,0 +1,182 @@
+//! The `XLA_FFI_Handler`s XLA calls for the host kernels: each reads its call frame (checking
+//! every size, type and shape it is given) into slices and hands them to a safe kernel. All of
+//! the module's `unsafe` is reading XLA's structs; no panic crosses back into XLA.
+
+use std::ffi::{c_int, c_void, CString};
+use std::mem::size_of;
+use std::sync::OnceLock;
+
+use super::int8_matmul::{self, Int8Matmul, RowDot4, Shape};
+use super::xla_ffi::*;
+
+/// The XLA FFI API version the handlers are written against (major, minor).
+const FFI_API_VERSION: (c_int, c_int) = (0, 1);
+
+/// `torchtpu_int8_matmul(x: f32[M, K], w: s8[N, K], scale: f32[N]) -> f32[M, N]`.
+///
+/// # Safety
+/// Called by XLA with a call frame that lives for the call.
+pub(super) unsafe extern "C" fn int8_matmul(frame: *mut CallFrame) -> *mut c_void {
+    // SAFETY: XLA owns the frame for this synchronous call.
+    let outcome = std::panic::catch_unwind(|| unsafe { int8_matmul_frame(frame) });
+    match outcome {
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(message)) => unsafe { error(frame, ERROR_INVALID_ARGUMENT, &message) },
+        Err(_) => unsafe { error(frame, ERROR_INTERNAL, "torchtpu_int8_matmul panicked") },
+    }
+}
+
+unsafe fn int8_matmul_frame(frame: *mut CallFrame) -> Result<(), String> {
+    // SAFETY (whole function): every pointer read below comes from XLA's call frame and is
+    // checked for null, and every struct for its size, before it is read.
+    let f = unsafe { frame.as_ref() }.ok_or("null XLA FFI call frame")?;
+    if f.struct_size < size_of::<CallFrame>() {
+        return Err(format!("XLA FFI call frame of {} bytes, expected {}", f.struct_size, size_of::<CallFrame>()));
+    }
+    if unsafe { answer_metadata(f.extension_start) } || f.stage != STAGE_EXECUTE {
+        return Ok(());
+    }
+    let [x, w, scale] = unsafe { buffers::<3>(&f.args, "operands")? };
+    let [out] = unsafe { buffers::<1>(&f.rets, "results")? };
+    let (m, k) = matrix(x, DTYPE_F32, "x (f32)")?;
+    let (n, k_w) = matrix(w, DTYPE_S8, "w (int8)")?;
+    let dims_s = unsafe { dims(scale) }?;
+    if scale.dtype != DTYPE_F32 || dims_s != [n as i64] {
+        return Err(format!("scale must be f32[{n}], got dtype {} dims {dims_s:?}", scale.dtype));
+    }
+    let (m_o, n_o) = matrix(out, DTYPE_F32, "the result (f32)")?;
+    if k_w != k || (m_o, n_o) != (m, n) {
+        return Err(format!("shapes do not agree: x [{m}, {k}], w [{n}, {k_w}], result [{m_o}, {n_o}]"));
+    }
+    let shape = Shape { m, n, k };
+    let (x, w, scale, out) = unsafe {
+        (slice::<f32>(x, m * k)?, slice::<i8>(w, n * k)?, slice::<f32>(scale, n)?, slice_mut::<f32>(out, m * n)?)
+    };
+    Int8Matmul::new(shape, x, w, scale)?.run(out, row_dot());
+    Ok(())
+}
+
+/// Answers XLA's registration-time question (a metadata extension in the frame): the API
+/// version and no traits. True if the frame was that question.
+unsafe fn answer_metadata(ext: *mut ExtensionBase) -> bool {
+    // SAFETY: the caller passes the frame's extension chain.
+    let Some(base) = (unsafe { ext.as_ref() }) else { return false };
+    if base.kind != XLA_EXTENSION_METADATA || base.struct_size < size_of::<MetadataExtension>() {
+        return false;
+    }
+    // SAFETY: the tag and size say this is a metadata extension.
+    let metadata = unsafe { (*(ext as *mut MetadataExtension)).metadata };
+    // SAFETY: XLA's metadata struct, checked for size before writing.
+    if let Some(md) = unsafe { metadata.as_mut() } {
+        // The C side's size ends at `traits` (no trailing padding).
+        if md.struct_size >= std::mem::offset_of!(Metadata, traits) + size_of::<u32>() {
+            md.api_version.major_version = FFI_API_VERSION.0;
+            md.api_version.minor_version = FFI_API_VERSION.1;
+            md.traits = 0;
+        }
+    }
+    true
+}
+
+/// The `N` buffers of an argument or result table, refusing any other count or kind.
+unsafe fn buffers<'f, const N: usize>(values: &'f Values, what: &str) -> Result<[&'f Buffer; N], String> {
+    if values.struct_size < size_of::<Values>() || values.size != N as i64 {
+        return Err(format!("expected {N} {what}, got {}", values.size));
+    }
+    let mut out: [Option<&Buffer>; N] = [None; N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        // SAFETY: the tables hold `size` entries.
+        let (kind, ptr) = unsafe { (*values.types.add(i), *values.values.add(i)) };
+        // SAFETY: a buffer entry points at an `XLA_FFI_Buffer`.
+        let buffer = unsafe { (ptr as *const Buffer).as_ref() };
+        match buffer {
+            Some(b) if kind == BUFFER && b.struct_size >= size_of::<Buffer>() => *slot = Some(b),
+            _ => return Err(format!("{what} {i} is not a dense buffer")),
+        }
+    }
+    Ok(out.map(|b| b.expect("filled above")))
+}
+
+unsafe fn dims(b: &Buffer) -> Result<&[i64], String> {
+    if b.rank < 0 || (b.rank > 0 && b.dims.is_null()) {
+        return Err("malformed buffer dims".into());
+    }
+    // SAFETY: `rank` dims behind a non-null pointer.
+    Ok(if b.rank == 0 { &[] } else { unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) } })
+}
+
+fn matrix(b: &Buffer, dtype: c_int, what: &str) -> Result<(usize, usize), String> {
+    // SAFETY: `b` came from `buffers`.
+    let d = unsafe { dims(b) }?;
+    match (b.dtype == dtype, d) {
+        (true, &[rows, cols]) if rows >= 0 && cols >= 0 => Ok((rows as usize, cols as usize)),
+        _ => Err(format!("{what} must be a matrix of dtype {dtype}, got dtype {} dims {d:?}", b.dtype)),
+    }
+}
+
+unsafe fn slice<T>(b: &Buffer, len: usize) -> Result<&[T], String> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if b.data.is_null() || (b.data as usize) % std::mem::align_of::<T>() != 0 {
+        return Err("buffer data is null or misaligned".into());
+    }
+    // SAFETY: XLA's buffer holds `len` elements of its checked dtype for the call.
+    Ok(unsafe { std::slice::from_raw_parts(b.data as *const T, len) })
+}
+
+/// The result buffer's data (its pointer, not the `XLA_FFI_Buffer` describing it, is what
+/// is written), valid for the call.
+unsafe fn slice_mut<'call, T>(b: &Buffer, len: usize) -> Result<&'call mut [T], String> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if b.data.is_null() || (b.data as usize) % std::mem::align_of::<T>() != 0 {
+        return Err("result data is null or misaligned".into());
+    }
+    // SAFETY: the result buffer is XLA's, written by this call only; XLA does not alias a
+    // custom call's result with its operands unless asked to (we never ask).
+    let data = b.data as *mut T;
+    Ok(unsafe { std::slice::from_raw_parts_mut(data, len) })
+}
+
+/// An `XLA_FFI_Error` carrying `message`, made by XLA's own constructor.
+unsafe fn error(frame: *mut CallFrame, errc: c_int, message: &str) -> *mut c_void {
+    // SAFETY: a frame that reached a handler carries XLA's API table.
+    let api = unsafe { frame.as_ref().and_then(|f| f.api.as_ref()) };
+    let Some(create) = api.filter(|a| a.struct_size >= size_of::<ApiPrefix>()).and_then(|a| a.error_create) else {
+        return std::ptr::null_mut();
+    };
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    let mut args = ErrorCreateArgs {
+        struct_size: size_of::<ErrorCreateArgs>(),
+        extension_start: std::ptr::null_mut(),
+        message: text.as_ptr(),
+        errc,
+    };
+    // SAFETY: XLA copies the message into the error it returns.
+    unsafe { create(&mut args) }
+}
+
+/// The inner loop for this CPU: a copy of the portable one built for AVX2 and FMA where the
+/// CPU has them (what XLA's own kernels use on x86), else the portable one.
+fn row_dot() -> RowDot4 {
+    static CHOICE: OnceLock<RowDot4> = OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            return row_dot4_avx2;
+        }
+        int8_matmul::row_dot4::<false>
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn row_dot4_avx2(x: &[f32], w: [&[i8]; 4]) -> [f32; 4] {
+    #[target_feature(enable = "avx2,fma")]
+    fn build(x: &[f32], w: [&[i8]; 4]) -> [f32; 4] {
+        int8_matmul::row_dot4::<true>(x, w)
+    }
+    // SAFETY: `row_dot` hands this function out only after detecting AVX2 and FMA.
+    unsafe { build(x, w) }
+}
