@@ -158,25 +158,98 @@ unsafe fn error(frame: *mut CallFrame, errc: c_int, message: &str) -> *mut c_voi
     unsafe { create(&mut args) }
 }
 
-/// The inner loop for this CPU: a copy of the portable one built for AVX2 and FMA where the
-/// CPU has them (what XLA's own kernels use on x86), else the portable one.
+/// The inner loop for this CPU: a copy of the portable one built for AVX-512 or AVX2 (with
+/// FMA) where the CPU has them (XLA's own kernels use the widest), else the portable one.
 fn row_dot() -> RowDot4 {
     static CHOICE: OnceLock<RowDot4> = OnceLock::new();
     *CHOICE.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return row_dot4_avx2;
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("fma") {
+                return row_dot4_avx512;
+            }
+            if has!("avx2") && has!("fma") {
+                return row_dot4_avx2;
+            }
         }
-        int8_matmul::row_dot4::<false>
+        int8_matmul::row_dot4::<false, 16>
     })
 }
 
 #[cfg(target_arch = "x86_64")]
-fn row_dot4_avx2(x: &[f32], w: [&[i8]; 4]) -> [f32; 4] {
+fn row_dot4_avx2(x: &[f32], w: [&[i8]; 4], ahead: &[i8]) -> [f32; 4] {
     #[target_feature(enable = "avx2,fma")]
-    fn build(x: &[f32], w: [&[i8]; 4]) -> [f32; 4] {
-        int8_matmul::row_dot4::<true>(x, w)
+    fn build(x: &[f32], w: [&[i8]; 4], ahead: &[i8]) -> [f32; 4] {
+        prefetch(ahead);
+        int8_matmul::row_dot4::<true, 16>(x, w, ahead)
     }
     // SAFETY: `row_dot` hands this function out only after detecting AVX2 and FMA.
-    unsafe { build(x, w) }
+    unsafe { build(x, w, ahead) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn row_dot4_avx512(x: &[f32], w: [&[i8]; 4], ahead: &[i8]) -> [f32; 4] {
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    fn build(x: &[f32], w: [&[i8]; 4], ahead: &[i8]) -> [f32; 4] {
+        prefetch(ahead);
+        int8_matmul::row_dot4::<true, 32>(x, w, ahead)
+    }
+    // SAFETY: `row_dot` hands this function out only after detecting AVX-512 (F, BW) and FMA.
+    unsafe { build(x, w, ahead) }
+}
+
+/// Asks the cache for `bytes`, one request per 64-byte line (a hint: it reads nothing and
+/// cannot fault).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch(bytes: &[i8]) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for line in bytes.chunks(64) {
+        // SAFETY: SSE is part of x86-64; the pointer is into a live slice.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test --release -p torchtpu-runtime --lib kernel_rate -- --ignored --nocapture`:
+    /// the kernel alone (no XLA), elements per second, by thread count.
+    #[test]
+    #[ignore = "timing"]
+    fn kernel_rate() {
+        let (m, n, k) = (1, 32000, 768);
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let w: Vec<i8> = (0..n * k).map(|i| ((i * 91 % 255) as i32 - 127) as i8).collect();
+        let s = vec![1.0f32; n];
+        let mut out = vec![0f32; m * n];
+        let op = Int8Matmul::new(Shape { m, n, k }, &x, &w, &s).unwrap();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let (mut best, mut cold) = (f64::MAX, f64::MAX);
+            let mut evict = vec![0u8; 256 << 20];
+            for i in 0..20 {
+                // Odd rounds: caches flushed first (256 MiB written), as in a model's decode.
+                if i % 2 == 1 {
+                    evict.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+                }
+                let t = std::time::Instant::now();
+                pool.install(|| op.run(&mut out, row_dot()));
+                let took = t.elapsed().as_secs_f64();
+                if i % 2 == 1 {
+                    cold = cold.min(took);
+                } else {
+                    best = best.min(took);
+                }
+            }
+            println!(
+                "{threads} thread(s): hot {:.3} ms ({:.1} G elements/s), cold {:.3} ms",
+                best * 1e3,
+                (n * k) as f64 / best / 1e9,
+                cold * 1e3
+            );
+        }
+    }
 }
