@@ -1,17 +1,19 @@
 """torchao int8 weight-only on torchtpu against float32, one interleaved run (issue 31's table).
 
 A Llama built from a config (hidden 768, 12 layers, 12 heads, 4 KV heads, vocabulary 32000:
-~134M parameters, random weights), in four forms timed side by side in one process:
-f32 eager, f32 under torchtpu, int8 weight-only (torchao) eager, int8 weight-only under
-torchtpu. Figures:
+~125M parameters, random weights), in four forms timed side by side in one process:
+f32 eager, f32 under torchtpu, int8 (torchao) eager, int8 under torchtpu. int8: every linear
+layer `Int8WeightOnlyConfig()` (int8, per-row scales) and the embedding
+`IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))`. Figures:
 - "decode": one token through the model (input [1, 1], no KV cache), ms per call;
 - "prefill": 512 tokens through the model (input [1, 512]), ms per call;
-- weight bytes held by the model (the quantized one: int8 data + scales) over f32's;
+- weight bytes held by the model (the quantized one: int8 data + scales) over f32's, and the
+  same with the linear layers alone quantized;
 - logits of int8 under torchtpu vs torchao's own eager int8, relative to the largest logit;
 - greedy tokens (no KV cache) from PROMPTS prompts x NEW tokens, torchtpu int8 vs torchao eager;
 - compiles after warm-up (torchtpu's graphs compiled during the timed calls).
 
-    .venv/bin/python benches/quantization.py [--quick]
+    .venv/bin/python benches/quantization.py [--quick] [--phases decode,prefill] [--no-check]
 
 Writes benches/results/quantization.json; docs/quantization.md cites it.
 """
@@ -76,11 +78,19 @@ def main():
     args = p.parse_args()
     warnings.simplefilter("ignore")
     import torchtpu
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis
 
-    layers, reps, prompts, new = (2, 3, 2, 4) if args.quick else (12, 7, 10, 8)
+    layers, reps, prompts, new = (2, 3, 2, 4) if args.quick else (12, 7, 10, 32)
     f32 = build(layers)
     int8 = copy.deepcopy(f32)
+    # Every linear layer int8 with per-row scales; the embedding too (int8, one scale per row),
+    # as a user shrinking the model to fit does. Linears alone leave the 24.6M-parameter
+    # embedding in f32 (the weight bytes of that are reported too).
+    linears_only = copy.deepcopy(f32)
+    quantize_(linears_only, Int8WeightOnlyConfig())
+    embedding_int8 = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+    quantize_(int8, embedding_int8, filter_fn=lambda m, _fqn: isinstance(m, torch.nn.Embedding))
     quantize_(int8, Int8WeightOnlyConfig())
     forms = {
         "f32 eager": f32,
@@ -110,6 +120,7 @@ def main():
             }
             print(phase, {k: round(v, 2) for k, v in ms.items()}, flush=True)
         if args.no_check:
+            print({"weight_bytes_int8_over_f32": weight_bytes(int8) / weight_bytes(f32)})
             return
         x = torch.randint(0, 32000, (1, 64), generator=torch.Generator().manual_seed(2))
         want, got = int8(x).logits, forms["int8 torchtpu"](x).logits
@@ -125,6 +136,7 @@ def main():
             same += bool(torch.equal(a, b))
         result["greedy_identical"] = f"{same}/{prompts} prompts x {new} tokens"
     result["weight_bytes_int8_over_f32"] = weight_bytes(int8) / weight_bytes(f32)
+    result["weight_bytes_int8_linears_only_over_f32"] = weight_bytes(linears_only) / weight_bytes(f32)
     print(json.dumps({k: v for k, v in result.items() if k not in inputs}, indent=1))
     if not args.quick:
         with open(os.path.join(HERE, "results", "quantization.json"), "w") as f:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import warnings
 
 import pytest
@@ -29,7 +30,7 @@ import torchtpu
 
 # torchao is imported by the tests that use it, not at collection: every pytest worker collects
 # every file, and torchao registers its ops and pytree nodes process-wide when imported.
-CONFIGS = ("int8_weight_only", "w8a8_dynamic")
+CONFIGS = ("int8_weight_only", "w8a8_dynamic", "int8_everything")
 IDS = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
 
 
@@ -59,12 +60,21 @@ def _quantized(config: str) -> torch.nn.Module:
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
 
     model = transformers.LlamaForCausalLM(cfg).eval()
+    if config == "int8_everything":
+        # The embedding too (int8, one scale per row: torchao's IntxWeightOnlyConfig), as a user
+        # shrinking a model to fit does; the linear layers as int8_weight_only.
+        from torchao.quantization import IntxWeightOnlyConfig
+        from torchao.quantization.granularity import PerAxis
+
+        is_embedding = lambda m, _fqn: isinstance(m, torch.nn.Embedding)  # noqa: E731
+        quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)), filter_fn=is_embedding)
+        config = "int8_weight_only"
     make = {"int8_weight_only": Int8WeightOnlyConfig, "w8a8_dynamic": Int8DynamicActivationInt8WeightConfig}[config]
     quantize_(model, make())
     return model
 
 
-TOLERANCE = {"int8_weight_only": 1e-3, "w8a8_dynamic": 2e-2}
+TOLERANCE = {"int8_weight_only": 1e-3, "w8a8_dynamic": 2e-2, "int8_everything": 1e-3}
 
 
 def _assert_logits_close(got: torch.Tensor, want: torch.Tensor, config: str):
@@ -85,6 +95,12 @@ def test_compiled_quantized_decoder_matches_torchao_eager(config, tmp_path, monk
     # The weights reach the compiled program as int8 inputs, not as float copies.
     dumped = "".join(p.read_text() for p in tmp_path.rglob("*.ir"))
     assert ": i8[" in dumped, sorted(p.name for p in tmp_path.rglob("*"))
+    if config == "int8_everything":
+        # `quantized-embedding`: the int8 table's rows are looked up, then dequantized.
+        compiled = "".join(p.read_text() for p in tmp_path.rglob("*.ir") if not p.name.endswith(".input.ir"))
+        assert re.search(r"aten\.embedding\.default\(%arg\d+, %arg\d+\) \{[^}]*\} : i8\[2, 12, 64\]", compiled), (
+            compiled
+        )
     assert torchtpu.stats()["fallback_reasons"] == []
 
 

@@ -18,6 +18,7 @@ pub mod layout_rules;
 mod manager;
 pub mod patterns;
 mod propagate_sharding;
+mod quantized_embedding;
 mod quantized_linear;
 mod schedule;
 
@@ -31,6 +32,7 @@ pub use fuse_matmuls::FuseMatmuls;
 pub use fuse_softmax::FuseSoftmax;
 pub use manager::{PassManager, PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
 pub use propagate_sharding::PropagateSharding;
+pub use quantized_embedding::QuantizedEmbedding;
 pub use quantized_linear::QuantizedLinear;
 pub use schedule::ScheduleMemory;
 
@@ -117,6 +119,7 @@ pub static REGISTRY: &[PassInfo] = &[
     PassInfo::of::<FuseSoftmax>(),
     PassInfo::of::<FuseMatmuls>(),
     PassInfo::of::<QuantizedLinear>(),
+    PassInfo::of::<QuantizedEmbedding>(),
     PassInfo::of::<FormRegions>(),
     PassInfo::of::<AssignLayouts>(),
     PassInfo::of::<PropagateSharding>(),
