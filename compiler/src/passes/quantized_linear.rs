@@ -16,7 +16,7 @@
 
 use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::{Attr, DType, Dim, Graph, NodeId, OpName, TensorType, Value};
-use crate::lower::ops::quant::{DEQUANTIZE, HOST_KERNEL};
+use crate::registry::attrs::quantized_linear_form::{DEQUANTIZE, HOST_KERNEL};
 use crate::registry::attrs::{DIM0, DIM1, DIMS, FORM};
 use crate::target::Target;
 

@@ -284,3 +284,12 @@ mod tests {
         }
     }
 }
+
+/// The values of `tpu.quantized_linear`'s `form` (`FORM`), which the `quantized-linear` pass
+/// writes and the lowering reads (`lower/ops/quant.rs`).
+pub mod quantized_linear_form {
+    /// torchtpu's int8 host kernel, a typed-FFI custom call.
+    pub const HOST_KERNEL: &str = "host-kernel";
+    /// Convert the weight, XLA's dot, the scale.
+    pub const DEQUANTIZE: &str = "dequantize";
+}

@@ -15,11 +15,8 @@ use crate::ir::DType;
 use crate::lower::error::bad;
 use crate::lower::legality::Check;
 use crate::lower::names::{custom_call, hlo};
+use crate::registry::attrs::quantized_linear_form::{DEQUANTIZE, HOST_KERNEL};
 use crate::registry::attrs::FORM;
-
-/// The forms the pass writes in `form`.
-pub const HOST_KERNEL: &str = "host-kernel";
-pub const DEQUANTIZE: &str = "dequantize";
 
 /// XLA's typed-FFI custom-call ABI (`API_VERSION_TYPED_FFI`).
 const TYPED_FFI: i64 = 4;
