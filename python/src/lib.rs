@@ -159,8 +159,13 @@ fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: Option<bool>, wi
             None => default_engine(py)?.donates_by_default(),
         };
         let mut options = torchtpu_engine::Options::with_pipeline(pipeline).donating(donate);
-        // Lowered for the default engine's platform, as its compiles are (its host kernels).
-        options.compiler.target = default_engine(py)?.target();
+        // Lowered for the default engine's platform, as its compiles are (its host kernels);
+        // without a plugin, for the compiler's default target.
+        if !torchtpu_runtime::in_forked_child() {
+            if let Ok(engine) = torchtpu_engine::default_engine() {
+                options.compiler.target = engine.target();
+            }
+        }
         let (ir, hlo) = text::lower_text(text, &options).map_err(|e| engine_error(py, &e))?;
         if with_ir {
             Ok((ir, hlo).into_pyobject(py)?.into_any().unbind())
@@ -488,7 +493,7 @@ impl From<WireXlaOption> for torchtpu_engine::XlaOption {
 fn cache_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
     guarded(py, "compile", || {
         let d = PyDict::new(py);
-        if let Ok(engine) = torchtpu_engine::default_engine() {
+        if let (false, Ok(engine)) = (torchtpu_runtime::in_forked_child(), torchtpu_engine::default_engine()) {
             let s = engine.cache().stats();
             d.set_item("memory_hits", s.memory_hits)?;
             d.set_item("disk_hits", s.disk_hits)?;

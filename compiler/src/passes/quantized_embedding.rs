@@ -118,28 +118,15 @@ impl Pass for QuantizedEmbedding {
         if g.mesh.is_some() {
             return Ok(false);
         }
-        let found: Vec<NodeId> = candidates(g).collect();
+        let found: Vec<NodeId> = candidates(g).filter(|&id| static_dims(&g.node(id).results[0]).is_some()).collect();
         for &embedding in &found {
-            if static_dims(&g.node(embedding).results[0]).is_none() {
-                continue;
-            }
             let table = g.node(embedding).operands[0];
             let rows = gathered(g, table, embedding, &mut HashMap::new());
             g.replace_all_uses(Value::new(embedding, 0), rows);
-            // The embedding, then the table's computation, now unread.
-            let mut dead = vec![embedding];
-            while let Some(id) = dead.pop() {
-                if !g.contains(id)
-                    || g.has_uses(id)
-                    || g.outputs().iter().any(|v| v.node == id)
-                    || g.inputs().contains(&id)
-                {
-                    continue;
-                }
-                let operands = g.node(id).operands.clone();
-                g.remove_node(id);
-                dead.extend(operands.iter().map(|v| v.node).filter(|&n| g.contains(n) && is_rowwise_op(g, n)));
-            }
+        }
+        // The embeddings replaced, and the whole-table computations now unread.
+        if !found.is_empty() {
+            super::dce::remove_dead_nodes(g);
         }
         Ok(!found.is_empty())
     }

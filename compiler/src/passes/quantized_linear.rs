@@ -178,17 +178,12 @@ impl Pass for QuantizedLinear {
                 g.set_loc(q, loc);
             }
             g.replace_all_uses(Value::new(layer.mul, 0), Value::new(q, 0));
-            // The mul, then its mm, convert and transpose as each is left unread (a convert
-            // or transpose of a weight may feed other nodes too).
-            let mut dead = vec![layer.mul];
-            while let Some(id) = dead.pop() {
-                if g.has_uses(id) || g.outputs().iter().any(|v| v.node == id) || g.inputs().contains(&id) {
-                    continue;
-                }
-                let operands = g.node(id).operands.clone();
-                g.remove_node(id);
-                dead.extend(operands.iter().map(|v| v.node).filter(|&n| n != layer.x.node && n != layer.scale.node));
-            }
+            g.remove_node(layer.mul);
+        }
+        // The mm, convert and transpose each layer left unread (a weight's convert or transpose
+        // may feed other nodes too: those stay).
+        if !layers.is_empty() {
+            super::dce::remove_dead_nodes(g);
         }
         Ok(!layers.is_empty())
     }

@@ -83,6 +83,9 @@ unsafe fn buffers<'f, const N: usize>(values: &'f Values, what: &str) -> Result<
     if values.struct_size < size_of::<Values>() || values.size != N as i64 {
         return Err(format!("expected {N} {what}, got {}", values.size));
     }
+    if values.types.is_null() || values.values.is_null() {
+        return Err(format!("the {what} table is null"));
+    }
     let mut out: [Option<&Buffer>; N] = [None; N];
     for (i, slot) in out.iter_mut().enumerate() {
         // SAFETY: the tables hold `size` entries.
