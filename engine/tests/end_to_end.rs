@@ -332,3 +332,52 @@ fn wrong_host_memory_is_refused_before_pjrt_reads_it() {
     assert_eq!(e.kind(), ErrorKind::Input);
     assert!(matches!(c.execute_host(&[]), Err(EngineError::Arity { expected: 1, got: 0 })));
 }
+
+/// torchao's int8 weight-only linear layer (`mul(mm(x, convert(transpose(w))), scale)`) on the
+/// CPU engine: `quantized-linear` runs it as torchtpu's int8 host kernel for 2 rows and as
+/// convert-then-dot for 20 (above `KERNEL_MAX_ROWS`); both against a hand reference (f32 sums
+/// of K = 40 products in another order: 1e-5 relative).
+#[test]
+fn int8_weight_only_linear_in_both_forms_matches_a_hand_reference() {
+    use torchtpu_compiler::lower::Format;
+    isolated_cache();
+    let engine = torchtpu_engine::default_engine().unwrap();
+    assert!(engine.target().host_kernels.int8_matmul, "the CPU plugin registers the int8 kernel");
+    let (n, k) = (24usize, 40usize);
+    let w: Vec<i8> = (0..n * k).map(|i| ((i * 37 % 255) as i32 - 127) as i8).collect();
+    let scale: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
+    for (m, form) in [(2usize, "host-kernel"), (20, "dequantize")] {
+        let ir = format!(
+            "graph @q(%w: i8[{n}, {k}], %s: f32[{n}, 1], %x: f32[{m}, {k}]) -> (f32[{m}, {n}]) {{
+              %wt = aten.permute.default(%w) {{dims = [1, 0]}} : i8[{k}, {n}]
+              %wf = aten._to_copy.default(%wt) {{dtype = f32}} : f32[{k}, {n}]
+              %y = aten.mm.default(%x, %wf) : f32[{m}, {n}]
+              %s1 = aten.view.default(%s) {{size = [{n}]}} : f32[{n}]
+              %o = aten.mul.Tensor(%y, %s1) : f32[{m}, {n}]
+              return %o
+            }}"
+        );
+        let mut options = torchtpu_engine::Options::default();
+        options.compiler.target = engine.target();
+        let (after, _) = torchtpu_engine::lower(&parse_graph(&ir).unwrap(), &options, Format::Text).unwrap();
+        let printed = torchtpu_compiler::ir::print_graph(&after);
+        assert!(printed.contains(&format!("form = \"{form}\"")), "{printed}");
+        let x = seq(m * k, 0.25, 0.1);
+        let wf: Vec<f32> = w.iter().map(|v| f32::from(*v)).collect();
+        let wt: Vec<f32> = (0..k).flat_map(|p| (0..n).map(move |j| (p, j))).map(|(p, j)| wf[j * k + p]).collect();
+        let mut want = matmul(&x, &wt, m, k, n);
+        for (i, v) in want.iter_mut().enumerate() {
+            *v *= scale[i % n];
+        }
+        let w_host = HostTensor {
+            dtype: torchtpu_engine::DType::I8,
+            dims: vec![n as i64, k as i64],
+            data: w.iter().map(|v| *v as u8).collect(),
+        };
+        let out = run(
+            &ir,
+            &[w_host, HostTensor::from_f32(&[n as i64, 1], &scale), HostTensor::from_f32(&[m as i64, k as i64], &x)],
+        );
+        assert_close(&out[0].to_f32().unwrap(), &want, 1e-5, 1e-5);
+    }
+}
