@@ -42,15 +42,23 @@ fn static_dims(t: &TensorType) -> Option<Vec<i64>> {
 /// The embeddings whose table computation this pass rewrites.
 fn candidates(g: &Graph) -> impl Iterator<Item = NodeId> + '_ {
     g.topo_order().unwrap_or_default().into_iter().filter(|&id| {
-        op_base(g, id).as_deref() == Some("aten.embedding") && {
-            let table = g.node(id).operands[0];
-            let rows = g.value_type(table).shape.first().copied();
-            let mut int8 = false;
-            matches!(rows, Some(Dim::Static(_)))
-                && g.value_type(table).shape.len() == 2
-                && rowwise(g, table, rows.unwrap(), &mut int8)
-                && int8
-        }
+        let node = g.node(id);
+        // (table, ids) -> one result; the registry declares no signature for `embedding`.
+        let [table, ids] = node.operands.as_slice() else { return false };
+        let (table, shape) = (*table, &g.value_type(*table).shape);
+        // The result is the ids' shape with a row of the table each.
+        let mut looked_up = g.value_type(*ids).shape.clone();
+        looked_up.extend(shape.get(1).copied());
+        let mut int8 = false;
+        op_base(g, id).as_deref() == Some("aten.embedding")
+            && node.results.len() == 1
+            && static_dims(&node.results[0]).is_some()
+            && node.results[0].shape == looked_up
+            && node.results[0].dtype == g.value_type(table).dtype
+            && shape.len() == 2
+            && matches!(shape[0], Dim::Static(_))
+            && rowwise(g, table, shape[0], &mut int8)
+            && int8
     })
 }
 
@@ -97,7 +105,7 @@ fn gathered(g: &mut Graph, v: Value, embedding: NodeId, memo: &mut HashMap<Value
     let mut shape = ids_dims;
     shape.push(ty.shape[1]);
     let out = TensorType { dtype: ty.dtype, shape };
-    let same_shape_view = op_base(g, v.node).as_deref() == Some("aten.view");
+    let same_shape_view = is_rowwise_op(g, v.node) && op_base(g, v.node).as_deref() == Some("aten.view");
     let new = if same_shape_view {
         let source = g.node(v.node).operands[0];
         gathered(g, source, embedding, memo)
@@ -118,7 +126,7 @@ impl Pass for QuantizedEmbedding {
         if g.mesh.is_some() {
             return Ok(false);
         }
-        let found: Vec<NodeId> = candidates(g).filter(|&id| static_dims(&g.node(id).results[0]).is_some()).collect();
+        let found: Vec<NodeId> = candidates(g).collect();
         for &embedding in &found {
             let table = g.node(embedding).operands[0];
             let rows = gathered(g, table, embedding, &mut HashMap::new());
