@@ -37,6 +37,8 @@ def test_passes_are_listed_from_the_rust_registry():
         "fold-constants",
         "fuse-softmax",
         "fuse-matmuls",
+        "quantized-linear",
+        "quantized-embedding",
         "form-regions",
         "assign-layouts",
         "propagate-sharding",

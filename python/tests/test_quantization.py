@@ -164,3 +164,26 @@ def test_int8_weights_stay_int8_on_the_device():
     dtypes = {t.dtype for t in inner}
     assert torch.int8 in dtypes and all(t.device.type == "tpu" for t in inner), dtypes
     assert os.environ.get("TORCHTPU_FALLBACK") == "error"  # conftest: no silent CPU fallback
+
+
+def test_graphs_with_int8_inputs_default_to_the_quantized_xla_options():
+    """An inference graph with int8 inputs (torchao's weights) compiles with
+    `QUANTIZED_INFERENCE_XLA_OPTIONS` (YNNPACK's elementwise fusions too, measured in
+    docs/quantization.md): given explicitly, the same graph is a cache hit."""
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    from torchtpu.backend import INFERENCE_XLA_OPTIONS, QUANTIZED_INFERENCE_XLA_OPTIONS
+
+    assert QUANTIZED_INFERENCE_XLA_OPTIONS != INFERENCE_XLA_OPTIONS
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48)).eval()
+    quantize_(model, Int8WeightOnlyConfig())
+    x = torch.randn(3, 32)
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(torch.compile(model, backend="torchtpu")(x), want, rtol=1e-5, atol=1e-5)
+        misses = torchtpu.stats()["cache_misses"]
+        torch._dynamo.reset()
+        options = {"xla_options": dict(QUANTIZED_INFERENCE_XLA_OPTIONS)}
+        torch.compile(model, backend="torchtpu", options=options)(x)
+        assert torchtpu.stats()["cache_misses"] == misses
