@@ -343,8 +343,6 @@ static TABLE: &[Entry] = &[
     lowered_with("aten.bucketize", rule!(sort::searchsorted), P::Search(Search::Bucketize)),
     lowered_with("aten.cummax", rule!(sort::cumulative_extreme), P::Extreme(Extreme::Max)),
     lowered_with("aten.cummin", rule!(sort::cumulative_extreme), P::Extreme(Extreme::Min)),
-    // int8 weight-only linear layers in the form `quantized-linear` chose
-    lowered("tpu.quantized_linear", rule!(quant::quantized_linear)).legal(quant::quantized_linear_legal),
     // layouts of SPMD programs (effects, so that CSE keeps constraints whose layouts differ)
     lowered("tpu.sharding_constraint", rule!(layout::sharding_constraint)),
     lowered("tpu.reshard", rule!(layout::sharding_constraint)),
@@ -354,6 +352,8 @@ static TABLE: &[Entry] = &[
     lowered("c10d.all_gather", rule!(collective::all_gather)).legal(collective::gather_legal),
     lowered("c10d.all_to_all", rule!(collective::all_to_all)).legal(collective::gather_legal),
     lowered("c10d.broadcast", rule!(collective::broadcast)).legal(collective::broadcast_legal),
+    // int8 weight-only linear layers in the form `quantized-linear` chose
+    lowered("tpu.quantized_linear", rule!(quant::quantized_linear)).legal(quant::quantized_linear_legal),
     // device random draws with explicit state. Pure, not `random`: every result is a function
     // of the state operand alone (the same state gives the same numbers, the advanced state is
     // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are
