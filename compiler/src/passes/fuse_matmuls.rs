@@ -5,6 +5,7 @@
 //! small ones (better use of the CPU's vector units and one pass over `x`); the price is the
 //! concatenation of the weights, which runs on every call when they are graph inputs.
 
+use super::patterns::static2;
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Dim, Graph, NodeId, OpName, TensorType, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -24,13 +25,6 @@ struct Member {
     weight: Value,
     bias: Option<Value>,
     width: i64,
-}
-
-fn static2(t: &TensorType) -> Option<(i64, i64)> {
-    match t.shape.as_slice() {
-        [Dim::Static(a), Dim::Static(b)] => Some((*a, *b)),
-        _ => None,
-    }
 }
 
 /// (group key, member) when `id` is an mm/addmm this pass can merge.

@@ -2,7 +2,7 @@
 //! element conversions.
 
 pub(crate) use crate::ir::Scalar;
-use crate::ir::{Attr, DType, Elements, Graph, Literal, NodeKind, TensorType, Value};
+use crate::ir::{Attr, DType, Dim, Elements, Graph, Literal, NodeKind, TensorType, Value};
 use crate::registry::attrs::{AttrKey, Number, FILL_VALUE, S, START_NUMBER, STEP_NUMBER, VALUE};
 
 /// A constant tensor with a static shape, element by element.
@@ -82,4 +82,12 @@ pub(crate) fn const_tensor(g: &Graph, v: Value, max_elements: i64) -> Option<Con
         vec![s; numel as usize]
     };
     (vals.len() as i64 == numel).then_some(ConstTensor { ty, dims, vals })
+}
+
+/// `(rows, columns)` of a rank-2 type with static dims.
+pub(crate) fn static2(t: &TensorType) -> Option<(i64, i64)> {
+    match t.shape.as_slice() {
+        [Dim::Static(a), Dim::Static(b)] => Some((*a, *b)),
+        _ => None,
+    }
 }

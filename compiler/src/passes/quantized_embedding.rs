@@ -35,10 +35,6 @@ fn op_base(g: &Graph, id: NodeId) -> Option<String> {
     g.node(id).op().map(|o| o.base())
 }
 
-fn static_dims(t: &TensorType) -> Option<Vec<i64>> {
-    t.shape.iter().map(|d| if let Dim::Static(x) = d { Some(*x) } else { None }).collect()
-}
-
 /// The embeddings whose table computation this pass rewrites.
 fn candidates(g: &Graph) -> impl Iterator<Item = NodeId> + '_ {
     g.topo_order().unwrap_or_default().into_iter().filter(|&id| {
@@ -52,7 +48,7 @@ fn candidates(g: &Graph) -> impl Iterator<Item = NodeId> + '_ {
         let mut int8 = false;
         op_base(g, id).as_deref() == Some("aten.embedding")
             && node.results.len() == 1
-            && static_dims(&node.results[0]).is_some()
+            && node.results[0].static_dims().is_some()
             && node.results[0].shape == looked_up
             && node.results[0].dtype == g.value_type(table).dtype
             && shape.len() == 2

@@ -14,6 +14,7 @@
 //! (`_int_mm`, `s8 x s8 -> s32`) is already an integer dot and needs no rewrite.
 //! `torchtpu.explain` prints each node's form.
 
+use super::patterns::static2;
 use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::{Attr, DType, Dim, Graph, NodeId, OpName, TensorType, Value};
 use crate::registry::attrs::quantized_linear_form::{DEQUANTIZE, HOST_KERNEL};
@@ -90,13 +91,6 @@ struct Layer {
     scale: Value,
     rows: i64,
     out: TensorType,
-}
-
-fn static2(t: &TensorType) -> Option<(i64, i64)> {
-    match t.shape.as_slice() {
-        [Dim::Static(a), Dim::Static(b)] => Some((*a, *b)),
-        _ => None,
-    }
 }
 
 fn op_base(g: &Graph, v: Value) -> Option<String> {
