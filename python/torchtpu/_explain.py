@@ -14,40 +14,42 @@ from torchtpu.decompositions import decomposition_table
 from torchtpu.exporter import base_name, export, unsupported_nodes
 
 
-def _not_taken(g: torch.fx.GraphModule, supported: set) -> dict:
+def _not_taken(g: torch.fx.GraphModule, supported: set):
     """The nodes the backend would run eagerly: ops without a lowering, else the nodes whose
     form the registry's legality checks refuse or whose arguments the exporter cannot write
     (what the backend asks before compiling; a graph with symbolic sizes is checked per op
-    only, since it is exported per size)."""
+    only, since it is exported per size). Also the exported graph, when there is one."""
     from torchtpu.errors import UnsupportedError
     from torchtpu.fallback import refused_nodes
 
     bad = unsupported_nodes(g, supported)
     if bad:
-        return bad
+        return bad, None
     try:
-        return refused_nodes(export(g, "explain"))
+        exported = export(g, "explain")
     except UnsupportedError as e:
         node = getattr(e, "fx_node", None)
-        return {node: str(e)} if node is not None else {}
+        return ({node: str(e)} if node is not None else {}), None
+    return refused_nodes(exported), exported
 
 
 _QUANTIZED = re.compile(r'tpu\.quantized_linear\(.*\{form = "([a-z-]+)"\} : f32\[(\d+), (\d+)\]')
 _INT_MM = re.compile(r"aten\._int_mm\.default\(.*\) : i32\[(\d+), (\d+)\]")
 
 
-def _quantized_linears(g: torch.fx.GraphModule) -> list[str]:
-    """The int8 linear layers of `g` as the compiler will run them: the form the
+def _quantized_linears(exported) -> list[str]:
+    """The int8 linear layers of an exported graph as the compiler will run them: the form the
     `quantized-linear` pass chose for each weight-only one (`host-kernel`: torchtpu's int8
     kernel; `dequantize`: convert, then XLA's dot), and `integer-dot` for each W8A8 `_int_mm`
-    (`s8 x s8 -> s32`), with the result's [rows, columns]. Empty when nothing is quantized or
-    the graph falls back."""
+    (`s8 x s8 -> s32`), with the result's [rows, columns]. A graph without int8 values is
+    not lowered for this."""
     from torchtpu.errors import FallbackError
 
+    if ": i8[" not in exported.text:
+        return []
     try:
-        exported = export(g, "explain")
         ir, _ = _C.lower_ir(exported.text, _C.DEFAULT_PIPELINE, None, with_ir=True)
-    except FallbackError:  # reported as the graph's fallback ops instead
+    except FallbackError:  # e.g. symbolic sizes, lowered per size when compiled: no form yet
         return []
     found = [f"{form} [{m}, {n}]" for form, m, n in _QUANTIZED.findall(ir)]
     return found + [f"integer-dot [{m}, {n}]" for m, n in _INT_MM.findall(ir)]
@@ -69,10 +71,12 @@ def explain(model, *args, **kwargs) -> dict:
         for node in g.graph.nodes:
             if node.op == "call_function" and base_name(node.target):
                 report["ops"][base_name(node.target)] += 1
-        for node, reason in _not_taken(g, supported).items():
+        not_taken, exported = _not_taken(g, supported)
+        for node, reason in not_taken.items():
             report["fallback_ops"][base_name(node.target) or str(node.target)] += 1
             report["reasons"].append(f"{node.name}: {reason}")
-        report["quantized_linears"] += _quantized_linears(g)
+        if exported is not None and not not_taken:  # a graph that falls back is reported so
+            report["quantized_linears"] += _quantized_linears(exported)
         return make_boxed_func(g.forward)
 
     def backend(gm, example_inputs):
