@@ -91,3 +91,9 @@ pub(crate) fn static2(t: &TensorType) -> Option<(i64, i64)> {
         _ => None,
     }
 }
+
+/// Whether any value of `g` (an input or a node's result) has dtype `d`: a pass whose pattern
+/// needs such a value skips the graphs without one before matching node by node.
+pub(crate) fn holds_dtype(g: &Graph, d: DType) -> bool {
+    g.petgraph().node_weights().any(|n| n.results.iter().any(|t| t.dtype == d))
+}

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::patterns::holds_dtype;
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, DType, Dim, Graph, NodeId, OpName, TensorType, Value};
 use crate::registry::attrs::ALPHA;
@@ -27,7 +28,7 @@ impl PassDecl for QuantizedEmbedding {
 
     /// Every graph with such an embedding gets it, whatever the pipeline says.
     fn required(g: &Graph, _target: &Target) -> Option<Self> {
-        (g.mesh.is_none() && candidates(g).next().is_some()).then_some(QuantizedEmbedding)
+        (g.mesh.is_none() && holds_dtype(g, DType::I8) && candidates(g).next().is_some()).then_some(QuantizedEmbedding)
     }
 }
 

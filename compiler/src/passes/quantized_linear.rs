@@ -14,7 +14,7 @@
 //! (`_int_mm`, `s8 x s8 -> s32`) is already an integer dot and needs no rewrite.
 //! `torchtpu.explain` prints each node's form.
 
-use super::patterns::static2;
+use super::patterns::{holds_dtype, static2};
 use super::{Pass, PassDecl, PassError, PassOptions};
 use crate::ir::{Attr, DType, Dim, Graph, NodeId, OpName, TensorType, Value};
 use crate::registry::attrs::quantized_linear_form::{DEQUANTIZE, HOST_KERNEL};
@@ -74,7 +74,8 @@ impl PassDecl for QuantizedLinear {
     /// Every graph with such a layer gets it (with the target's kernel), whatever the pipeline
     /// says, unless the pipeline runs it itself (with its own options).
     fn required(g: &Graph, target: &Target) -> Option<Self> {
-        let found = g.mesh.is_none() && order(g).iter().any(|&id| matched(g, id).is_some());
+        let found =
+            g.mesh.is_none() && holds_dtype(g, DType::I8) && order(g).iter().any(|&id| matched(g, id).is_some());
         found.then_some(QuantizedLinear { kernel: target.host_kernels.int8_matmul, ..QuantizedLinear::default() })
     }
 }
