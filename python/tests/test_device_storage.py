@@ -4,9 +4,17 @@ it: free a parameter's storage, bring it back, copy an all-gather into it. Each 
 same steps on CPU eager and compares the values (exact: only data movement, no arithmetic
 beyond one f32 multiply, which is exact here). Bytes past a storage's old end are
 uninitialised in PyTorch, so only the kept prefix and what is written afterwards are compared.
+
+Also `torch.save` / `torch.load` of tpu storages (docs/eager.md "Saving and loading"): views and
+tied tensors come back sharing one storage, as the same save and load does on CPU.
 """
 
 from __future__ import annotations
+
+import io
+import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -216,3 +224,269 @@ def test_resize_on_another_device_stays_there():
     torch.testing.assert_close(grown[:6].cpu(), a, rtol=0, atol=0)
     s.resize_(3 * 4)
     torch.testing.assert_close((torch.empty(0, device="tpu:2").set_(s) + 1).cpu(), a[:3] + 1, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- torch.save / torch.load
+#
+# A checkpoint keeps storage sharing (python/torchtpu/device/_serialization.py): each case saves
+# the same objects made on CPU and on tpu, loads them, writes through one tensor, and compares
+# what came back: which entries share a storage, sizes, strides, offsets and values.
+
+
+def _shared_objects(dev: str, dtype=torch.float32) -> dict:
+    """A base tensor, views of it of every kind, a tensor twice, and another base tied to the
+    first entry's storage."""
+    base = torch.arange(24, device=dev).to(dtype).reshape(4, 6)
+    other = torch.arange(10, 20, device=dev).to(dtype)
+    return {
+        "base": base,
+        "again": base,  # the same tensor object twice (tied weights in a dict)
+        "row": base[1],
+        "slice": base[1:3, 2:5],
+        "t": base.t(),
+        "view": base.view(3, 8),
+        "narrow": base.narrow(1, 2, 3),
+        "offset": torch.as_strided(base, (2, 2), (7, 2), 5),
+        "flat": base.view(-1)[3:],
+        "other": other,
+        "other_view": other[::3],
+    }
+
+
+def _save(obj, **kwargs) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(obj, buf, **kwargs)
+    buf.seek(0)
+    return buf
+
+
+def _layout(objs: dict) -> dict:
+    """Per entry: its storage (numbered by first appearance), device, dtype, sizes, strides and
+    storage offset."""
+    storages: dict = {}
+    out = {}
+    for k, t in objs.items():
+        s = storages.setdefault(t.untyped_storage().data_ptr(), len(storages))
+        out[k] = (s, t.device, t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+    return out
+
+
+def _write_and_read(objs: dict) -> dict:
+    """Writes through two entries (a view and a base), then every entry's values on the host:
+    where storages are shared, every view sees the writes."""
+    objs["slice"][0, 0] = 100
+    objs["other"][3] = 0  # other_view's second element
+    return {k: t.cpu() for k, t in objs.items()}
+
+
+def _check_like_cpu(loaded: dict, ref: dict, device) -> None:
+    got, want = _layout(loaded), _layout(ref)
+    for k in want:
+        assert got[k][0] == want[k][0], f"{k}: storage sharing differs from CPU"
+        assert got[k][2:] == want[k][2:], k
+        assert got[k][1] == torch.device(device), k
+    assert len({v[0] for v in got.values()}) == 2  # base and other: two storages
+    tpu_values, cpu_values = _write_and_read(loaded), _write_and_read(ref)
+    for k in cpu_values:
+        torch.testing.assert_close(tpu_values[k], cpu_values[k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("weights_only", [True, False])
+@pytest.mark.parametrize(
+    "map_location, device",
+    [
+        (None, "tpu:0"),
+        ("tpu", "tpu:0"),
+        ("tpu:1", "tpu:1"),
+        (torch.device("tpu", 2), "tpu:2"),
+        ({"tpu:0": "tpu:3"}, "tpu:3"),
+        (lambda storage, location: None, "tpu:0"),  # None: the default restore
+        (lambda storage, location: torch.serialization.default_restore_location(storage, "tpu:1"), "tpu:1"),
+    ],
+    ids=["none", "tpu", "tpu:1", "device", "dict", "callable-none", "callable-tpu:1"],
+)
+def test_save_load_keeps_views_and_tied_tensors_sharing_one_storage(map_location, device, weights_only):
+    buf = _save(_shared_objects("tpu"))
+    loaded = torch.load(buf, map_location=map_location, weights_only=weights_only)
+    ref = torch.load(_save(_shared_objects("cpu")), weights_only=weights_only)
+    assert loaded["again"] is loaded["base"]  # pickle's memo, as on CPU
+    base = loaded["base"].untyped_storage()
+    assert all(loaded[k].untyped_storage().data_ptr() == base.data_ptr() for k in ("row", "t", "offset", "flat"))
+    assert base.device == torch.device(device)
+    _check_like_cpu(loaded, ref, device)
+
+
+@pytest.mark.parametrize("map_location", ["cpu", torch.device("cpu"), {"tpu:0": "cpu"}, lambda s, loc: s])
+def test_load_to_cpu_shares_as_on_cpu(map_location):
+    loaded = torch.load(_save(_shared_objects("tpu")), map_location=map_location)
+    ref = torch.load(_save(_shared_objects("cpu")))
+    _check_like_cpu(loaded, ref, "cpu")
+
+
+def test_a_cpu_checkpoint_loads_onto_tpu_sharing():
+    loaded = torch.load(_save(_shared_objects("cpu")), map_location="tpu")
+    _check_like_cpu(loaded, torch.load(_save(_shared_objects("cpu"))), "tpu:0")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8, torch.bool])
+def test_save_load_of_each_dtype_keeps_sharing(dtype):
+    loaded = torch.load(_save(_shared_objects("tpu", dtype)))
+    ref = torch.load(_save(_shared_objects("cpu", dtype)))
+    assert loaded["base"].untyped_storage().nbytes() == 24 * dtype.itemsize
+    _check_like_cpu(loaded, ref, "tpu:0")
+
+
+def test_storages_of_other_devices_come_back_there():
+    a = torch.arange(8.0).to("tpu:1")
+    b = torch.arange(4, dtype=torch.int32).to("tpu:2")
+    buf = _save({"a": a, "a2": a[2:], "b": b, "b2": b.view(2, 2)})
+    d = torch.load(buf)
+    assert [str(t.device) for t in d.values()] == ["tpu:1", "tpu:1", "tpu:2", "tpu:2"]
+    assert d["a"].untyped_storage().data_ptr() == d["a2"].untyped_storage().data_ptr()
+    assert d["b"].untyped_storage().data_ptr() == d["b2"].untyped_storage().data_ptr()
+    buf.seek(0)
+    d = torch.load(buf, map_location={"tpu:1": "tpu:0"})  # b stays on tpu:2
+    assert [str(t.device) for t in d.values()] == ["tpu:0", "tpu:0", "tpu:2", "tpu:2"]
+    d["a2"].mul_(10)
+    torch.testing.assert_close(d["a"].cpu(), torch.tensor([0.0, 1.0, 20, 30, 40, 50, 60, 70]), rtol=0, atol=0)
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="device_count"):
+        torch.load(buf, map_location="tpu:9")
+
+
+class _TiedLM(torch.nn.Module):
+    """An embedding tied to the output projection, as transformers' `tie_word_embeddings`."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(11, 6)
+        self.body = torch.nn.Linear(6, 6)
+        self.head = torch.nn.Linear(6, 11, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.body(self.embed(ids))))
+
+
+def test_state_dict_of_a_model_with_tied_weights_round_trips_on_tpu():
+    torch.manual_seed(0)
+    ref = _TiedLM()
+    model = _TiedLM()
+    model.load_state_dict(ref.state_dict())
+    model.to("tpu")
+    assert model.head.weight is model.embed.weight
+    ids = torch.tensor([[1, 4, 7, 10]])
+
+    def round_trip(m, dev):
+        sd = torch.load(_save(m.state_dict()))
+        fresh = _TiedLM().to(dev)
+        fresh.load_state_dict(sd)
+        return sd, fresh
+
+    sd_cpu, fresh_cpu = round_trip(ref, "cpu")
+    sd, fresh = round_trip(model, "tpu")
+    assert list(sd) == list(sd_cpu)
+    assert sd["embed.weight"].device.type == "tpu"
+    assert sd["embed.weight"].untyped_storage().data_ptr() == sd["head.weight"].untyped_storage().data_ptr()
+    assert _layout(sd) == {k: (s, torch.device("tpu:0"), *rest) for k, (s, _, *rest) in _layout(sd_cpu).items()}
+    sd["embed.weight"][0].fill_(3.0)  # one write, seen through the tied entry
+    sd_cpu["embed.weight"][0].fill_(3.0)
+    torch.testing.assert_close(sd["head.weight"].cpu(), sd_cpu["head.weight"], rtol=0, atol=0)
+    # The loaded model is still tied and computes what CPU computes.
+    assert fresh.head.weight is fresh.embed.weight
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(ids.to("tpu")).cpu(), fresh_cpu(ids), rtol=1e-5, atol=1e-5)
+    # A whole module saved and loaded (weights_only=False) keeps its parameters tied as well.
+    whole = torch.load(_save(model), weights_only=False)
+    assert whole.head.weight is whole.embed.weight and whole.embed.weight.device.type == "tpu"
+    assert isinstance(whole.embed.weight, torch.nn.Parameter)
+
+
+def test_parameters_and_buffers_sharing_a_storage_stay_shared():
+    w = torch.nn.Parameter(torch.arange(6.0).to("tpu"))
+    buf = _save({"p": w, "half": w.detach()[3:], "grad": torch.ones(6, device="tpu", requires_grad=True)})
+    d = torch.load(buf)
+    assert isinstance(d["p"], torch.nn.Parameter) and d["p"].requires_grad and d["grad"].requires_grad
+    assert d["p"].untyped_storage().data_ptr() == d["half"].untyped_storage().data_ptr()
+    with torch.no_grad():
+        d["p"][4] = -1
+    assert d["half"].cpu().tolist() == [3.0, -1.0, 5.0]
+
+
+def test_legacy_format_and_plain_pickle_of_tpu_tensors():
+    # The legacy format (and plain pickle, which PyTorch builds on it) keeps sharing within one
+    # call, as on CPU; plain pickle pickles each tensor's storage on its own, as it does on CPU.
+    objs = _shared_objects("tpu")
+    loaded = torch.load(_save(objs, _use_new_zipfile_serialization=False))
+    ref = torch.load(_save(_shared_objects("cpu"), _use_new_zipfile_serialization=False))
+    _check_like_cpu(loaded, ref, "tpu:0")
+    x = torch.arange(6.0).to("tpu:1").reshape(2, 3).t()
+    y = pickle.loads(pickle.dumps(x))
+    assert y.device == x.device and y.stride() == x.stride()
+    torch.testing.assert_close(y.cpu(), x.cpu(), rtol=0, atol=0)
+
+
+def test_mmap_and_skip_data_loads(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save(_shared_objects("tpu"), path)
+    loaded = torch.load(path, mmap=True)
+    ref = torch.load(_save(_shared_objects("cpu")))
+    _check_like_cpu(loaded, ref, "tpu:0")
+    with torch.serialization.skip_data():
+        torch.save(_shared_objects("tpu"), tmp_path / "empty.pt")
+    d = torch.load(tmp_path / "empty.pt", weights_only=False)  # what skip_data wrote: shapes, no values
+    assert _layout(d) == _layout(torch.load(path))
+
+
+def test_save_inside_defer_and_fuse_reads_pending_values():
+    def make(dev):
+        x = torch.arange(12, dtype=torch.float32, device=dev).reshape(3, 4)
+        y = x * 2 + 1  # pending in DeferAndFuse mode
+        return {"y": y, "col": y[:, 1], "x": x}
+
+    ref = torch.load(_save(make("cpu")))
+    E.reset_explain()
+    try:
+        with E.mode("defer_and_fuse"):
+            buf = _save(make("tpu"))
+            loaded = torch.load(buf)
+            got = {k: t.cpu() for k, t in loaded.items()}
+    finally:
+        E.mode("strict")
+    assert E.explain().regions, "nothing was deferred"
+    assert loaded["y"].untyped_storage().data_ptr() == loaded["col"].untyped_storage().data_ptr()
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=0, atol=0)
+
+
+def test_a_fresh_process_loads_a_tpu_checkpoint(tmp_path):
+    # torch.load before any tpu tensor exists: the deserializer is registered with the device.
+    path = tmp_path / "ckpt.pt"
+    torch.save(_shared_objects("tpu"), path)
+    code = (
+        "import sys, torch\n"
+        "d = torch.load(sys.argv[1])\n"
+        "d['slice'][0, 0] = 100\n"
+        "print(d['base'].device, d['base'].untyped_storage().data_ptr() == d['t'].untyped_storage().data_ptr(),"
+        " d['t'][2, 1].item())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["tpu:0", "True", "100.0"]
+
+
+def test_storage_copies_to_the_host():
+    # `torch.save` with `use_pinned_memory_for_d2h` (where tpu is the accelerator) copies each
+    # storage into a pinned CPU one; `UntypedStorage.to(device="cpu")` does the same copy.
+    def steps(dev):
+        x = torch.arange(6, dtype=torch.float32, device=dev)
+        s = x[2:].untyped_storage()
+        host = torch.empty(24, dtype=torch.uint8).untyped_storage()
+        host.copy_(s)
+        moved = s.to(device="cpu")
+        return [torch.empty(0).set_(host), torch.empty(0).set_(moved), moved.device.type]
+
+    cpu, tpu = _both(steps)
+    assert cpu[2] == tpu[2] == "cpu"
+    for a, b in zip(tpu[:2], cpu[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

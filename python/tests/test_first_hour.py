@@ -341,12 +341,12 @@ def test_import_torch_patches_nothing_until_the_first_tpu_tensor():
     and `data_ptr` are patched only when the first tpu tensor is made."""
     r = _run(
         """
-        import copyreg, pickle
+        import pickle
         import torch
         import torch._tensor_str as tensor_str
         untouched = dict(
             registered=torch._C._get_privateuse1_backend_name() == "tpu",
-            pickling=torch.Tensor not in copyreg.dispatch_table,
+            pickling=type(torch.UntypedStorage._write_file).__name__ == "method_descriptor",
             printing=tensor_str._str.__module__ == "torch._tensor_str",
             storage=torch.UntypedStorage.clone.__module__ == "torch.storage",
             data_ptr=type(torch.Tensor.data_ptr).__name__ == "method_descriptor",
@@ -355,7 +355,8 @@ def test_import_torch_patches_nothing_until_the_first_tpu_tensor():
         c = torch.arange(3.0)
         assert torch.equal(pickle.loads(pickle.dumps(c)), c) and str(c) == "tensor([0., 1., 2.])"
         t = torch.arange(3.0, device="tpu")
-        assert torch.Tensor in copyreg.dispatch_table and tensor_str._str.__module__ != "torch._tensor_str"
+        assert torch.UntypedStorage._write_file.__module__ == "torchtpu.device._serialization"
+        assert tensor_str._str.__module__ != "torch._tensor_str"
         print(t)
         """
     )

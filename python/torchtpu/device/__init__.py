@@ -76,6 +76,9 @@ def register() -> None:
     from torchtpu.device import _accelerate
 
     _accelerate.install()  # device_map="auto" (accelerate's get_max_memory) where tpu is the accelerator
+    from torchtpu.device import _serialization
+
+    _serialization.register()  # torch.load of tpu storages (a fresh process loads a tpu checkpoint)
     _registered = True
     # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
     # finds it when tpu is the accelerator.
@@ -210,13 +213,13 @@ def _load():
     program that never touches tpu."""
     global _loaded
     if _loaded is None:
-        from torchtpu.device import _kernels, _native, module
+        from torchtpu.device import _kernels, _native, _serialization, module
         from torchtpu.device._guard import guard
 
         _native.install()
         atexit.register(_let_autograd_threads_finish)
         guard.register_kernels(_kernels.foreach_kernels() + _kernels.functional_kernels())
-        module.register_pickling()
+        _serialization.install()
         module.patch_printing()
         module.patch_storage()
         module.patch_data_ptr()

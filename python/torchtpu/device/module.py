@@ -445,29 +445,6 @@ def patch_accelerator() -> None:
     torch.accelerator.synchronize = synchronize
 
 
-def _reduce_tensor(t: torch.Tensor):
-    if t.device.type == "tpu":
-        from torchtpu.device import _storage
-
-        # A tpu tensor's storage holds no bytes on the host side: it is saved as its values,
-        # the way PyTorch saves tensors of backends without host-visible storage.
-        return (
-            torch._utils._rebuild_device_tensor_from_cpu_tensor,
-            (_storage.to_host(t), t.dtype, str(t.device), t.requires_grad),
-        )
-    return t.__reduce_ex__(2)
-
-
-def register_pickling() -> None:
-    """`torch.save` (and pickle) of tpu tensors: PyTorch's default saves a tensor's storage,
-    which for a tpu tensor is empty, so plain tensors are reduced through `_reduce_tensor`
-    (other devices' tensors exactly as before; `copyreg` is consulted by exact type, so
-    subclasses such as Parameter keep their own reduction, which saves `.data`, a plain tensor)."""
-    import copyreg
-
-    copyreg.pickle(torch.Tensor, _reduce_tensor)
-
-
 _original_str = None
 
 
