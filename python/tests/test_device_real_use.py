@@ -127,8 +127,30 @@ def test_rng_state_round_trips_and_fork_rng_works():
     with torch.random.fork_rng(device_type=TPU):
         inside = torch.rand(5, device=TPU).cpu()
     assert torch.equal(torch.rand(5, device=TPU).cpu(), inside)  # restored on leaving
-    with pytest.raises(RuntimeError, match="24-byte"):
+    with pytest.raises(RuntimeError, match="16-byte"):
         torch.tpu.set_rng_state(torch.zeros(3, dtype=torch.uint8))
+
+
+def test_rng_state_is_philox_seed_and_offset_advancing_per_op():
+    """CUDA's layout (seed: u64, offset: u64), which DTensor's RNG tracker reads and writes: a
+    draw of n values advances the offset by n rounded up to a multiple of 4; the same (seed,
+    offset) gives the same numbers; draws at offsets n apart share no numbers."""
+    torch.tpu.manual_seed(1234)
+    state = torch.tpu.get_rng_state()
+    assert state.numel() == 16
+    seed, offset = state.view(torch.int64).tolist()
+    assert (seed, offset) == (1234, 0) and torch.tpu.initial_seed() == 1234
+    whole = torch.rand(16, device=TPU).cpu()
+    assert torch.tpu.get_rng_state().view(torch.int64).tolist() == [1234, 16]
+    torch.empty(5, device=TPU).normal_()
+    assert torch.tpu.get_rng_state().view(torch.int64)[1].item() == 16 + 8
+    # Two halves drawn at offsets 0 and 8 (as DTensor places two shards) are distinct draws.
+    halves = []
+    for start in (0, 8):
+        torch.tpu.set_rng_state(torch.tensor([1234, start], dtype=torch.int64).view(torch.uint8))
+        halves.append(torch.rand(8, device=TPU).cpu())
+    assert torch.equal(halves[0], whole[:8])
+    assert not set(halves[0].tolist()) & set(halves[1].tolist())
 
 
 @pytest.mark.parametrize("use_reentrant", [True, False])

@@ -166,7 +166,8 @@ def test_mixtral_moe_forward_on_tpu_matches_cpu_without_fallback(recwarn):
 
 def test_pin_memory_where_tpu_is_the_accelerator():
     """A DataLoader's `pin_memory=True` (HF Trainer's default) asks the accelerator's pinned
-    allocator: an honest no-op copy into ordinary host memory, which PJRT transfers from."""
+    allocator: a copy into host memory that the allocator remembers, so `is_pinned()` is true
+    for it and only for it (DDP's reducer asserts it of its staging buffer)."""
     r = _run(
         """
         import os
@@ -175,7 +176,9 @@ def test_pin_memory_where_tpu_is_the_accelerator():
         assert torch.accelerator.current_accelerator().type == "tpu"
         x = torch.randn(3, 4)
         y = x.pin_memory()
-        assert torch.equal(x, y) and y.data_ptr() != x.data_ptr() and not y.is_pinned()
+        assert torch.equal(x, y) and y.data_ptr() != x.data_ptr() and y.is_pinned() and not x.is_pinned()
+        z = torch.empty(8, pin_memory=True)
+        assert z.is_pinned() and not z[1:].clone().is_pinned()
         data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
         got = [b[0].to("tpu").sum().item() for b in torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)]
         print(got)

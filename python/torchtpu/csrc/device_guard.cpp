@@ -17,6 +17,7 @@
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
@@ -24,6 +25,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <unordered_set>
 #include <chrono>
 #include <vector>
 
@@ -448,12 +450,58 @@ struct TpuAllocator final : public c10::DeviceAllocator {
 
 TpuAllocator the_allocator;
 
+// "Pinned" host memory: PJRT's host-to-device transfer reads ordinary host memory, so page
+// locking buys nothing here, but PyTorch code asks for pinned staging buffers and checks that it
+// got them (DDP's reducer asserts `is_pinned()` on the buffer it copies its used-parameter map
+// through, `find_unused_parameters=True`, HF Trainer's default). This allocator hands out CPU
+// allocator memory and remembers which pointers it made, so `is_pinned()` is true exactly for
+// the memory `pin_memory()` and `pin_memory=True` made.
+struct PinnedHostAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
+    if (data != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex);
+      pinned.insert(data);
+    }
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &release;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  static bool holds(const void* data) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return pinned.count(data) != 0;
+  }
+
+ private:
+  static void release(void* data) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      pinned.erase(data);
+    }
+    c10::free_cpu(data);
+  }
+
+  static std::mutex mutex;
+  static std::unordered_set<const void*> pinned;
+};
+
+std::mutex PinnedHostAllocator::mutex;
+std::unordered_set<const void*> PinnedHostAllocator::pinned;
+PinnedHostAllocator the_pinned_allocator;
+
 // The hooks PyTorch asks of a PrivateUse1 backend. Every answer but the resize is what PyTorch's
 // Python hooks (torch._C._acc.PrivateUse1Hooks with torchtpu's is_built/is_available/
 // has_primary_context returning True) gave: the default generator and getDeviceFromPtr keep the
 // base class's "not implemented" (torchtpu's generator is its own, `_random.py`), a new
-// generator is refused with a message that names what to use. Pinned memory is an honest
-// no-op (below).
+// generator is refused with a message that names what to use. Pinned memory is host memory
+// the pinned allocator remembers (above).
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override {
     return true;
@@ -480,11 +528,13 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   }
 
   // `pin_memory()` where tpu is the accelerator (a DataLoader's default, HF Trainer's
-  // `dataloader_pin_memory=True`): PJRT's host-to-device transfer reads ordinary host memory,
-  // so "pinned" memory is ordinary CPU memory - pin_memory() copies and `is_pinned()` stays
-  // False (the base class's isPinnedPtr), rather than PyTorch's internal "not implemented".
+  // `dataloader_pin_memory=True`, DDP's staging buffers): `PinnedHostAllocator` above.
   at::Allocator* getPinnedMemoryAllocator() const override {
-    return c10::GetCPUAllocator();
+    return &the_pinned_allocator;
+  }
+
+  bool isPinnedPtr(const void* data) const override {
+    return PinnedHostAllocator::holds(data);
   }
 
   // `UntypedStorage.resize_(new_bytes)`: Python replaces the storage's device data (its slot),

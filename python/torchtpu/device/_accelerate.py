@@ -1,5 +1,5 @@
-"""accelerate on tpu: the two patches torchtpu makes to accelerate, for `from_pretrained(...,
-device_map="auto")` and for HF `Trainer`.
+"""accelerate on tpu: the patches torchtpu makes to accelerate, for `from_pretrained(...,
+device_map="auto")` and for HF `Trainer` and `Accelerator` in one process or across processes.
 
 1. `PartialState.default_device` (the device of a one-process run: where `Trainer` and
 `Accelerator` put the model and every batch) knows MPS, CUDA and a list of vendors' devices,
@@ -18,6 +18,15 @@ one pool they all share: it is listed once, on the current device, and not again
 checked against the tpu devices (accelerate checks them against CUDA's and warns that device 0
 does not exist).
 
+3. Across processes (`torchrun`, `accelerate launch --multi_gpu`), accelerate picks its distributed
+type from the device families it knows (`PartialState._prepare_backend`): for tpu it found none,
+answered `DistributedType.NO`, and every rank trained alone on tpu:0. Patched, where a launcher set
+`LOCAL_RANK` and the run is not on the CPU, it answers `MULTI_GPU` (accelerate's type for "one
+device per process, DDP over a process group": its DDP, FSDP, barrier and RNG-broadcast paths
+are device-generic) with the backend `"cpu:gloo,tpu:tpu_dist"` (docs/distributed.md), and
+`PartialState.set_device` puts rank r on tpu:(local rank mod device count) instead of asking
+`torch.cuda`.
+
 Nothing changes unless the tpu device registered and is the accelerator, and no CUDA device
 exists: then the patches are applied to accelerate's modules when they are imported (or at
 registration, if they already were). Every other call goes to accelerate's own code.
@@ -26,6 +35,7 @@ registration, if they already were). Every other call goes to accelerate's own c
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 
 import torch
@@ -98,6 +108,7 @@ def _patch_state() -> None:
         return
     prop = state.PartialState.__dict__.get("default_device")
     if prop is None or getattr(prop.fget, _PATCHED_MARK, False):
+        _patch_backend(state)
         return
     original = prop.fget
 
@@ -110,6 +121,51 @@ def _patch_state() -> None:
     default_device.__wrapped__ = original
     setattr(default_device, _PATCHED_MARK, True)
     state.PartialState.default_device = property(default_device)
+    _patch_backend(state)
+
+
+# The default group where tpu is the accelerator: CPU tensors to gloo, tpu tensors to tpu_dist.
+DIST_BACKEND = "cpu:gloo,tpu:tpu_dist"
+
+
+def _launched_on_tpu(cpu: bool) -> bool:
+    """A launcher started this process as one of several ranks, on tpu."""
+    return not cpu and int(os.environ.get("LOCAL_RANK", -1)) != -1 and tpu_is_the_accelerator()
+
+
+def _patch_backend(state) -> None:
+    cls = state.PartialState
+    prepare = cls.__dict__.get("_prepare_backend")
+    if prepare is None or getattr(prepare, _PATCHED_MARK, False):
+        return
+
+    def _prepare_backend(self, cpu=False, sagemaker_dp=False, backend=None):
+        chosen, distributed_type = prepare(self, cpu, sagemaker_dp, backend)
+        if distributed_type != state.DistributedType.NO or sagemaker_dp or not _launched_on_tpu(cpu):
+            return chosen, distributed_type
+        return backend or DIST_BACKEND, state.DistributedType.MULTI_GPU
+
+    _prepare_backend.__doc__ = prepare.__doc__
+    _prepare_backend.__wrapped__ = prepare
+    setattr(_prepare_backend, _PATCHED_MARK, True)
+    cls._prepare_backend = _prepare_backend
+
+    set_device = cls.__dict__["set_device"]
+
+    def tpu_set_device(self):
+        if self.device is not None or self.distributed_type != state.DistributedType.MULTI_GPU:
+            return set_device(self)
+        if not _launched_on_tpu(self._cpu):
+            return set_device(self)
+        from torchtpu.device import module
+
+        self.device = torch.device("tpu", self.local_process_index % module.TpuModule.device_count())
+        torch.accelerator.set_device_index(self.device)
+
+    tpu_set_device.__doc__ = set_device.__doc__
+    tpu_set_device.__wrapped__ = set_device
+    setattr(tpu_set_device, _PATCHED_MARK, True)
+    cls.set_device = tpu_set_device
 
 
 def _patch_loaded() -> None:

@@ -1,9 +1,14 @@
-"""Random numbers on the `tpu` device: one generator per process whose state (a threefry key
-and counter, `i64[2]`) lives in device memory. Each draw is a cached program `tpu.rng_*` that
-takes the state and returns the next state with the values, so draws never leave the device.
+"""Random numbers on the `tpu` device: one generator per process whose state lives in device
+memory in the layout of PyTorch's Philox generators (CUDA's): `i64[2]`, the seed and the offset.
+Each draw is a cached program `tpu.rng_*` that takes the state and returns the next state with
+the values, so draws never leave the device: ThreeFry keyed by the seed, at the offset's counter,
+and the offset advanced by the number of values drawn rounded up to a multiple of 4, as a CUDA
+kernel advances its Philox offset (compiler/src/lower/ops/random.rs). `get_rng_state()` is the
+16 bytes (seed, offset) CUDA's is, which DTensor's RNG tracker (`torch.distributed.tensor.
+_random`), `torch.random.fork_rng` and activation checkpointing read and set.
 `torch.manual_seed(s)` (through `torch.tpu.manual_seed_all`) and `torch.tpu.manual_seed(s)`
-reset it. The values differ from the CPU generator's (another algorithm); a seed gives the same
-sequence on every run.
+reset it to (s, 0). The values differ from the CPU generator's (another algorithm); a seed gives
+the same sequence on every run.
 """
 
 from __future__ import annotations
@@ -17,8 +22,18 @@ from torchtpu.exporter import IR_DTYPES
 
 aten = torch.ops.aten
 
+_U64 = (1 << 64) - 1
+STATE_BYTES = 16
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 64) if word >= 1 << 63 else word
+
 
 class Generator:
+    """The device generator. `seed` mirrors the state's first word on the host (what
+    `initial_seed()` answers without reading the device)."""
+
     __slots__ = ("seed", "state")
 
     def __init__(self):
@@ -26,9 +41,8 @@ class Generator:
         self.state = None
 
     def manual_seed(self, seed: int) -> None:
-        self.seed = int(seed) & ((1 << 64) - 1)
-        signed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
-        self.state = _storage.upload(torch.tensor([signed, 0], dtype=torch.int64), 0)
+        self.seed = int(seed) & _U64
+        self.state = _storage.upload(torch.tensor([_signed(self.seed), 0], dtype=torch.int64), 0)
 
     def current(self):
         if self.state is None:
@@ -36,23 +50,30 @@ class Generator:
         return self.state
 
     def get_state(self) -> torch.Tensor:
-        """The state as a CPU uint8 tensor: the seed, then the device key and counter (8 bytes
-        each, native order)."""
+        """The state as a CPU uint8 tensor of 16 bytes: the seed, then the offset (8 bytes each,
+        native order), as `torch.cuda.get_rng_state()` gives it."""
         # Never pending: the draws' programs run at once, even in DeferAndFuse mode.
         values = torch.from_dlpack(self.current().to_host())
-        signed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
-        # `cat` copies: the result owns its memory, not the host copy's capsule.
-        return torch.cat([torch.tensor([signed], dtype=torch.int64), values.reshape(-1)]).view(torch.uint8)
+        # `clone` copies: the result owns its memory, not the host copy's capsule.
+        return values.reshape(-1).clone().view(torch.uint8)
+
+    def get_offset(self) -> int:
+        return int(self.get_state().view(torch.int64)[1])
 
     def set_state(self, new_state: torch.Tensor) -> None:
-        if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8 or new_state.numel() != 24:
+        if (
+            not isinstance(new_state, torch.Tensor)
+            or new_state.dtype != torch.uint8
+            or new_state.numel() != STATE_BYTES
+        ):
             raise RuntimeError(
-                "torchtpu: set_rng_state expects the 24-byte uint8 tensor torch.tpu.get_rng_state() returns, "
-                f"got {getattr(new_state, 'dtype', type(new_state))} of {getattr(new_state, 'numel', lambda: '?')()} elements"
+                "torchtpu: set_rng_state expects the 16-byte uint8 tensor (seed, offset) torch.tpu.get_rng_state() "
+                f"returns, got {getattr(new_state, 'dtype', type(new_state))} of "
+                f"{getattr(new_state, 'numel', lambda: '?')()} elements"
             )
         words = new_state.detach().cpu().contiguous().view(torch.int64)
-        self.seed = int(words[0]) & ((1 << 64) - 1)
-        self.state = _storage.upload(words[1:].clone(), 0)
+        self.seed = int(words[0]) & _U64
+        self.state = _storage.upload(words.clone(), 0)
 
 
 default_generator = Generator()

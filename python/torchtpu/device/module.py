@@ -201,6 +201,18 @@ class TpuModule:
         return DeviceProperties(index, _C.platform_name(), memory_info(index)[1])
 
     @staticmethod
+    def get_device_name(device=None) -> str:
+        """The device's name, as `torch.cuda.get_device_name` (TorchTitan logs it)."""
+        return TpuModule.get_device_properties(device).name
+
+    @staticmethod
+    def get_device_capability(device=None) -> tuple[int, int]:
+        """CUDA's compute capability has no meaning here: (0, 0), as for a device without one
+        (code comparing it against a CUDA generation takes the generic path)."""
+        _stat_index(device)
+        return (0, 0)
+
+    @staticmethod
     def get_amp_supported_dtype():
         return [torch.bfloat16, torch.float16]
 

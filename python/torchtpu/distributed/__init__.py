@@ -110,6 +110,9 @@ def register() -> None:
     if "TPU_DIST" not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["tpu"])
     _patch_init_process_group()
+    from torchtpu.distributed import _fsdp
+
+    _fsdp.install()  # fully_shard of a CPU module onto a tpu mesh (HF Trainer's FSDP)
     _registered = True
 
 

@@ -6,11 +6,16 @@
 //! %i:2 = tpu.rng_integers(%n#0) {high = 10, low = 0} : (i64[2], i32[3])
 //! ```
 //!
-//! Operand 0 and result 0 are the state: two i64 words, the key and counter of XLA's
-//! ThreeFry generator (`stablehlo.rng_bit_generator`, which wants them as `ui64[2]`; the IR
-//! has no unsigned 64-bit dtype, so the state is bitcast both ways). Result 1 is the draw.
-//! Each op is a pure function of its state: the same state gives the same numbers, and the
-//! returned state is the one the next draw must use.
+//! Operand 0 and result 0 are the state in the layout of PyTorch's Philox generators (CUDA's
+//! `get_rng_state`): two i64 words, the seed and the offset. A draw of `n` values runs XLA's
+//! ThreeFry generator (`stablehlo.rng_bit_generator`, which wants `ui64[2]`; the IR has no
+//! unsigned 64-bit dtype, so the state is bitcast both ways) keyed by the seed with its counter
+//! at `2 * offset`, and returns the state with the offset advanced by `n` rounded up to a
+//! multiple of 4, as DTensor's RNG tracker assumes of a Philox offset
+//! (`torch/distributed/tensor/_random.py`). No draw uses more than 2 counters a value (a normal
+//! f64 takes two 64-bit words), so draws at offsets `n` apart never share a counter: DTensor's
+//! shards, each at its own offset, get distinct numbers. Result 1 is the draw. Each op is a pure
+//! function of its state: the same state gives the same numbers.
 //!
 //! - `rng_uniform {low, high}`: floats uniform in `[low, high)` (f16, bf16, f32, f64). The top
 //!   mantissa bits of a random word under the exponent of 1.0 are a float in `[1, 2)`; minus 1,
@@ -82,26 +87,40 @@ fn bitcast<'c, 'a>(e: &Emitter<'c, 'a>, b: &Bits<'c, 'a>, to: DType) -> RuleResu
     Ok(Tv { v, dtype: to, dims: b.dims.clone() })
 }
 
-/// One `stablehlo.rng_bit_generator` (THREE_FRY) from the i64[2] state: the next state
-/// (i64[2]) and random `width`-bit words of `dims`.
+/// One `stablehlo.rng_bit_generator` (THREE_FRY) from the (seed, offset) state, for a draw of
+/// `values` values: the next state (i64[2], the offset advanced) and random `width`-bit words of
+/// `dims`.
 fn draw<'c, 'a>(
     e: &Emitter<'c, 'a>,
     state: &Tv<'c, 'a>,
     width: u32,
     dims: &[i64],
+    values: i64,
 ) -> RuleResult<(Tv<'c, 'a>, Bits<'c, 'a>)> {
     if state.dtype != DType::I64 || state.dims != [2] {
         return bad!("the state must be i64[2], got {}", TensorType::fixed(state.dtype, &state.dims));
     }
-    let s = e.build(hlo::BITCAST_CONVERT, &[state.v], &[uty(e, 64, &[2])], &[], Vec::new())?[0];
+    let words = |a: u64, b: u64| -> RuleResult<Bits<'c, 'a>> {
+        let ty = uty(e, 64, &[2]);
+        let attr = e.attr(&format!("dense<[{a}, {b}]> : {ty}"))?;
+        let v = e.build(hlo::CONSTANT, &[], &[ty], &[("value", attr)], Vec::new())?[0];
+        Ok(Bits { v, width: 64, dims: vec![2] })
+    };
+    let seed_offset = Bits {
+        v: e.build(hlo::BITCAST_CONVERT, &[state.v], &[uty(e, 64, &[2])], &[], Vec::new())?[0],
+        width: 64,
+        dims: vec![2],
+    };
+    let key_counter = binary(e, hlo::MULTIPLY, &seed_offset, &words(1, 2)?)?;
     let out = e.build(
         hlo::RNG_BIT_GENERATOR,
-        &[s],
+        &[key_counter.v],
         &[uty(e, 64, &[2]), uty(e, width, dims)],
         &[("rng_algorithm", e.attr("#stablehlo<rng_algorithm THREE_FRY>")?)],
         Vec::new(),
     )?;
-    let next = bitcast(e, &Bits { v: out[0], width: 64, dims: vec![2] }, DType::I64)?;
+    let advance = (values.max(0) as u64).div_ceil(4) * 4;
+    let next = bitcast(e, &binary(e, hlo::ADD, &seed_offset, &words(0, advance)?)?, DType::I64)?;
     Ok((next, Bits { v: out[1], width, dims: dims.to_vec() }))
 }
 
@@ -162,7 +181,7 @@ pub fn uniform<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a
         return bad!("no {t} value lies in [{low}, {high}) (refused by `uniform_legal`)");
     };
     let c = compute(t);
-    let (state, bits) = draw(e, n.arg(0)?, width(c), dims)?;
+    let (state, bits) = draw(e, n.arg(0)?, width(c), dims, dims.iter().product())?;
     let u = unit(e, &bits)?;
     let v = e.convert(&affine(e, &u, high - low, low)?, t)?;
     // Rounding (of the product, the sum or the conversion) may reach `high` or fall below an
@@ -179,7 +198,7 @@ pub fn normal<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a>
     let c = compute(t);
     let mut pair = vec![2];
     pair.extend_from_slice(dims);
-    let (state, bits) = draw(e, n.arg(0)?, width(c), &pair)?;
+    let (state, bits) = draw(e, n.arg(0)?, width(c), &pair, dims.iter().product())?;
     let u = unit(e, &bits)?;
     let half = |i: i64| -> RuleResult<Tv<'c, 'a>> {
         let mut start = vec![0; pair.len()];
@@ -207,7 +226,7 @@ pub fn integers<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, '
     }
     // high - low <= 2^64 - 1: it fits a u64, and so does every word modulo it.
     let range = (i128::from(high) - i128::from(low)) as u64;
-    let (state, bits) = draw(e, n.arg(0)?, 64, dims)?;
+    let (state, bits) = draw(e, n.arg(0)?, 64, dims, dims.iter().product())?;
     // The modulo bias, at most range / 2^64, is negligible: 64-bit words are drawn for every dtype.
     let r = binary(e, hlo::REMAINDER, &bits, &splat(e, 64, range, dims)?)?;
     // low + r in two's complement: the u64 sum wraps exactly where the i64 one would not.
