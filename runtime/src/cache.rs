@@ -1,5 +1,7 @@
 //! The executable cache the engine calls: an in-memory level per client, optionally backed
-//! by the persistent [`DiskCache`], with hit/miss counts and the compile time saved.
+//! by the persistent [`DiskCache`], with hit/miss counts and the compile time saved. On a
+//! miss, processes sharing the disk folder compile a program once: the first holds the key's
+//! lock while it compiles and stores; the others wait, then read (`CacheSource::Waited`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,18 +9,27 @@ use std::time::Instant;
 
 use crate::cache_key::{CacheDigest, CacheKey};
 use crate::client::Client;
-use crate::disk_cache::{CacheWarning, DiskCache, Lookup, PutMeta};
+use crate::disk_cache::{CacheWarning, DiskCache, EntryMeta, Lookup, PutMeta};
 use crate::error::Result;
 use crate::executable::Executable;
 use crate::options::CompileOptions;
+use crate::store::Claim;
+use crate::RuntimeError;
 
 /// Counters of an [`ExecutableCache`] (a snapshot).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CacheStats {
     /// Found in memory.
     pub memory_hits: u64,
-    /// Not in memory, loaded from disk.
+    /// Not in memory, loaded from disk (including `disk_hits_after_wait`).
     pub disk_hits: u64,
+    /// Of the disk hits, those this process waited for: it missed, another process was
+    /// compiling the same program (it held the key's lock), and this one read the result.
+    pub disk_hits_after_wait: u64,
+    /// Time spent waiting for other processes' compiles (the key locks).
+    pub lock_wait_seconds: f64,
+    /// Waits that reached the lock timeout (then this process compiled; a warning says so).
+    pub lock_timeouts: u64,
     /// Compiled (found nowhere, or the disk entry was unusable).
     pub misses: u64,
     /// Sum of the recorded compile times of the disk hits.
@@ -29,7 +40,8 @@ pub struct CacheStats {
     pub disk_discarded: u64,
     /// Entries written to disk.
     pub disk_writes: u64,
-    /// Disk operations that failed (the compile went ahead; see `take_warnings`).
+    /// Disk operations that failed or were refused (a folder or entry another user could
+    /// write); the compile went ahead; see `take_warnings`.
     pub disk_errors: u64,
 }
 
@@ -40,17 +52,31 @@ pub enum CacheSource {
     Memory,
     /// The persistent cache; `compile_seconds_saved` is what its compile took when stored.
     Disk { compile_seconds_saved: f64 },
+    /// The persistent cache, after waiting `waited_seconds` for another process that was
+    /// compiling the same program (it held the key's lock) and stored it.
+    Waited { compile_seconds_saved: f64, waited_seconds: f64 },
     /// Compiled now, taking `seconds`.
     Compiled { seconds: f64 },
 }
 
 impl CacheSource {
-    /// "memory", "disk" or "compiled".
+    /// "memory", "disk", "waited" or "compiled".
     pub fn name(&self) -> &'static str {
         match self {
             CacheSource::Memory => "memory",
             CacheSource::Disk { .. } => "disk",
+            CacheSource::Waited { .. } => "waited",
             CacheSource::Compiled { .. } => "compiled",
+        }
+    }
+
+    /// The compile time the persistent cache saved (0 for memory hits and compiles).
+    pub fn compile_seconds_saved(&self) -> f64 {
+        match self {
+            CacheSource::Disk { compile_seconds_saved } | CacheSource::Waited { compile_seconds_saved, .. } => {
+                *compile_seconds_saved
+            }
+            CacheSource::Memory | CacheSource::Compiled { .. } => 0.0,
         }
     }
 }
@@ -118,10 +144,12 @@ impl ExecutableCache {
 
     /// [`ExecutableCache::get_or_compile`], recording `graph_name` in a new disk entry.
     ///
-    /// Order: memory, then disk, then compile (and store to disk). The lock is not held
-    /// while loading or compiling; two threads missing at once both do the work and the
-    /// first to finish is kept. A disk failure never fails the call: it is counted and left
-    /// as a warning ([`ExecutableCache::take_warnings`]), and the module is compiled.
+    /// Order: memory, then disk, then compile (and store to disk). The memory lock is not
+    /// held while loading or compiling. Two threads or processes missing the same program on
+    /// one disk folder compile it once: the first takes the key's lock, compiles and stores;
+    /// the others wait (at most the lock timeout) and load its entry. A disk failure never
+    /// fails the call: it is counted and left as a warning ([`ExecutableCache::take_warnings`]),
+    /// and the module is compiled.
     pub fn get_or_compile_named(
         &self,
         client: &Client,
@@ -153,20 +181,38 @@ impl ExecutableCache {
             .disk
             .as_ref()
             .and_then(|disk| disk.key(client, mlir, options).map_err(|e| self.disk_error(disk, e)).ok());
+        // Held from a miss until the entry is stored: other processes wait for it.
+        let mut held = None;
         if let (Some(disk), Some(key)) = (&self.disk, &disk_key) {
+            let mut usable = true;
             match disk.lookup(client, key) {
-                Ok(Lookup::Hit { executable, meta }) => {
-                    let mut state = self.lock();
-                    state.stats.disk_hits += 1;
-                    let saved = meta.map_or(0.0, |m| m.compile_seconds);
-                    state.stats.compile_seconds_saved += saved;
-                    let exe = Arc::new(executable);
-                    let exe = Arc::clone(state.entries.entry(slot).or_insert(exe));
-                    return Ok((exe, CacheSource::Disk { compile_seconds_saved: saved }));
-                }
+                Ok(Lookup::Hit { executable, meta }) => return Ok(self.disk_hit(slot, executable, meta, None)),
                 Ok(Lookup::Miss) => {}
                 Ok(Lookup::Discarded { .. }) => self.lock().stats.disk_discarded += 1,
-                Err(e) => self.disk_error(disk, e),
+                Err(e) => {
+                    self.disk_error(disk, e);
+                    usable = false;
+                }
+            }
+            // Another process may be compiling this very program: wait for it, then read.
+            match usable.then(|| disk.claim(key)) {
+                None | Some(Ok(Claim::Unshared)) => {}
+                Some(Ok(Claim::Locked(lock))) => {
+                    self.lock().stats.lock_wait_seconds += lock.waited().as_secs_f64();
+                    held = Some(lock);
+                }
+                Some(Ok(Claim::Stored { waited })) => {
+                    self.lock().stats.lock_wait_seconds += waited.as_secs_f64();
+                    match disk.lookup(client, key) {
+                        Ok(Lookup::Hit { executable, meta }) => {
+                            return Ok(self.disk_hit(slot, executable, meta, Some(waited.as_secs_f64())));
+                        }
+                        Ok(Lookup::Miss) => {} // evicted meanwhile
+                        Ok(Lookup::Discarded { .. }) => self.lock().stats.disk_discarded += 1,
+                        Err(e) => self.disk_error(disk, e),
+                    }
+                }
+                Some(Err(e)) => self.disk_error(disk, e),
             }
         }
 
@@ -188,13 +234,58 @@ impl ExecutableCache {
                 Err(e) => self.disk_error(disk, e),
             }
         }
+        // Stored (or not storable): the processes waiting for this key go on.
+        drop(held);
         let mut state = self.lock();
         Ok((Arc::clone(state.entries.entry(slot).or_insert(compiled)), CacheSource::Compiled { seconds }))
     }
 
-    fn disk_error(&self, disk: &DiskCache, e: crate::RuntimeError) {
-        self.lock().stats.disk_errors += 1;
-        disk.warn(disk.root(), e.to_string());
+    /// Counts a disk hit (`waited`: after waiting that long for another process's compile)
+    /// and keeps the executable in memory.
+    fn disk_hit(
+        &self,
+        slot: (usize, CacheDigest),
+        executable: Executable,
+        meta: Option<EntryMeta>,
+        waited: Option<f64>,
+    ) -> (Arc<Executable>, CacheSource) {
+        let mut state = self.lock();
+        state.stats.disk_hits += 1;
+        let saved = meta.map_or(0.0, |m| m.compile_seconds);
+        state.stats.compile_seconds_saved += saved;
+        let source = match waited {
+            None => CacheSource::Disk { compile_seconds_saved: saved },
+            Some(waited_seconds) => {
+                state.stats.disk_hits_after_wait += 1;
+                CacheSource::Waited { compile_seconds_saved: saved, waited_seconds }
+            }
+        };
+        let exe = Arc::new(executable);
+        (Arc::clone(state.entries.entry(slot).or_insert(exe)), source)
+    }
+
+    /// Counts a disk failure and leaves a warning. A refused folder or entry was already
+    /// reported once by the store (with its fix), so it is only counted; a lock timeout is
+    /// counted as such.
+    fn disk_error(&self, disk: &DiskCache, e: RuntimeError) {
+        let mut state = self.lock();
+        let at = match &e {
+            RuntimeError::CacheRefused { .. } => {
+                state.stats.disk_errors += 1;
+                return;
+            }
+            RuntimeError::CacheLockTimeout { path, waited } => {
+                state.stats.lock_timeouts += 1;
+                state.stats.lock_wait_seconds += waited.as_secs_f64();
+                path.clone()
+            }
+            _ => {
+                state.stats.disk_errors += 1;
+                disk.root().to_path_buf()
+            }
+        };
+        drop(state);
+        disk.warn(&at, e.to_string());
     }
 
     /// A snapshot of the counters.

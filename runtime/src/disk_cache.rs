@@ -1,15 +1,18 @@
 //! The persistent compilation cache: serialized executables on disk, keyed by
 //! [`CacheKey`], shared safely by every process that uses the same folder.
 //!
-//! Layout, knobs and the `torchtpu-cache` tool are described in `docs/cache.md`. No locks:
-//! every file is written to a temporary name and renamed into place, and every reader checks
-//! what it reads, so a damaged entry is a miss (reported, then removed), never a crash.
+//! Layout, knobs and the `torchtpu-cache` tool are described in `docs/cache.md`. Entries need
+//! no locks: every file is written to a temporary name and renamed into place, and every
+//! reader checks what it reads, so a damaged entry is a miss (reported, then removed), never a
+//! crash. A per-key lock ([`DiskCache::claim`]) only lets the processes of a host compile a
+//! missing program once; folders and entries another user could write are refused.
 
 mod plugin_memo;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::cache_key::{CacheKey, TORCHTPU_VERSION};
 use crate::client::Client;
@@ -17,13 +20,14 @@ use crate::error::Result;
 use crate::executable::Executable;
 use crate::options::CompileOptions;
 use crate::store::maintain::Check;
-use crate::store::{layout, Level, NewEntry, Read, Slot, Store};
+use crate::store::{layout, Claim, Level, NewEntry, Read, Slot, Store};
 
 pub use crate::store::entry::{FORMAT_VERSION as ENTRY_FORMAT_VERSION, HEADER_LEN as ENTRY_HEADER_LEN};
 pub use crate::store::units;
 pub use crate::store::{
     BadEntry, CacheSummary, CacheWarning, EntryInfo, EntryMeta, LevelSummary, PruneReport, PutOutcome, SkippedEntry,
-    VerifyReport, CACHE_DIR_ENV, CACHE_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV, DEFAULT_MAX_SIZE,
+    VerifyReport, CACHE_DIR_ENV, CACHE_ENV, CACHE_LOCK_TIMEOUT_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV,
+    CACHE_SHARED_ENV, DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_SIZE,
 };
 
 /// The folder name for a key's toolchain: 16 hex characters of a hash over the plugin
@@ -103,6 +107,17 @@ impl DiskCache {
                 Err(e) => cache.warn(Path::new(CACHE_MAX_SIZE_ENV), format!("{e}; using 2 GiB")),
             }
         }
+        if layout::disabled_by(var(CACHE_SHARED_ENV).as_ref()) {
+            cache.store.set_lock_timeout(None);
+        } else if let Some(v) = var(CACHE_LOCK_TIMEOUT_ENV) {
+            match units::parse_duration(&v.to_string_lossy()) {
+                Ok(timeout) => cache.store.set_lock_timeout(Some(timeout)),
+                Err(e) => cache.warn(
+                    Path::new(CACHE_LOCK_TIMEOUT_ENV),
+                    format!("{e}; using {} s", DEFAULT_LOCK_TIMEOUT.as_secs()),
+                ),
+            }
+        }
         if let Some(v) = var(CACHE_MIN_COMPILE_SECS_ENV) {
             match v.to_string_lossy().trim().parse::<f64>() {
                 Ok(s) if s.is_finite() && s >= 0.0 => cache.min_compile_seconds = s,
@@ -120,6 +135,17 @@ impl DiskCache {
     pub fn with_max_size(mut self, bytes: u64) -> DiskCache {
         self.store.set_max_size(bytes);
         self
+    }
+
+    /// How long [`DiskCache::claim`] waits for another process compiling the same program
+    /// (default 300 s); `None`: no waiting, each process compiles its own misses.
+    pub fn with_lock_timeout(mut self, timeout: Option<Duration>) -> DiskCache {
+        self.store.set_lock_timeout(timeout);
+        self
+    }
+
+    pub fn lock_timeout(&self) -> Option<Duration> {
+        self.store.lock_timeout()
     }
 
     /// Compiles that took less than `seconds` are not stored (0 stores everything).
@@ -166,7 +192,7 @@ impl DiskCache {
         if plugin.binary_sha256_is_known() && done.iter().any(|p| p == plugin.path()) {
             return plugin.binary_sha256().map(str::to_owned);
         }
-        let sha = plugin_memo::plugin_sha256(self.root(), plugin)?;
+        let sha = plugin_memo::plugin_sha256(&self.store, plugin)?;
         done.push(plugin.path().to_path_buf());
         Ok(sha)
     }
@@ -200,6 +226,14 @@ impl DiskCache {
                 },
             },
         })
+    }
+
+    /// After a miss: takes `key`'s lock so that one process of those sharing the folder
+    /// compiles the program while the others wait (see [`Store::claim`]). `Claim::Stored`: the
+    /// entry appeared meanwhile, look it up again; `Claim::Locked`: compile, `put`, then drop
+    /// the lock; `Err(CacheLockTimeout)`: compile without it.
+    pub fn claim(&self, key: &CacheKey<'_>) -> Result<Claim> {
+        self.store.claim(&self.slot(key)?).map_err(Into::into)
     }
 
     /// [`DiskCache::lookup`] as an `Option`: anything but a hit is `None` (a discarded
@@ -340,7 +374,26 @@ mod tests {
         .unwrap();
         assert_eq!(c.root(), Path::new("/h/.cache/torchtpu"));
         assert_eq!((c.max_size(), c.min_compile_seconds()), (10 << 20, 0.5));
+        assert_eq!(c.lock_timeout(), Some(DEFAULT_LOCK_TIMEOUT), "processes share compiles by default");
         assert!(c.take_warnings().is_empty());
+
+        let timeout = |v: &'static str| {
+            let c = DiskCache::from_vars(vars(vec![("HOME", "/h"), (CACHE_LOCK_TIMEOUT_ENV, v)])).unwrap();
+            (c.lock_timeout(), c.take_warnings().len())
+        };
+        assert_eq!(timeout("90s"), (Some(std::time::Duration::from_secs(90)), 0));
+        assert_eq!(timeout("10m"), (Some(std::time::Duration::from_secs(600)), 0));
+        assert_eq!(timeout("2.5"), (Some(std::time::Duration::from_millis(2500)), 0));
+        assert_eq!(timeout("soon"), (Some(DEFAULT_LOCK_TIMEOUT), 1));
+        for off in ["0", "off"] {
+            let c = DiskCache::from_vars(vars(vec![
+                ("HOME", "/h"),
+                (CACHE_SHARED_ENV, off),
+                (CACHE_LOCK_TIMEOUT_ENV, "9"),
+            ]))
+            .unwrap();
+            assert_eq!(c.lock_timeout(), None, "{off}");
+        }
 
         let bad = DiskCache::from_vars(vars(vec![
             (CACHE_DIR_ENV, "/d"),

@@ -58,6 +58,25 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
 
+    /// A folder or entry of the persistent cache is owned by another user or writable by group
+    /// or others, so it is not used (`StoreError::Insecure`; `docs/cache.md`).
+    #[error(
+        "refusing {}: {problem}. A cached executable is native code, so torchtpu uses no cache folder or entry \
+         another user could have written; the cache is not used for it. Fix: {fix}",
+        path.display()
+    )]
+    CacheRefused { path: PathBuf, problem: String, fix: String },
+
+    /// Another process held a cache entry's lock for longer than the lock timeout
+    /// (`StoreError::LockTimeout`): the caller compiles the entry itself.
+    #[error(
+        "waited {:.1} s for {} (another process compiling the same program) and gave up: compiling it here \
+         instead (the wait is set by TORCHTPU_CACHE_LOCK_TIMEOUT)",
+        waited.as_secs_f64(),
+        path.display()
+    )]
+    CacheLockTimeout { path: PathBuf, waited: std::time::Duration },
+
     /// A persistent-cache entry is unusable (truncated, corrupt, wrong checksum or key, or the
     /// plugin could not load it). Callers treat it as a miss.
     #[error("bad cache entry {}: {reason}", path.display())]
@@ -82,6 +101,10 @@ impl From<crate::store::StoreError> for RuntimeError {
         match e {
             crate::store::StoreError::Io { action, path, source } => RuntimeError::CacheIo { action, path, source },
             crate::store::StoreError::Key(message) => RuntimeError::InvalidArgument(message),
+            crate::store::StoreError::Insecure { path, problem, fix } => {
+                RuntimeError::CacheRefused { path, problem, fix }
+            }
+            crate::store::StoreError::LockTimeout { path, waited } => RuntimeError::CacheLockTimeout { path, waited },
         }
     }
 }

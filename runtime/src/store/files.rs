@@ -1,6 +1,7 @@
-//! File-system primitives that keep the cache consistent without locks: every write goes
-//! to a uniquely named temporary file in the destination folder and is `rename`d into place,
-//! so readers (in any process) see the old file or the new one, never a partial one.
+//! File-system primitives that keep the cache consistent without locks on its entries: every
+//! write goes to a uniquely named temporary file (mode 0600) in the destination folder and is
+//! `rename`d into place, so readers (in any process) see the old file or the new one, never a
+//! partial one. (The per-key locks of `lock.rs` only spare other processes a compile.)
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,15 +22,17 @@ fn temp_path(dest: &Path) -> PathBuf {
     dest.with_file_name(format!("{TMP_PREFIX}{}-{n}-{nanos}-{name}", std::process::id()))
 }
 
-/// Writes `bytes` to `dest` atomically (temporary file + rename), creating the folder.
-/// Not fsync'ed: after a power loss an entry may be empty or stale, which its checksum
-/// turns into a miss.
+/// Writes `bytes` to `dest` atomically (temporary file + rename), creating the folder (mode
+/// 0700) if missing. The temporary file is created with mode 0600, so the entry is private
+/// from its first byte. Not fsync'ed: after a power loss an entry may be empty or stale, which
+/// its checksum turns into a miss.
 pub fn write_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = dest.parent() {
-        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        super::private::create_dir_all(dir)?;
     }
     let tmp = temp_path(dest);
-    let written = std::fs::File::create_new(&tmp)
+    let written = super::private::new_file_options()
+        .open(&tmp)
         .and_then(|mut f| f.write_all(bytes))
         .map_err(io_err("write", &tmp))
         .and_then(|()| std::fs::rename(&tmp, dest).map_err(io_err("rename into", dest)));
@@ -99,6 +102,13 @@ mod tests {
         let names: Vec<_> =
             std::fs::read_dir(dest.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["a.bin"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+            assert_eq!(mode(&dest), 0o600, "new files are private");
+            assert_eq!(mode(dest.parent().unwrap()), 0o700, "new folders are private");
+        }
         assert!(remove_if_exists(&dest).unwrap());
         assert!(!remove_if_exists(&dest).unwrap());
         assert!(read_if_exists(&dest).unwrap().is_none());

@@ -20,6 +20,12 @@ pub const CACHE_ENV: &str = "TORCHTPU_CACHE";
 pub const CACHE_MAX_SIZE_ENV: &str = "TORCHTPU_CACHE_MAX_SIZE";
 /// Compiles faster than this many seconds are not stored (default 0: store everything).
 pub const CACHE_MIN_COMPILE_SECS_ENV: &str = "TORCHTPU_CACHE_MIN_COMPILE_SECS";
+/// `0` (or `false`, `off`, `no`) turns the per-key locks off: each process compiles its own
+/// misses, even when another one is compiling the same program (`lock.rs`).
+pub const CACHE_SHARED_ENV: &str = "TORCHTPU_CACHE_SHARED";
+/// How long a process waits for another one making the same entry, e.g. `300` (seconds,
+/// the default), `90s`, `10m`.
+pub const CACHE_LOCK_TIMEOUT_ENV: &str = "TORCHTPU_CACHE_LOCK_TIMEOUT";
 
 /// The cache folder: `$TORCHTPU_CACHE_DIR`, else `$XDG_CACHE_HOME/torchtpu` (when absolute),
 /// else `$HOME/.cache/torchtpu`; `None` when none is set. `var` reads the environment.
@@ -60,11 +66,17 @@ pub fn partition_dir(root: &Path, level: Level, partition: &str) -> PathBuf {
 pub struct EntryPaths {
     pub bin: PathBuf,
     pub json: PathBuf,
+    /// The key's lock file (present only while a process makes the entry, or after a crash).
+    pub lock: PathBuf,
 }
 
 pub fn entry_paths(root: &Path, level: Level, partition: &str, key_hex: &str) -> EntryPaths {
     let dir = partition_dir(root, level, partition);
-    EntryPaths { bin: dir.join(format!("{key_hex}.bin")), json: dir.join(format!("{key_hex}.json")) }
+    EntryPaths {
+        bin: dir.join(format!("{key_hex}.bin")),
+        json: dir.join(format!("{key_hex}.json")),
+        lock: dir.join(format!("{key_hex}.lock")),
+    }
 }
 
 /// One entry found on disk (its `.bin` exists; the sidecar may not).
@@ -102,6 +114,8 @@ pub struct Scan {
     pub orphans: Vec<Leftover>,
     /// Temporary files (a write in progress, or one a crash left behind).
     pub temps: Vec<Leftover>,
+    /// Per-key lock files (a compile in progress, or one a crash left behind).
+    pub locks: Vec<Leftover>,
     /// Files of older layouts (never read; pruned like entries, least recently used first).
     pub stale: Vec<Leftover>,
     /// Folders that hold (or held) stale files, deepest first, removed by `clear` when empty.
@@ -178,7 +192,7 @@ fn scan_stale(root: &Path, out: &mut Scan) -> Result<()> {
     Ok(())
 }
 
-/// Lists every entry (both levels), orphaned sidecar, temporary file and stale file under
+/// Lists every entry (both levels), orphaned sidecar, temporary file, lock file and stale file under
 /// `root` (a missing root is empty). Files that vanish while scanning (another process
 /// evicting) are skipped.
 pub fn scan(root: &Path) -> Result<Scan> {
@@ -198,6 +212,10 @@ pub fn scan(root: &Path) -> Result<Scan> {
                 if name.starts_with(TMP_PREFIX) {
                     if let Some((bytes, modified)) = size_and_mtime(&path) {
                         out.temps.push(Leftover { path, modified, bytes });
+                    }
+                } else if name.strip_suffix(".lock").is_some_and(|s| is_hex(s, 64)) {
+                    if let Some((bytes, modified)) = size_and_mtime(&path) {
+                        out.locks.push(Leftover { path, modified, bytes });
                     }
                 } else if let Some(stem) = name.strip_suffix(".bin").filter(|s| is_hex(s, 64)) {
                     bins.push(stem.to_owned());

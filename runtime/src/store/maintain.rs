@@ -1,7 +1,7 @@
 //! Whole-store operations over both levels: listing, finding by key prefix, totals,
 //! verification, LRU eviction, pruning and clearing. Each starts from a fresh scan,
 //! tolerates files that other processes add or remove meanwhile, and deletes only files the
-//! store recognizes.
+//! store recognizes (lock files only when nobody holds them).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -14,6 +14,7 @@ use super::key::CacheDigest;
 use super::entry;
 use super::files::{read_if_exists, remove_if_exists};
 use super::layout::{layout_dir, scan, Leftover, ScannedEntry};
+use super::lock;
 use super::meta::EntryMeta;
 use super::{Level, Store};
 
@@ -253,19 +254,32 @@ impl Store {
 
     /// Checks every entry's header (magic of its level, version, length, key) and checksum,
     /// then asks `check` about the payload of each good one (the executable level loads it
-    /// into a plugin; see `DiskCache::verify`). Reports; removes nothing.
+    /// into a plugin; see `DiskCache::verify`). An entry another user could have written (its
+    /// file, or a folder from the root down to it) is bad and never passed to `check`.
+    /// Reports; removes nothing.
     pub fn verify(&self, mut check: impl FnMut(&EntryInfo, &[u8]) -> Check) -> Result<VerifyReport> {
         let mut scanned = scan(self.root())?.entries;
         scanned.sort_by(|a, b| a.level.cmp(&b.level).then(a.key.cmp(&b.key)));
         let mut report = VerifyReport::default();
         for e in scanned {
-            let Some(bytes) = read_if_exists(&e.paths.bin)? else {
-                continue; // evicted meanwhile
+            let bytes = match self.read_private(&e.paths.bin) {
+                Ok(Some(bytes)) => Ok(bytes),
+                Ok(None) => continue, // evicted meanwhile
+                Err(refused @ StoreError::Insecure { .. }) => Err(refused.to_string()),
+                Err(other) => return Err(other),
             };
             report.checked += 1;
             report.checked_per_level[e.level as usize] += 1;
             let bad =
                 |reason: String| BadEntry { level: e.level, key: e.key.clone(), path: e.paths.bin.clone(), reason };
+            // Another user could have written it: never handed to the plugin.
+            let bytes = match bytes {
+                Ok(bytes) => bytes,
+                Err(reason) => {
+                    report.bad.push(bad(reason));
+                    continue;
+                }
+            };
             let digest = parse_digest(&e.key);
             let payload = match entry::decode(e.level, &bytes, digest.as_ref()) {
                 Ok(p) => p,
@@ -299,6 +313,16 @@ impl Store {
         Ok(())
     }
 
+    /// Removes the lock files nobody holds (left by a process that died while compiling; a
+    /// held one belongs to a compile in progress and stays).
+    fn sweep_locks(locks: &[Leftover], report: &mut PruneReport) {
+        for l in locks {
+            if lock::remove_if_unheld(&l.path) {
+                report.removed_leftovers += 1;
+            }
+        }
+    }
+
     fn sweep(leftovers: &[Leftover], age: Duration, report: &mut PruneReport) {
         for l in leftovers.iter().filter(|l| older_than(l.modified, age)) {
             if remove_if_exists(&l.path).unwrap_or(false) {
@@ -330,6 +354,7 @@ impl Store {
         let mut report = PruneReport::default();
         Self::sweep(&scanned.temps, STALE_TEMP, &mut report);
         Self::sweep(&scanned.orphans, STALE_ORPHAN, &mut report);
+        Self::sweep_locks(&scanned.locks, &mut report);
         // Old-layout files: by age like entries, and before any entry for the size limit.
         let mut stale_total = 0;
         let mut stale = Vec::new();
@@ -394,6 +419,7 @@ impl Store {
         }
         Self::sweep(&scanned.temps, Duration::ZERO, &mut report);
         Self::sweep(&scanned.orphans, Duration::ZERO, &mut report);
+        Self::sweep_locks(&scanned.locks, &mut report);
         Self::sweep(&scanned.stale, Duration::ZERO, &mut report);
         let memo_dir = self.root().join(MEMO_DIR);
         if let Ok(memos) = std::fs::read_dir(&memo_dir) {
@@ -408,7 +434,14 @@ impl Store {
             .entries
             .iter()
             .filter_map(|e| e.paths.bin.parent().map(Path::to_path_buf))
-            .chain(scanned.orphans.iter().chain(&scanned.temps).filter_map(|l| l.path.parent().map(Path::to_path_buf)))
+            .chain(
+                scanned
+                    .orphans
+                    .iter()
+                    .chain(&scanned.temps)
+                    .chain(&scanned.locks)
+                    .filter_map(|l| l.path.parent().map(Path::to_path_buf)),
+            )
             .collect();
         folders.sort();
         folders.dedup();

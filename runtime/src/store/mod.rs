@@ -7,7 +7,10 @@
 //! components), checked entry files ([`entry`]: magic per level, version, length, SHA-256,
 //! key digest), atomic writes (temporary file + rename, [`files`]), sidecars
 //! ([`EntryMeta`]: components, sizes, compile time, hits), LRU eviction to one size limit
-//! over both levels, pruning, clearing, listing and verification ([`maintain`]).
+//! over both levels, pruning, clearing, listing and verification ([`maintain`]); per-key
+//! locks so that the processes of a host make a missing entry once ([`lock`],
+//! [`Store::claim`]); and folders and entries private to their user, checked before any read
+//! ([`private`]).
 //!
 //! Layout (see `docs/cache.md`): `<root>/v2/<level>/<partition>/<key>.bin` + `.json`. A layout
 //! change bumps [`LAYOUT_VERSION`], so the old files are never read; they are pruned like
@@ -18,13 +21,17 @@ pub mod error;
 pub mod files;
 pub mod key;
 pub mod layout;
+pub mod lock;
 pub mod maintain;
 pub mod meta;
+pub mod private;
 pub mod units;
 
+use std::collections::HashSet;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -32,7 +39,11 @@ use error::Result;
 
 pub use error::StoreError;
 pub use key::{fingerprint, hex, named_digest, sha256_hex, CacheDigest, Components};
-pub use layout::{EntryPaths, CACHE_DIR_ENV, CACHE_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV};
+pub use layout::{
+    EntryPaths, CACHE_DIR_ENV, CACHE_ENV, CACHE_LOCK_TIMEOUT_ENV, CACHE_MAX_SIZE_ENV, CACHE_MIN_COMPILE_SECS_ENV,
+    CACHE_SHARED_ENV,
+};
+pub use lock::{KeyLock, DEFAULT_LOCK_TIMEOUT};
 pub use maintain::{BadEntry, CacheSummary, EntryInfo, LevelSummary, PruneReport, SkippedEntry, VerifyReport};
 pub use meta::EntryMeta;
 
@@ -156,26 +167,66 @@ pub enum PutOutcome {
     SkippedTooLarge,
 }
 
+/// What [`Store::claim`] found after a miss.
+#[derive(Debug)]
+pub enum Claim {
+    /// The entry is still missing and this process holds the key's lock: make the entry,
+    /// `put` it, then drop the lock (other processes wait for it meanwhile).
+    Locked(KeyLock),
+    /// Another process stored the entry while this one waited `waited` for the lock (or just
+    /// before it asked): read it.
+    Stored { waited: Duration },
+    /// Sharing is off ([`Store::with_lock_timeout`] `None`): make the entry without a lock.
+    Unshared,
+}
+
 /// A store folder and its size limit. Cheap to create (nothing is touched until the first
 /// `put`); thread-safe; any number of processes may share one folder.
 #[derive(Debug)]
 pub struct Store {
     root: PathBuf,
     max_size: u64,
+    /// How long [`Store::claim`] waits for another process making the same entry; `None`:
+    /// no locks at all.
+    lock_timeout: Option<Duration>,
     warnings: Mutex<Vec<CacheWarning>>,
+    /// Paths already reported as refused (one warning each).
+    refused: Mutex<HashSet<PathBuf>>,
 }
 
 impl Clone for Store {
-    /// The same folder and limit, with no warnings.
+    /// The same folder, limit and lock timeout, with no warnings.
     fn clone(&self) -> Store {
-        Store::new(self.root.clone()).with_max_size(self.max_size)
+        Store::new(self.root.clone()).with_max_size(self.max_size).with_lock_timeout(self.lock_timeout)
     }
 }
 
 impl Store {
-    /// A store in `root` with the default limit (2 GiB).
+    /// A store in `root` with the default limit (2 GiB) and lock timeout (300 s).
     pub fn new(root: impl Into<PathBuf>) -> Store {
-        Store { root: root.into(), max_size: DEFAULT_MAX_SIZE, warnings: Mutex::new(Vec::new()) }
+        Store {
+            root: root.into(),
+            max_size: DEFAULT_MAX_SIZE,
+            lock_timeout: Some(DEFAULT_LOCK_TIMEOUT),
+            warnings: Mutex::new(Vec::new()),
+            refused: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// How long [`Store::claim`] waits for another process making the same entry before it
+    /// gives up ([`StoreError::LockTimeout`]); `None` turns the per-key locks off (each
+    /// process makes its own misses).
+    pub fn with_lock_timeout(mut self, timeout: Option<Duration>) -> Store {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn set_lock_timeout(&mut self, timeout: Option<Duration>) {
+        self.lock_timeout = timeout;
+    }
+
+    pub fn lock_timeout(&self) -> Option<Duration> {
+        self.lock_timeout
     }
 
     /// Sets the size limit; after each `put`, least-recently-used entries of every level are
@@ -201,15 +252,62 @@ impl Store {
         layout::entry_paths(&self.root, slot.level, &slot.partition, &slot.key.hex())
     }
 
+    /// Records one warning per refused path, and passes the error on.
+    fn refused(&self, e: StoreError) -> StoreError {
+        if let StoreError::Insecure { path, problem, fix } = &e {
+            if self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(path.clone()) {
+                self.warn(
+                    path,
+                    format!(
+                        "refused: {problem}. A cached executable is native code, so the cache is not used for \
+                         it. Fix: {fix}"
+                    ),
+                );
+            }
+        }
+        e
+    }
+
+    /// Opens the file at `path` in the store after checking that every folder from the root
+    /// down to it, and the file itself, is private to this user (`Err(Insecure)`, with one
+    /// warning per path, if not). `None` when it does not exist.
+    fn open_private(&self, path: &Path) -> Result<Option<std::fs::File>> {
+        let dir = path.parent().unwrap_or(&self.root);
+        if !private::check_dirs(&self.root, dir).map_err(|e| self.refused(e))? {
+            return Ok(None);
+        }
+        let file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(files::io_err("open", path)(e)),
+        };
+        let meta = file.metadata().map_err(files::io_err("inspect", path))?;
+        private::check_file(path, &meta).map_err(|e| self.refused(e))?;
+        Ok(Some(file))
+    }
+
+    /// The bytes of the store file at `path`, checked like [`Store::read`] checks an entry's
+    /// folders and file before reading (`Err(Insecure)` if another user could have written
+    /// them); `None` when it does not exist.
+    pub fn read_private(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        let Some(mut file) = self.open_private(path)? else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(files::io_err("read", path))?;
+        Ok(Some(bytes))
+    }
+
     /// Reads and checks `slot`'s entry. A missing entry is a `Miss`; a truncated, corrupt,
-    /// misnamed or other-level one is removed and `Discarded` (with a warning). `Err` only for
-    /// file-system failures other than "not found".
+    /// misnamed or other-level one is removed and `Discarded` (with a warning). An entry that
+    /// another user could have written (the file, or a folder from the root down to it, owned
+    /// by someone else or writable by group or others) is never read: `Err(Insecure)`, with a
+    /// warning naming the path and the fix. `Err` otherwise only for file-system failures other
+    /// than "not found".
     pub fn read(&self, slot: &Slot) -> Result<Read> {
         let paths = self.paths(slot);
-        let mut file = match std::fs::File::open(&paths.bin) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read::Miss),
-            Err(e) => return Err(files::io_err("open", &paths.bin)(e)),
+        let Some(mut file) = self.open_private(&paths.bin)? else {
+            return Ok(Read::Miss);
         };
         let id = files::identity(&file);
         let mut bytes = Vec::new();
@@ -263,6 +361,7 @@ impl Store {
         if entry_bytes > self.max_size {
             return Ok(PutOutcome::SkippedTooLarge);
         }
+        self.ensure_dir(&paths.bin)?;
         write_atomic(&paths.bin, &file)?;
         let sidecar = EntryMeta {
             format: meta::META_FORMAT,
@@ -280,6 +379,40 @@ impl Store {
         write_atomic(&paths.json, &sidecar.to_json())?;
         let evicted = self.evict_to(self.max_size, Some(&paths.bin))?.removed_entries;
         Ok(PutOutcome::Stored { entry_bytes, evicted })
+    }
+
+    /// Creates the folders down to `path`'s (mode 0700) where missing and checks that each is
+    /// private to this user.
+    fn ensure_dir(&self, path: &Path) -> Result<()> {
+        let dir = path.parent().unwrap_or(&self.root);
+        private::ensure_dirs(&self.root, dir).map_err(|e| self.refused(e))
+    }
+
+    /// Whether `slot`'s entry file exists (unchecked: [`Store::read`] checks it).
+    pub fn contains(&self, slot: &Slot) -> bool {
+        self.paths(slot).bin.is_file()
+    }
+
+    /// After a miss: takes `slot`'s lock, so that only one of the processes sharing this
+    /// store makes the entry. Waits at most the lock timeout for another process making it,
+    /// then:
+    /// - [`Claim::Stored`]: the other process stored it meanwhile (the lock is already let go);
+    /// - [`Claim::Locked`]: it is still missing; make it, `put` it, then drop the lock;
+    /// - `Err(LockTimeout)`: the holder took too long; make the entry without the lock.
+    ///
+    /// [`Claim::Unshared`] when the store has no lock timeout. A holder that dies releases
+    /// its lock (the OS does), so nobody waits for a crashed process.
+    pub fn claim(&self, slot: &Slot) -> Result<Claim> {
+        let Some(timeout) = self.lock_timeout else {
+            return Ok(Claim::Unshared);
+        };
+        let paths = self.paths(slot);
+        self.ensure_dir(&paths.lock)?;
+        let lock = lock::acquire(&paths.lock, timeout)?;
+        if paths.bin.is_file() {
+            return Ok(Claim::Stored { waited: lock.waited() });
+        }
+        Ok(Claim::Locked(lock))
     }
 
     /// Records a warning (kept until [`Store::take_warnings`], at most 100).
