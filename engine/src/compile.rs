@@ -11,7 +11,7 @@ use torchtpu_compiler::lower::{Format, StableHlo};
 use torchtpu_runtime::{CompileOptions, XlaOption};
 
 use crate::annotate::annotate;
-use crate::graph_cache::GraphAnalyses;
+use crate::graph_cache::{GraphAnalyses, GraphEntry};
 use crate::program::{dense_bytes, Spmd};
 use crate::{default_engine, graph_key, CompiledGraph, Engine, EngineError, Options, CPU_DEVICES_ENV};
 
@@ -182,9 +182,17 @@ impl Engine {
     ) -> Result<Lowered, EngineError> {
         let t = Instant::now();
         let key = graph_key(&print_graph(graph), &options.cache_component());
-        let cached = self.graphs.get_entry(&key).and_then(|e| Some((e.code, GraphAnalyses::from_meta(&e.meta)?)));
-        timings.record("graph_cache", t.elapsed());
+        let usable = |e: &GraphEntry| Some((e.code.clone(), GraphAnalyses::from_meta(&e.meta)?));
+        let cached = self.graphs.get_entry(&key).as_ref().and_then(usable);
         if let Some((code, analyses)) = cached {
+            timings.record("graph_cache", t.elapsed());
+            return Ok(Lowered { code, analyses, graph_cache_hit: true });
+        }
+        // Another process (a rank of this host) may be lowering the same graph: wait for its
+        // entry, or hold the key's lock until ours is stored (the claim is dropped on return).
+        let claim = self.graphs.claim(&key);
+        timings.record("graph_cache", t.elapsed());
+        if let Some((code, analyses)) = claim.entry().and_then(usable) {
             return Ok(Lowered { code, analyses, graph_cache_hit: true });
         }
         // A miss, or an entry whose analyses do not read back: lower again and store both.
@@ -197,6 +205,7 @@ impl Engine {
         let analyses = GraphAnalyses { memory: c.analyses.memory.unwrap_or_default(), sharding: c.analyses.sharding };
         let code = c.hlo.expect("the driver lowers when asked to emit").code;
         let entry = self.graphs.put_entry_named(&key, code, &analyses.to_meta(), Some(&graph.name), seconds);
+        drop(claim);
         Ok(Lowered { code: entry.code, analyses, graph_cache_hit: false })
     }
 }

@@ -8,6 +8,10 @@
 //! Payload: the length of `meta` (u64, little-endian), `meta` (UTF-8: the analyses a compile
 //! needs besides the code, as JSON, `GraphAnalyses`, so a hit runs no pipeline), then the bytecode. The store
 //! checksums all of it; a damaged entry is a miss that is removed and reported, never trusted.
+//!
+//! After a miss, [`GraphCache::claim`] takes the key's lock in the store, so that of the
+//! processes sharing the folder (the ranks of a host) one lowers a graph while the others wait
+//! for its entry and read it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,7 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use torchtpu_compiler::driver::{MemorySummary, ShardingPlan};
-use torchtpu_runtime::store::{fingerprint, named_digest, sha256_hex, Components, NewEntry, Read, Slot};
+use torchtpu_runtime::store::{
+    fingerprint, named_digest, sha256_hex, Claim, Components, KeyLock, NewEntry, Read, Slot, StoreError,
+};
 use torchtpu_runtime::{CacheDigest, DiskCache, Level, Store};
 
 /// Encoding version of [`graph_key`] (v2: the sidecar is `GraphAnalyses` as JSON).
@@ -26,7 +32,11 @@ const FORMAT: &str = "mlir-bytecode";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphCacheStats {
     pub memory_hits: u64,
+    /// Found on disk (including `disk_hits_after_wait`).
     pub disk_hits: u64,
+    /// Of the disk hits, those found after waiting for another process that was lowering the
+    /// same graph ([`GraphCache::claim`]).
+    pub disk_hits_after_wait: u64,
     pub misses: u64,
     /// Damaged disk entries that were discarded.
     pub discarded: u64,
@@ -81,6 +91,22 @@ struct State {
     memory: HashMap<CacheDigest, GraphEntry>,
     stats: GraphCacheStats,
     warnings: Vec<String>,
+}
+
+/// What [`GraphCache::claim`] gives after a miss: the entry another process stored while this
+/// one waited, or else the key's lock (if sharing is on), held until this value is dropped:
+/// lower the graph, `put_entry_named` it, then drop the claim.
+#[derive(Debug, Default)]
+pub struct GraphClaim {
+    entry: Option<GraphEntry>,
+    _lock: Option<KeyLock>,
+}
+
+impl GraphClaim {
+    /// The entry another process stored meanwhile (counted as a disk hit after a wait).
+    pub fn entry(&self) -> Option<&GraphEntry> {
+        self.entry.as_ref()
+    }
 }
 
 #[derive(Default)]
@@ -198,6 +224,38 @@ impl GraphCache {
         }
     }
 
+    /// After [`GraphCache::get_entry`] missed: waits (bounded) for another process that is
+    /// lowering the same graph and returns its entry, or takes the key's lock so the others
+    /// wait for this one. The miss `get_entry` counted becomes a disk hit when the entry
+    /// turns up. Without a disk level, with sharing off, or when the lock cannot be had (a
+    /// timeout, a refused folder: warned), the claim is empty and the caller lowers anyway.
+    pub fn claim(&self, key: &GraphKey) -> GraphClaim {
+        let Some(store) = &self.store else {
+            return GraphClaim::default();
+        };
+        match store.claim(&key.slot()) {
+            Ok(Claim::Locked(lock)) => GraphClaim { entry: None, _lock: Some(lock) },
+            Ok(Claim::Stored { .. }) => {
+                let entry = self.read(store, key);
+                if let Some(entry) = &entry {
+                    let mut state = self.lock();
+                    state.stats.misses = state.stats.misses.saturating_sub(1);
+                    state.stats.disk_hits += 1;
+                    state.stats.disk_hits_after_wait += 1;
+                    state.memory.insert(key.digest, entry.clone());
+                }
+                GraphClaim { entry, _lock: None }
+            }
+            Ok(Claim::Unshared) => GraphClaim::default(),
+            // Reported once by the store, with its fix.
+            Err(StoreError::Insecure { .. }) => GraphClaim::default(),
+            Err(e) => {
+                self.lock().warnings.push(format!("torchtpu cache: graph level: {e}"));
+                GraphClaim::default()
+            }
+        }
+    }
+
     /// Reads a disk entry through the store; a damaged one is removed and reported.
     fn read(&self, store: &Store, key: &GraphKey) -> Option<GraphEntry> {
         let slot = key.slot();
@@ -210,6 +268,8 @@ impl GraphCache {
                 Err(reason) => store.discard(&slot, id, reason),
             },
             Ok(read) => read,
+            // Reported once by the store, with its fix: never read.
+            Err(StoreError::Insecure { .. }) => return None,
             Err(e) => {
                 self.lock().warnings.push(format!("torchtpu cache: graph level: {e}"));
                 return None;
@@ -246,8 +306,9 @@ impl GraphCache {
                 graph_name: graph_name.map(str::to_owned),
                 compile_seconds: seconds,
             };
-            if let Err(e) = store.put(&key.slot(), &encode(&code, meta), &new) {
-                self.lock().warnings.push(format!("torchtpu cache: cannot write graph-cache entry: {e}"));
+            match store.put(&key.slot(), &encode(&code, meta), &new) {
+                Ok(_) | Err(StoreError::Insecure { .. }) => {}
+                Err(e) => self.lock().warnings.push(format!("torchtpu cache: cannot write graph-cache entry: {e}")),
             }
         }
         let entry = GraphEntry { code: Arc::new(code), meta: meta.to_string() };
@@ -316,7 +377,10 @@ mod tests {
         assert!(first.get(&key).is_none());
         first.put(&key, b"bytecode".to_vec());
         assert_eq!(first.get(&key).as_deref().map(|v| v.as_slice()), Some(&b"bytecode"[..]));
-        assert_eq!(first.stats(), GraphCacheStats { memory_hits: 1, disk_hits: 0, misses: 1, discarded: 0 });
+        assert_eq!(
+            first.stats(),
+            GraphCacheStats { memory_hits: 1, disk_hits: 0, disk_hits_after_wait: 0, misses: 1, discarded: 0 }
+        );
 
         // A fresh process (fresh memory) finds it on disk; the hit is counted in the sidecar.
         let second = GraphCache::new(Some(&root));
@@ -390,6 +454,42 @@ mod tests {
         let r = store.clear().unwrap();
         assert_eq!(r.removed_leftovers, 1);
         assert!(!old.exists() && !root.join("graphs").exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_graph_another_process_is_lowering_is_waited_for_and_read() {
+        let root = temp_root("claim");
+        let key = graph_key("ir-claim", "p");
+        let first = GraphCache::new(Some(&root));
+        assert!(first.get_entry(&key).is_none());
+        let claim = first.claim(&key);
+        assert!(claim.entry().is_none(), "nobody else has it: ours to lower");
+        let started = std::time::Instant::now();
+        let waiter = std::thread::spawn({
+            let (root, key) = (root.clone(), key.clone());
+            move || {
+                // Another process: fresh memory, the same folder.
+                let cache = GraphCache::new(Some(&root));
+                assert!(cache.get_entry(&key).is_none());
+                let claim = cache.claim(&key);
+                (claim.entry().cloned(), cache.stats(), cache.get_entry(&key))
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        first.put_entry_named(&key, b"lowered".to_vec(), "meta", Some("g"), 0.1);
+        drop(claim);
+        let (entry, stats, again) = waiter.join().unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+        assert_eq!(entry.as_ref().map(|e| (e.code.as_slice(), e.meta.as_str())), Some((&b"lowered"[..], "meta")));
+        assert_eq!(
+            stats,
+            GraphCacheStats { memory_hits: 0, disk_hits: 1, disk_hits_after_wait: 1, misses: 0, discarded: 0 },
+            "the miss became a hit after the wait"
+        );
+        assert_eq!(again, entry, "and it is in memory now");
+        // Without a disk level there is nothing to wait for.
+        assert!(GraphCache::new(None).claim(&key).entry().is_none());
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -36,7 +36,7 @@ pub use compile::{compile, lower, with_driver, HLO_SHARDING_V3};
 pub use distributed::{configure_distributed, distributed_configuration, engine_started, Distributed};
 pub use engine::{default_engine, Engine, CPU_DEVICES_ENV, HOST_KERNELS_ENV, MALLOC_TUNING_ENV};
 pub use error::{EngineError, ErrorKind, TextFault};
-pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphEntry};
+pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphClaim, GraphEntry};
 pub use host_tensor::HostTensor;
 pub use options::{MeshAnnotation, Options, DEFAULT_MAX_TENSOR_BYTES};
 pub use platform::Platform;
