@@ -19,7 +19,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from torchtpu import _C, _stats
+from torchtpu import _C, _stats, flex_attention
 from torchtpu import sharding as _sharding
 from torchtpu._log import warn_once
 from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
@@ -365,6 +365,8 @@ def _trace_and_compile(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
             f"torchtpu ignores mode={mode!r}: it has one compilation mode (settings go in options=, see docs/backend.md)",
         )
     _stats.bump("graphs_seen")
+    # flex_attention's subgraphs become ATen ops before tracing (torchtpu/flex_attention.py).
+    flex_attention.decompose(gm)
     if opts.skip_aot_wrapper:
         direct = _inference_without_wrapper(gm, example_inputs, opts)
         if direct is not None:

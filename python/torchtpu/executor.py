@@ -97,6 +97,8 @@ def _compile_one_device(
     else:
         _stats.bump("cache_hits")
         _stats.bump("memory_hits" if source == "memory" else "disk_hits")
+        if source == "waited":  # another process was compiling it: this one waited and read it
+            _stats.bump("disk_hits_after_wait")
     log.info("compiled %s in %.1f ms (%s)", name, seconds * 1e3, source)
     # The peak-memory estimate of the graph as lowered (after the passes), per graph.
     _stats.record_graph(name, program.memory)
@@ -167,6 +169,7 @@ class CompiledGraph:
         self.ir_text, self.passes, self.donate, self.xla_options = exported.text, passes, donate, xla_options
         self.inputs = exported.inputs
         self.outputs = exported.outputs
+        self.made_on = exported.made_on
         self.output_is_tuple = exported.output_is_tuple
         # Per input: the positional argument it comes from, or -1 and the constant.
         self._sources = [(spec.index, None) if spec.kind == "arg" else (-1, spec.value) for spec in self.inputs]
@@ -349,7 +352,8 @@ class CompiledGraph:
             return self.reference(*args)
         # The first input says the device (a per-call scan of every input would cost ~0.15 us
         # each); a later input on the other device is refused by either path's own check.
-        if tensors and isinstance(tensors[0], torch.Tensor) and tensors[0].device.type == "tpu":
+        on_tpu = tensors and isinstance(tensors[0], torch.Tensor) and tensors[0].device.type == "tpu"
+        if on_tpu or self.made_on is not None:
             outs = self._run_device(tensors)
             return self._results(args, outs, device=outs[0].device if outs else tensors[0].device)
         try:
@@ -417,7 +421,10 @@ class CompiledGraph:
                 buffers = _defer.resolved(buffers, self.name)
         # On the device of its tpu inputs (all on one: Dynamo's fake-tensor check refuses a
         # mix); constants and scalars made on tpu:0 are copied there once (`on_device`).
-        device = next((t.device.index for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "tpu"), 0)
+        device = next(
+            (t.device.index for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "tpu"),
+            self.made_on or 0,
+        )
         buffers = [_programs.on_device(b, device) for b in buffers]
         outs = self.program.run_device(buffers, False, device=device)
         return [_storage.new_tensor(s, d, b) for b, (d, s) in zip(outs, self.out_types)]

@@ -84,6 +84,9 @@ class Exported:
     # The in-process group of the graph's collectives (`collectives.Group`), or None: the
     # graph is then one replicated program over the group's devices.
     group: Any = None
+    # The tpu device a graph with no tensor inputs makes its results on (`arange(device="tpu")`
+    # in `create_block_mask`), or None: such a graph runs there and returns tpu tensors.
+    made_on: int | None = None
 
 
 # PyTorch's functional collectives and their wait (`collectives.py`).
@@ -348,6 +351,15 @@ class _Writer:
                 with unset_fake_temporarily():  # a real tensor, even while AOTAutograd traces
                     const = torch.tensor(value, dtype=torch.complex128)
                 operands.append(self.add_input(const, InputSpec("const", value=const)))
+            elif _is_tensor_type(t) and isinstance(value, (int, float, bool)) and base in _CONVERSIONS and i == 0:
+                # A Python number as the op's own tensor (`_to_copy(0.1, dtype=f32)`, which
+                # tracing leaves of a constant inside flex_attention's vmapped score_mod): a 0-d
+                # constant operand in the number's own dtype (f64, i64 or bool), as eager wraps it.
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+                with unset_fake_temporarily():
+                    const = torch.tensor(value, dtype=_WRAPPED_DTYPES[type(value)])
+                operands.append(self.add_input(const, InputSpec("const", value=const)))
             elif _is_tensor_type(t) and isinstance(value, (int, float, bool)):
                 # Decompositions pass Python numbers for Tensor parameters (mul.Tensor(x, 16)):
                 # a scalar attribute, which the lowering reads as a wrapped number.
@@ -520,6 +532,13 @@ _MATRIX_OPERANDS = {
 }
 
 
+# Conversions whose own tensor may be a Python number (their rules take an operand, not a
+# wrapped-number attribute as binary ops' `self`/`other`).
+_CONVERSIONS = frozenset({"aten._to_copy"})
+# The dtype of a Python number wrapped as a tensor operand.
+_WRAPPED_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
 def _check_matrix_dtypes(args, node, full: str, base: str) -> None:
     positions = _MATRIX_OPERANDS.get(base)
     if positions is None:
@@ -595,7 +614,17 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
         + f"  return {', '.join(refs)}\n}}\n"
     ).replace("return \n", "return\n")
     nodes_by_line = {i + 2 + len(header): n for i, n in enumerate(w.line_nodes)}
-    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh, w.group)
+    return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh, w.group, _made_on(gm))
+
+
+def _made_on(gm: torch.fx.GraphModule) -> int | None:
+    """The tpu device of the results of a graph that takes no tensors (see `Exported.made_on`)."""
+    if any(isinstance(n.meta.get("val"), torch.Tensor) for n in gm.graph.nodes if n.op == "placeholder"):
+        return None
+    outputs = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    vals = torch.fx.node.map_arg(outputs.args, lambda n: n.meta.get("val")) if outputs is not None else ()
+    flat = torch.utils._pytree.tree_leaves(vals)
+    return next((v.device.index or 0 for v in flat if isinstance(v, torch.Tensor) and v.device.type == "tpu"), None)
 
 
 # The ops `out_dtype` is lowered for: matrix products whose rule sums in the result dtype.

@@ -213,6 +213,7 @@ def _load():
     program that never touches tpu."""
     global _loaded
     if _loaded is None:
+        from torchtpu import flex_attention
         from torchtpu.device import _kernels, _native, _serialization, module
         from torchtpu.device._guard import guard
 
@@ -223,6 +224,7 @@ def _load():
         module.patch_printing()
         module.patch_storage()
         module.patch_data_ptr()
+        flex_attention.allow_tpu_tensors()
         _loaded = _kernels
     return _loaded
 

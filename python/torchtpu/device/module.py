@@ -608,7 +608,8 @@ def patch_default_compile() -> None:
     Inductor has no code generator for this device (its device named tpu is a Pallas
     generator that needs JAX), so a CUDA user's unchanged `torch.compile(model)` would fail
     inside it. A graph with any tpu input (the model's parameters are inputs) goes to the
-    torchtpu backend instead, with one warning; graphs on other devices still go to Inductor.
+    torchtpu backend instead, with one warning, and so does a graph that makes tpu tensors;
+    graphs on other devices still go to Inductor.
     Inductor's `mode=` has no torchtpu meaning and is dropped (docs/eager.md)."""
     wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
     call = getattr(wrapper, "__call__", None)  # noqa: B004 - the class's method itself, to patch
@@ -616,7 +617,7 @@ def patch_default_compile() -> None:
         return
 
     def __call__(self, model_, inputs_, **kwargs):
-        if any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs_):
+        if _graph_touches_tpu(model_, inputs_):
             from torchtpu._log import warn_once
             from torchtpu.backend import torchtpu_backend
 
@@ -630,6 +631,21 @@ def patch_default_compile() -> None:
 
     __call__._torchtpu = True
     wrapper.__call__ = __call__
+
+
+def _on_tpu(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_on_tpu(v) for v in value)
+    return isinstance(value, torch.Tensor) and value.device.type == "tpu"
+
+
+def _graph_touches_tpu(gm, inputs) -> bool:
+    """A tpu input, or a tensor the graph makes on tpu (`create_block_mask(..., device="tpu",
+    _compile=True)` has only integer inputs and builds its masks with `arange(device="tpu")`)."""
+    if _on_tpu(list(inputs)):
+        return True
+    graph = getattr(gm, "graph", None)
+    return graph is not None and any(_on_tpu(n.meta.get("example_value")) for n in graph.nodes)
 
 
 def patch_data_ptr() -> None:
