@@ -184,6 +184,35 @@ def test_a_rank_that_does_not_arrive_fails_the_others_within_the_timeout():
     assert "timeout" in str(info.value).lower() or "did not arrive" in str(info.value)
 
 
+def test_set_timeout_shortens_the_wait_for_a_missing_rank_and_barrier_takes_device_ids():
+    """`dist.set_timeout(t)` reaches tpu_dist (c10d's `setTimeout`): a group made with a 60 s
+    timeout then fails a collective a rank never joins after about 2 s. `barrier(device_ids=
+    [rank])` runs on the rank's device; a device id the process lacks is refused by name."""
+    import time
+
+    elapsed = {}
+
+    def run(rank):
+        dist.barrier(device_ids=[rank])
+        if rank == 0:
+            with pytest.raises(RuntimeError, match="invalid device tpu:9"):
+                dist.barrier(device_ids=[9])
+        dist.barrier()
+        dist.set_timeout(timedelta(seconds=2))
+        if rank == 1:
+            return None  # never joins the collective
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(3, device="tpu"))
+        finally:
+            elapsed[rank] = time.monotonic() - start
+
+    with pytest.raises(SpawnError) as info:
+        td.spawn(run, 2, timeout=timedelta(seconds=60))
+    assert "timeout" in str(info.value).lower() or "did not arrive" in str(info.value)
+    assert elapsed[0] < 20, f"the collective waited {elapsed[0]:.1f} s, not the 2 s set"
+
+
 def test_mismatched_collectives_are_named():
     def run(rank):
         x = torch.ones(3 if rank == 0 else 4, device="tpu")

@@ -99,6 +99,17 @@ def _check_tpu(op: str, tensors) -> None:
             )
 
 
+def _barrier_device(opts):
+    """The tpu device a barrier's options name (`device_ids=[i]`), or None."""
+    ids = list(getattr(opts, "device_ids", None) or [])
+    device = getattr(opts, "device", None)
+    if ids:
+        return torch.device("tpu", ids[0])
+    if isinstance(device, torch.device) and device.type == "tpu" and device.index is not None:
+        return device
+    return None
+
+
 class TpuDistBackend(C10DBackend):
     """One group's backend: rank/size in the group, its transport, its collective count."""
 
@@ -114,6 +125,13 @@ class TpuDistBackend(C10DBackend):
 
     def getBackendName(self) -> str:
         return NAME
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        """`dist.set_timeout(timeout, group)` (c10d's `setTimeout`, which reaches a Python backend
+        under this name): the group's collectives from now on fail after `timeout` without
+        their peers, on every transport."""
+        self._timeout = timeout
+        self._transport.set_timeout(timeout)
 
     @property
     def supports_coalescing(self) -> bool:
@@ -413,6 +431,15 @@ class TpuDistBackend(C10DBackend):
         return Work(self._typed(fut, op, seq), op, seq)
 
     def barrier(self, opts=None):
+        """`dist.barrier(device_ids=[i])` names the device the barrier runs on, as NCCL runs it as
+        a one-element all-reduce on that GPU's stream: the device must exist, and its work
+        queued before the barrier is finished before the ranks meet."""
+        device = _barrier_device(opts)
+        if device is not None:
+            from torchtpu.device import module
+
+            module.check_index(device)
+            module.TpuModule.synchronize(device)
         return self._collective("barrier", "barrier()", lambda sync: self._transport.barrier(sync), opts)
 
     def monitored_barrier(self, opts=None, wait_all_ranks: bool = False):

@@ -195,6 +195,11 @@ class InProcessTransport:
         self.seq = 0
         self.groups = ", ".join(str(r) for r in range(size))
 
+    def set_timeout(self, timeout: timedelta) -> None:
+        # Rounds started from now on (the watchdog reads each round's own); recv's wait too.
+        self.timeout = timeout
+        self.host.set_timeout(timeout)
+
     # ------------------------------------------------------------------ the meeting
 
     def _meet(self, op: str, key, payload, action, sync: bool) -> Future:

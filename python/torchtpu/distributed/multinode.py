@@ -142,6 +142,9 @@ class XlaProcessTransport:
     def barrier(self, sync):
         return self.host.barrier(sync)
 
+    def set_timeout(self, timeout):
+        self.host.set_timeout(timeout)
+
     def _missing(self, op: str):
         raise NotImplementedError(
             _MISSING.format(op=op, node=self.node_id, nodes=self.num_nodes, env_id=NODE_ID_ENV, env_n=NUM_NODES_ENV)

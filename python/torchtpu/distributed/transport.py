@@ -80,6 +80,8 @@ class Transport(Protocol):
     def send(self, tensors: list, dst: int, tag: int, sync: bool) -> Future: ...
     def recv(self, tensors: list, src: int, tag: int, sync: bool) -> Future: ...
     def barrier(self, sync: bool) -> Future: ...
+    def set_timeout(self, timeout: timedelta) -> None:
+        """`dist.set_timeout`: how long the group's collectives wait for their peers from now on."""
 
 
 TRANSPORT_ENV = "TORCHTPU_DIST_TRANSPORT"
@@ -134,6 +136,9 @@ class HostTransport:
     def __init__(self, store, rank: int, size: int, timeout: timedelta):
         self.rank, self.size = rank, size
         self.gloo = ProcessGroupGloo(PrefixStore("host/", store), rank, size, timeout)
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        self.gloo.set_timeout(timeout)  # gloo's own: its later Works wait this long
 
     # Every collective: start(): the gloo Work on the CPU copies; finish(): the copies back,
     # returning the future's value.
