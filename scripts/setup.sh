@@ -25,6 +25,7 @@ PYTEST_TIMEOUT_VERSION=2.4.0 # every test under a timeout: a hang fails, it does
 PYTEST_XDIST_VERSION=3.8.0 # `make test` runs the pytest suite on two workers (one per core)
 RUFF_VERSION=0.17.6        # `make lint`: format and lint python/
 TORCHAO_VERSION=0.18.0     # quantization (python/tests/test_quantization.py, docs/quantization.md)
+TORCHTITAN_VERSION=0.3.0   # examples/torchtitan (llama3 debug model on tpu); its datasets<4.8 holds huggingface_hub<2
 PLUGIN_PKG=lammps-jax-pjrt-cpu
 PLUGIN_VERSION=0.11.2
 
@@ -67,7 +68,8 @@ REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSI
       "numpy==$NUMPY_VERSION" "expecttest==$EXPECTTEST_VERSION"
       "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "matplotlib==$MATPLOTLIB_VERSION"
       "accelerate==$ACCELERATE_VERSION" "pytest-timeout==$PYTEST_TIMEOUT_VERSION"
-      "pytest-xdist==$PYTEST_XDIST_VERSION" "ruff==$RUFF_VERSION" "torchao==$TORCHAO_VERSION")
+      "pytest-xdist==$PYTEST_XDIST_VERSION" "ruff==$RUFF_VERSION" "torchao==$TORCHAO_VERSION"
+      "torchtitan==$TORCHTITAN_VERSION")
 mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
 import sys, importlib.metadata as md
 for req in sys.argv[1:]:
