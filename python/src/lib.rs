@@ -253,7 +253,8 @@ impl Program {
         guarded(py, "execute", || Ok(types_of(self.compiled.output_types())))
     }
 
-    /// Where the executable came from: "compiled", "memory" or "disk".
+    /// Where the executable came from: "compiled", "memory", "disk", or "waited" (from disk,
+    /// after waiting for another process that was compiling the same program).
     #[getter]
     fn source(&self) -> &'static str {
         self.compiled.source().name()
@@ -262,10 +263,7 @@ impl Program {
     /// XLA compile seconds a disk hit saved (0 otherwise).
     #[getter]
     fn compile_seconds_saved(&self) -> f64 {
-        match self.compiled.source() {
-            torchtpu_engine::CacheSource::Disk { compile_seconds_saved } => compile_seconds_saved,
-            _ => 0.0,
-        }
+        self.compiled.source().compile_seconds_saved()
     }
 
     /// Whether the graph cache had the lowered module (no passes or lowering ran).
@@ -486,9 +484,11 @@ impl From<WireXlaOption> for torchtpu_engine::XlaOption {
     }
 }
 
-/// The executable caches' counters: memory_hits, disk_hits, misses, compile_seconds,
-/// compile_seconds_saved, disk_discarded, disk_writes, disk_errors, and the disk cache's
-/// folder (None when disabled). Empty when no engine was started.
+/// The executable caches' counters: memory_hits, disk_hits (of which disk_hits_after_wait:
+/// read after waiting for another process compiling the same program), misses,
+/// compile_seconds, compile_seconds_saved, lock_wait_seconds, lock_timeouts, disk_discarded,
+/// disk_writes, disk_errors, and the disk cache's folder (None when disabled); the graph
+/// level's graph_* counters. Empty when no engine was started.
 #[pyfunction]
 fn cache_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
     guarded(py, "compile", || {
@@ -497,6 +497,9 @@ fn cache_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
             let s = engine.cache().stats();
             d.set_item("memory_hits", s.memory_hits)?;
             d.set_item("disk_hits", s.disk_hits)?;
+            d.set_item("disk_hits_after_wait", s.disk_hits_after_wait)?;
+            d.set_item("lock_wait_seconds", s.lock_wait_seconds)?;
+            d.set_item("lock_timeouts", s.lock_timeouts)?;
             d.set_item("misses", s.misses)?;
             d.set_item("compile_seconds", s.compile_seconds)?;
             d.set_item("compile_seconds_saved", s.compile_seconds_saved)?;
@@ -507,6 +510,7 @@ fn cache_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
             let g = engine.graph_cache().stats();
             d.set_item("graph_memory_hits", g.memory_hits)?;
             d.set_item("graph_disk_hits", g.disk_hits)?;
+            d.set_item("graph_disk_hits_after_wait", g.disk_hits_after_wait)?;
             d.set_item("graph_misses", g.misses)?;
             d.set_item("graph_discarded", g.discarded)?;
         }

@@ -103,3 +103,85 @@ def test_cache_tool_on_an_absent_cache_is_a_clear_message(tmp_path):
     r = cache_tool("list", cache_dir=tmp_path / "nowhere")
     assert r.returncode != 0
     assert "nowhere" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# A rank of a host: warms the engine up on a small program (plugin loaded and hashed), then
+# meets the other ranks at a barrier placed just before the model's compile, so they all miss
+# the same programs at once; prints its counters for the model alone.
+RANK_PROGRAM = r"""
+import json, os, sys, time, torch, torchtpu
+import torchtpu.executor as executor
+sync_dir, rank, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.compile(lambda x: x * 2 + 1, backend="torchtpu")(torch.ones(3))
+compile_one = executor._compile_one_device
+
+def at_the_barrier(*args, **kwargs):
+    executor._compile_one_device = compile_one
+    open(os.path.join(sync_dir, f"ready-{rank}"), "w").close()
+    deadline = time.monotonic() + 60
+    while sum(f.startswith("ready-") for f in os.listdir(sync_dir)) < ranks:
+        assert time.monotonic() < deadline, "the other ranks never came"
+        time.sleep(0.001)
+    return compile_one(*args, **kwargs)
+
+executor._compile_one_device = at_the_barrier
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)
+).eval()
+x = torch.randn(5, 32)
+before, graph_before = torchtpu.stats(), torchtpu._C.cache_stats()
+with torch.no_grad():
+    y = torch.compile(model, backend="torchtpu")(x)
+    torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
+after, graph_after = torchtpu.stats(), torchtpu._C.cache_stats()
+out = {k: after[k] - before[k] for k in ("cache_misses", "disk_hits", "disk_hits_after_wait", "graphs_compiled")}
+out.update({k: graph_after[k] - graph_before[k] for k in ("graph_misses", "graph_disk_hits_after_wait", "lock_timeouts")})
+print(json.dumps(out))
+"""
+
+
+def test_ranks_of_a_host_compile_each_program_once_and_the_others_wait_and_read(tmp_path):
+    """Two processes (as torchrun starts the ranks of a host) compile the same model against
+    one fresh cache folder at the same moment: the PJRT compile happens once in all, and the
+    others wait for it and read the executable from disk (docs/cache.md, "Shared by the ranks
+    of a host")."""
+    ranks = 2
+    cache, sync = tmp_path / "cache", tmp_path / "sync"
+    sync.mkdir()
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(cache))
+    env.pop("TORCHTPU_CACHE_SHARED", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_PROGRAM, str(sync), str(rank), str(ranks)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd="/",
+        )
+        for rank in range(ranks)
+    ]
+    try:
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(r["graphs_compiled"] == 1 and r["lock_timeouts"] == 0 for r in results), results
+    # One PJRT compile in total; every other rank read it from disk, most after waiting for
+    # the compile in flight (a rank that reached it late finds the entry already written).
+    assert sum(r["cache_misses"] for r in results) == 1, results
+    assert sum(r["disk_hits"] for r in results) == ranks - 1, results
+    assert sum(r["disk_hits_after_wait"] for r in results) >= 1, results
+    # The graph level too: lowered once.
+    assert sum(r["graph_misses"] for r in results) == 1, results
+    # No lock file is left, and what the cache wrote is private to this user.
+    assert not list(cache.rglob("*.lock"))
+    for path in [cache, *cache.rglob("*")]:
+        assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600), path

@@ -28,6 +28,9 @@ def _fresh() -> dict:
         "cache_hits": 0,  # programs found in a cache: memory_hits + disk_hits
         "memory_hits": 0,  # found in this process's executable cache
         "disk_hits": 0,  # loaded from the persistent cache (no XLA compile)
+        # Of those, read after waiting for another process (a rank of this host) that was
+        # compiling the same program and held its lock (docs/cache.md).
+        "disk_hits_after_wait": 0,
         "cache_misses": 0,  # compiled by XLA
         "compile_seconds_saved": 0.0,  # XLA compile time the disk hits did not spend
         # Per compiled graph: the compiler's peak-memory estimate (peak_bytes, peak_at, ...).
