@@ -2,8 +2,9 @@
 
 TorchTitan 0.3 gives language models two masked attention backends, and neither runs here:
 - "flex" calls `torch.compile(flex_attention)` (Inductor) and `flex_attention` itself refuses a
-  tpu tensor ("only supported on CUDA, CPU, HPU, or MPS devices") and a CPU tensor that needs a
-  gradient ("FlexAttention does not support backward on CPU");
+  CPU tensor that needs a gradient ("FlexAttention does not support backward on CPU") and a tpu
+  tensor unless torchtpu lifts PyTorch's device check ("only supported on CUDA, CPU, HPU, or MPS
+  devices");
 - "varlen" calls the CUDA flash-attention kernel (`varlen_attn`, bf16 only);
 and it refuses "sdpa" for language models (`get_attention_config`: SDPA takes no per-document
 positions). This module is a `VarlenAttention` to TorchTitan, so the decoder builds it the same
