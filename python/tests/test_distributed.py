@@ -141,13 +141,15 @@ def _free_port() -> int:
 
 
 def test_cpu_program_stays_gloo(tmp_path):
-    """Without TORCHTPU_DEVICE=1 on the CPU plugin, init_process_group() is plain gloo."""
+    """Without TORCHTPU_DEVICE=1 on the CPU plugin, init_process_group() is plain gloo, and
+    `barrier(device_ids=[0])` (TorchTitan's) runs on the CPU as without torchtpu."""
     code = (
         "import torch, torch.distributed as dist\n"
         "assert torch.accelerator.current_accelerator() is None\n"
+        "assert torch._C._get_accelerator().type == 'cpu'\n"
         "dist.init_process_group()\n"
         "print(dist.get_backend(), dist.get_default_backend_for_device('tpu'))\n"
-        "x = torch.ones(2); dist.all_reduce(x); dist.destroy_process_group()\n"
+        "x = torch.ones(2); dist.all_reduce(x); dist.barrier(device_ids=[0]); dist.destroy_process_group()\n"
     )
     env = _env(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     env.pop("TORCHTPU_DEVICE")

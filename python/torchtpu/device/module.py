@@ -429,7 +429,8 @@ def patch_accelerator() -> None:
     `torch.accelerator.current_accelerator()` asks C++, which names PrivateUse1 as soon as it
     is registered: it returns None for tpu unless the device is detected as the machine's
     accelerator (`accelerator_detected`), so that CPU programs (torch.distributed's default
-    backend, transformers' device choice) are what they are without torchtpu."""
+    backend, transformers' device choice) are what they are without torchtpu;
+    `torch._C._get_accelerator()` answers CPU there likewise."""
     global _original_synchronize
     if _original_synchronize is not None:
         return
@@ -444,6 +445,20 @@ def patch_accelerator() -> None:
 
     current_accelerator.__doc__ = original_current.__doc__
     torch.accelerator.current_accelerator = current_accelerator
+
+    # The same answer from the binding torch.distributed asks directly (`barrier(device_ids=
+    # [i])` builds its device from it, FSDP's default mesh and device): CPU, as without
+    # torchtpu, where tpu is not the machine's accelerator.
+    original_get = torch._C._get_accelerator
+
+    def _get_accelerator(check: bool = False):
+        acc = original_get(check)
+        if acc.type == "tpu" and not accelerator_detected():
+            return torch.device("cpu")
+        return acc
+
+    _get_accelerator.__doc__ = original_get.__doc__
+    torch._C._get_accelerator = _get_accelerator
 
     def synchronize(device=None, /):
         # C++'s accelerator: tpu even where it is not detected as the machine's (an explicit
