@@ -6,8 +6,8 @@ Start from `torchtitan.models.llama3.config_registry.llama3_debugmodel` (6 layer
   `--hf-assets-path` and `--dataloader.dataset-path` point elsewhere), so the model's vocab is
   that tokenizer's 512 ids;
 - 64 tokens a sequence, 4 sequences a rank, 5 steps, a log line every step;
-- attention: `DocumentCausalSDPA` (attention.py) in place of flex: causal per-document SDPA,
-  which runs on the CPU and on tpu (`llama3_debug_tpu_flex` keeps TorchTitan's flex);
+- attention: TorchTitan's own (`flex_attention` with its per-document causal BlockMask,
+  compiled by the default backend, which sends tpu graphs to torchtpu);
 - fp32 parameters (`mixed_precision_param float32`): no bf16 autocast/FSDP casts;
 - no validation, checkpoint or profiler unless asked (`--checkpoint.enable`,
   `--profiler.enable-profiling`), dumps under examples/torchtitan/outputs.
@@ -19,8 +19,6 @@ from pathlib import Path
 import make_assets
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.trainer import Trainer
-
-from tpu_llama3.attention import use_document_causal_sdpa
 
 HERE = Path(__file__).resolve().parent.parent  # examples/torchtitan
 ASSETS = HERE / "assets"
@@ -34,8 +32,7 @@ def _set_vocab(config: Trainer.Config, vocab: int) -> None:
     config.loss.loss_fn.global_vocab_size = vocab
 
 
-def llama3_debug_tpu_flex() -> Trainer.Config:
-    """TorchTitan's own attention (flex_attention under torch.compile with Inductor)."""
+def llama3_debug_tpu() -> Trainer.Config:
     config = llama3_debugmodel()
     _set_vocab(config, make_assets.VOCAB_SIZE)
     config.hf_assets_path = str(ASSETS / "tokenizer")
@@ -52,10 +49,4 @@ def llama3_debug_tpu_flex() -> Trainer.Config:
     config.checkpoint.interval = 5
     config.profiler.enable_profiling = False
     config.profiler.profile_freq = 5
-    return config
-
-
-def llama3_debug_tpu() -> Trainer.Config:
-    config = llama3_debug_tpu_flex()
-    use_document_causal_sdpa(config.model_spec.model)
     return config
