@@ -168,3 +168,23 @@ def test_hf_llama_with_flex_attention_matches_cpu():
         want = model(ids).logits
         got = model.to("tpu")(ids.to("tpu")).logits.cpu()
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_flex_attention_inside_activation_checkpointing_compiles_without_fallback():
+    """The op inside a higher-order op's body (`torch.utils.checkpoint` under compile makes a
+    `wrap_body` subgraph; TorchTitan's selective activation checkpointing does): decomposed
+    there too, forward and backward."""
+    from torch.utils.checkpoint import checkpoint
+
+    q, k, v = _inputs()
+    block = create_block_mask(causal, B, H, S, S, device="tpu")
+
+    def layer(q, k, v):
+        return checkpoint(lambda a, b, c: flex_attention(a, b, c, block_mask=block) * 2, q, k, v, use_reentrant=False)
+
+    tpu = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    out = torch.compile(layer, backend="torchtpu")(*tpu)
+    out.sum().backward()
+    want = flex_attention(q, k, v, block_mask=create_block_mask(causal, B, H, S, S, device="cpu")) * 2
+    torch.testing.assert_close(out.detach().cpu(), want, rtol=1e-5, atol=1e-5)
+    assert all(t.grad is not None and torch.isfinite(t.grad.cpu()).all() for t in tpu)

@@ -63,18 +63,25 @@ def dense_flex_attention(
 
 def decompose(gm: torch.fx.GraphModule) -> int:
     """Replaces every `flex_attention` call of a Dynamo graph by `dense_flex_attention` (the
-    subgraphs stay the graph's submodules, passed as before); returns how many."""
+    subgraphs stay the graph's submodules, passed as before), in the graph and in the bodies of
+    its other higher-order ops (activation checkpointing's `wrap_body_*`, TorchTitan's); returns
+    how many."""
     hop = _hop()
     if hop is None:
         return 0
-    count = 0
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is hop:
-            node.target = dense_flex_attention
-            count += 1
-    if count:
-        gm.recompile()
-    return count
+    total = 0
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        count = 0
+        for node in module.graph.nodes:
+            if node.op == "call_function" and node.target is hop:
+                node.target = dense_flex_attention
+                count += 1
+        if count:
+            module.recompile()
+            total += count
+    return total
 
 
 def allow_tpu_tensors() -> None:
