@@ -7,6 +7,10 @@ uninitialised in PyTorch, so only the kept prefix and what is written afterwards
 
 Also `torch.save` / `torch.load` of tpu storages (docs/eager.md "Saving and loading"): views and
 tied tensors come back sharing one storage, as the same save and load does on CPU.
+
+And a storage viewed as another dtype (`view_as_complex`, `view_as_real`, `Tensor.view(dtype)`
+between a complex dtype and its real component dtype, docs/eager.md "Tensors and their memory"):
+reads and writes through the views, and TorchTitan's complex RoPE forward and backward.
 """
 
 from __future__ import annotations
@@ -490,3 +494,191 @@ def test_storage_copies_to_the_host():
     assert cpu[2] == tpu[2] == "cpu"
     for a, b in zip(tpu[:2], cpu[:2]):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- a storage viewed as another dtype
+# `view_as_complex`, `view_as_real` and `Tensor.view(dtype)` between a complex dtype and its real
+# component dtype (docs/eager.md "Tensors and their memory"): views sharing the storage, with
+# PyTorch's sizes, strides and offsets, read and written through on the device. Values are exact
+# (data movement and one complex multiply, the same IEEE operations as CPU's), RoPE within 1e-6
+# (values) and 1e-5 (gradients). The tests' fallback policy is "error": every op runs on the device.
+
+PAIRS = [(torch.float32, torch.complex64), (torch.float64, torch.complex128)]
+MODES = ["strict", "defer_and_fuse"]
+
+
+def _geometry(t: torch.Tensor) -> tuple:
+    return t.dtype, tuple(t.shape), t.stride(), t.storage_offset()
+
+
+def _like_cpu(steps, mode: str, computed: int = 0) -> None:
+    """`steps(device)` on CPU and, in `mode`, on tpu: each result's geometry equal, its values
+    equal (the last `computed` results: within torch.testing's defaults for the dtype, as a
+    complex multiply may round differently). Twice on tpu: the second time the native per-op
+    path runs what the Python path taught it."""
+    cpu = steps("cpu")
+    for _ in range(2):
+        with E.mode(mode):
+            tpu = steps("tpu")
+            geometries = [_geometry(t) for t in tpu]
+            tpu = [t.cpu() for t in tpu]
+        assert geometries == [_geometry(t) for t in cpu]
+        for i, (a, b) in enumerate(zip(tpu, cpu)):
+            tol = {} if i >= len(cpu) - computed else {"rtol": 0, "atol": 0}
+            torch.testing.assert_close(a, b, **tol, msg=lambda m, i=i: f"result {i}: {m}")
+
+
+def _real_and_complex(dev: str, real, cplx) -> tuple:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 6, generator=g, dtype=real).to(dev)
+    c = torch.randn(3, 4, 3, generator=g, dtype=cplx).to(dev)
+    return x, c
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("real,cplx", PAIRS)
+def test_complex_and_real_views_of_a_storage_read_like_cpu(real, cplx, mode):
+    def steps(dev):
+        x, c = _real_and_complex(dev, real, cplx)
+        vc = torch.view_as_complex(x.reshape(3, 4, 3, 2))
+        vr = torch.view_as_real(c)
+        return [
+            vc,
+            vc[1:, ::2],  # a strided complex view of real storage
+            vc.transpose(0, 2),
+            vc.conj(),
+            x.view(cplx),
+            x[:, 1].view(cplx),
+            vr,  # a real view of complex storage, whole elements
+            vr[1, :, 1:],
+            vr[..., 0],  # one part of each element
+            vr.flatten(2),
+            vr.flatten(2)[:, :, 1:5],  # pairs cut in two
+            c.view(real),
+            c[:, 1:3].view(real),
+            torch.view_as_real(vc),
+            # ops reading the views
+            vc * c,
+            torch.view_as_real(vc * c).flatten(2) + 1,
+            vr[..., 1] * 2,
+            vc.conj() * c,
+            vc.abs(),
+        ]
+
+    _like_cpu(steps, mode, computed=5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("real,cplx", PAIRS)
+def test_writes_through_a_complex_or_real_view_are_seen_by_the_storage(real, cplx, mode):
+    def steps(dev):
+        x, c = _real_and_complex(dev, real, cplx)
+        x1 = x.clone()
+        torch.view_as_complex(x1.reshape(3, 4, 3, 2))[1:, ::2] = c[1:, ::2] * 2
+        x2 = x.clone()
+        x2.view(cplx)[0].copy_(c[0])
+        x3 = x.clone()
+        torch.mul(c, 2, out=torch.view_as_complex(x3.reshape(3, 4, 3, 2)))
+        c1 = c.clone()
+        r = torch.view_as_real(c1)
+        r.add_(1)
+        c2 = c.clone()
+        torch.view_as_real(c2)[..., 0] = 5.0  # the real parts only
+        c3 = c.clone()
+        torch.view_as_real(c3).flatten(2)[:, :, 1:5] = -1.0  # pairs cut in two
+        c4 = c.clone()
+        torch.view_as_real(c4)[1] = x[1].reshape(4, 3, 2)
+        c5 = c.clone()
+        torch.view_as_real(c5).flatten(2).copy_(x)  # the whole storage
+        c6 = c.clone()
+        c6.view(real).zero_()
+        x4 = x.clone()
+        v = torch.view_as_complex(x4.reshape(3, 4, 3, 2))
+        v.mul_(c)  # a complex multiply: last, compared within rounding
+        return [x1, x2, x3, c1, r, c2, c3, c4, c5, c6, x4, v]
+
+    _like_cpu(steps, mode, computed=2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_conjugated_negated_empty_and_0d_views_like_cpu(mode):
+    # Writes through a lazily conjugated or negated view store the conjugate or negative of
+    # the values (as on CPU), whether or not the view is of another dtype.
+    def steps(dev):
+        x = torch.arange(12.0, device=dev).reshape(3, 4)
+        torch.view_as_complex(x.reshape(3, 2, 2)).conj().mul_(2j)
+        z = torch.view_as_complex(torch.arange(12.0, device=dev).reshape(3, 2, 2)).clone()
+        z.conj().mul_(2j)
+        w = torch.view_as_complex(torch.arange(12.0, device=dev).reshape(3, 2, 2)).clone()
+        imag = w.conj().imag  # a negated real view of complex storage
+        assert imag.is_neg()
+        imag.add_(1)
+        y = torch.arange(12.0, device=dev).reshape(3, 2, 2)
+        torch.view_as_complex(y).conj().copy_(torch.ones(3, 2, dtype=torch.complex64, device=dev) * (1 + 2j))
+        s = torch.tensor(1 + 2j, device=dev)
+        torch.view_as_real(s)[0] = 7.0
+        return [
+            x,
+            z,
+            w,
+            y,
+            s,
+            imag * 1,
+            torch.view_as_real(s) * 1,
+            torch.view_as_complex(torch.tensor([3.0, 4.0], device=dev)).abs(),
+            torch.view_as_complex(torch.empty(0, 2, device=dev)) * 2,
+        ]
+
+    _like_cpu(steps, mode)
+
+
+def test_a_view_as_a_dtype_of_another_kind_is_still_refused():
+    x = torch.randn(2, 4, device="tpu")
+    for dtype in (torch.int32, torch.bfloat16, torch.complex128):
+        with pytest.raises(NotImplementedError, match=r"view of torch.float32 storage \(Tensor.view\(dtype\)\)"):
+            (x.view(dtype) + 1).cpu()
+
+
+def _rope_cache(dim: int, end: int, dev: str) -> torch.Tensor:
+    # TorchTitan's ComplexRoPE cache (made on the device, as its `_init_self_buffers` does).
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, device=dev)[: dim // 2].float() / dim))
+    freqs = torch.outer(torch.arange(end, device=dev), freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def _apply_rotary_emb(q, k, cache):
+    # TorchTitan's `ComplexRoPE.apply_rotary_emb` (torchtitan/models/common/rope.py).
+    xq_ = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(k.float().reshape(*k.shape[:-1], -1, 2))
+    xq_out = torch.view_as_real(xq_ * cache).flatten(3)
+    xk_out = torch.view_as_real(xk_ * cache).flatten(3)
+    return xq_out.type_as(q), xk_out.type_as(k)
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("mode", MODES)
+def test_rope_forward_and_backward_like_cpu(mode, checkpointed):
+    from torch.utils.checkpoint import checkpoint
+
+    def rope(dev):
+        g = torch.Generator().manual_seed(0)
+        wq, wk = (torch.randn(16, 32, generator=g).div(4).to(dev).requires_grad_() for _ in range(2))
+        x = torch.randn(2, 6, 16, generator=g).to(dev).requires_grad_()
+        w = torch.randn(2, 6, 4, 8, generator=g).to(dev)
+        cache = _rope_cache(8, 12, dev)[:6].view(1, 6, 1, 4)
+
+        def block(x, wq, wk):
+            q, k = (x @ wq).view(2, 6, 4, 8), (x @ wk).view(2, 6, 4, 8)
+            return _apply_rotary_emb(q, k, cache)
+
+        q, k = checkpoint(block, x, wq, wk, use_reentrant=False) if checkpointed else block(x, wq, wk)
+        ((q * w).sum() + (k * w * w).sum()).backward()
+        return [q.detach(), k.detach(), x.grad, wq.grad, wk.grad]
+
+    cpu = rope("cpu")
+    with E.mode(mode):
+        tpu = [t.cpu() for t in rope("tpu")]
+    for a, b in zip(tpu[:2], cpu[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    for a, b in zip(tpu[2:], cpu[2:]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

@@ -174,6 +174,9 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
         if slot is not None or _is_tpu(x):
             if slot is None or x.dtype is not slot.dtype:
                 slot = _storage.checked_slot(x)  # raises the reason
+                if x.dtype is not slot.dtype:
+                    _retyped_leaf(x, key, leaves, geoms)
+                    return
             b = slot.buffer
             leaves.append(b if b is not None and type(b) is not _storage.Pending else _storage.buffer_of(slot))
             shape = tuple(x.shape)
@@ -220,6 +223,21 @@ def _flatten(x, key: list, leaves: list, floats: list, geoms: list, op_name: str
         key.append((type(x), x))
     else:
         key.append(x)
+
+
+def _retyped_leaf(x, key: list, leaves: list, geoms: list) -> None:
+    """`_flatten`'s leaf for a view of a storage as another dtype (`view_as_complex` of a real
+    tensor, `view_as_real` of a complex one): its values converted by a program of their own
+    (`_storage.read`), passed as a dense buffer of its shape."""
+    leaves.append(_storage.read(x))
+    shape = tuple(x.shape)
+    if x.is_conj() or x.is_neg():
+        geom = (shape, _storage.contiguous_strides(shape), 0, (x.is_conj(), x.is_neg()))
+        key.append(("retyped", x.dtype, shape) + geom)  # not a view's key: its program writes no base
+        geoms.append(geom)
+    else:
+        key.append((x.dtype, shape))
+        geoms.append(None)
 
 
 class _CpuLeaf:
@@ -480,7 +498,13 @@ def _write_base(targets, geoms):
     storages = [t.untyped_storage()._cdata for t in targets]
     if len(set(storages)) != len(storages):
         return None
-    out = [i if geoms[i] is not None and geoms[i][1] is not None else None for i in range(len(targets))]
+    # A lazily conjugated or negated view (its geometry carries the bits) and a view of its storage
+    # as another dtype (read by a program of its own, `_retyped_leaf`) are written as
+    # `_storage.write` writes them.
+    out = [
+        i if geoms[i] is not None and len(geoms[i]) == 3 and geoms[i][1] is not None else None
+        for i in range(len(targets))
+    ]
     return out if any(j is not None for j in out) else None
 
 
@@ -554,9 +578,11 @@ def resize(t: torch.Tensor, shape) -> None:
     slot = _storage.slot_of(t)
     storage = t.untyped_storage()
     offset = t.storage_offset()
-    needed = offset + math.prod(shape)
-    if needed > slot.numel:
-        storage.resize_(needed * slot.dtype.itemsize)
+    # In bytes: `t` may view its storage as another dtype (`_storage.RETYPED`).
+    needed = (offset + math.prod(shape)) * t.element_size()
+    itemsize = slot.dtype.itemsize
+    if needed > slot.numel * itemsize:
+        storage.resize_(-(-needed // itemsize) * itemsize)
     aten.set_.source_Storage_storage_offset._op_dk(
         _DK.Meta, t, storage, offset, list(shape), list(_storage.contiguous_strides(shape))
     )
@@ -662,8 +688,8 @@ def _write_of(t):
     """How a result is written into `t` (`_storage.write`): ("whole", None), ("strided", the
     scatter program `_storage.write` ran), or None (a case the Python path keeps)."""
     slot = _storage.slot_of(t)
-    if t.dtype is not slot.dtype:
-        return None
+    if t.dtype is not slot.dtype or t.is_conj() or t.is_neg():
+        return None  # converted, conjugated or negated on the way in (`_storage.write`)
     if _storage.is_whole(t, slot):
         return ("whole", None)
     p = _programs._programs.get(

@@ -460,6 +460,34 @@ def pad_flat(buffer, shape, dtype, numel: int):
     return p.run([buffer], device=buffer.device)[0]
 
 
+def retyped(buffer, shape, dtype, to, size, stride=None, offset=0):
+    """The view (size, stride, offset) of a row-major buffer of `shape` and `dtype`, made dense
+    and converted to `to`, a complex dtype and its real component dtype either way round:
+    `view_as_complex` pairs the view's last dim (of 2) into complex elements, `view_as_real`
+    splits each complex element into a new last dim of 2 (a view of a storage as another
+    dtype, `_storage.read`). `stride` None: the view is the buffer reshaped to `size`. One
+    program: the view is its first step."""
+    op = aten.view_as_complex.default if to.is_complex else aten.view_as_real.default
+    shape, size = tuple(shape), tuple(size)
+    key = ("retyped", shape, dtype, to, size, None if stride is None else tuple(stride), offset)
+    p = _programs.get(key)
+    if p is None:
+        if stride is None:
+            geom = None if size == shape else (shape, None, 0)
+        else:
+            geom = (shape, tuple(stride), offset)
+        p = build(key, op, (_meta(size, dtype),), {}, geoms=[geom])
+    return p.run([buffer], device=buffer.device)[0]
+
+
+def unary(op, buffer, shape, dtype):
+    """`op` (a one-tensor ATen op: `conj_physical`, `neg`) of a dense buffer of `shape` and `dtype`."""
+    shape = tuple(shape)
+    key = ("unary", op, shape, dtype)
+    p = _programs.get(key) or build(key, op, (_meta(shape, dtype),), {})
+    return p.run([buffer], device=buffer.device)[0]
+
+
 def strided_write_key(shape, dtype, size, stride, offset) -> tuple:
     return ("as_strided_scatter", tuple(shape), dtype, tuple(size), tuple(stride), offset)
 

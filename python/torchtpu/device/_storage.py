@@ -11,9 +11,21 @@ storage sees the write (PyTorch's aliasing semantics) and nothing else can.
 Reading a view that is not the buffer itself runs a cached `aten.as_strided` program; writing
 one runs `aten.as_strided_scatter` into the buffer. The slot, and with it the buffer, is freed
 when the last tensor sharing the storage dies.
+
+The buffer keeps the storage's dtype (the dtype it was made with). A view of it as another dtype
+(`Tensor.view(dtype)`, `view_as_complex`, `view_as_real`) converts at each access: a complex
+dtype over its real component dtype, or the reverse (`RETYPED`). A complex view of real storage
+is a view of the storage's element pairs (one more dim of 2, strides doubled), converted by
+`view_as_complex` in its read program; a real view of complex storage that takes whole elements
+(last dim 2 of stride 1, other strides and the offset even) is a complex view converted by
+`view_as_real`; any other real view is a view of the storage's real parts (`view_as_real` of
+the whole buffer). Writes convert the values back and write them the same way. Other dtype
+pairs raise.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -23,7 +35,7 @@ from torchtpu.device import _checks, _defer, _programs
 from torchtpu.device._buffers import Slot, slot_of, slot_of_storage, storage_slot, tensor_slot, upload  # noqa: E402,F401
 from torchtpu.device._defer import Pending
 from torchtpu.device._guard import guard as _guard
-from torchtpu.exporter import IR_DTYPES
+from torchtpu.exporter import IR_DTYPES, is_contiguous
 
 
 def contiguous_strides(shape) -> tuple:
@@ -34,12 +46,20 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
+# A storage's dtype and the dtype of a view of it that the device converts between (either way
+# round): complex elements and their real and imaginary parts.
+_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+RETYPED = frozenset([(c, r) for c, r in _PARTS.items()] + [(r, c) for c, r in _PARTS.items()])
+
+
 def checked_slot(t: torch.Tensor) -> Slot:
-    """`t`'s slot, refusing a view of its storage as another dtype (`Tensor.view(dtype)`)."""
+    """`t`'s slot, refusing a view of its storage as a dtype the device does not convert to
+    (`Tensor.view(dtype)` other than between a complex dtype and its real component dtype)."""
     slot = slot_of(t)
-    if t.dtype is not slot.dtype:
+    if t.dtype is not slot.dtype and (t.dtype, slot.dtype) not in RETYPED:
         raise NotImplementedError(
-            f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu"
+            f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu "
+            "(only views between a complex dtype and its real component dtype are: view_as_complex, view_as_real)"
         )
     return slot
 
@@ -72,16 +92,16 @@ def is_whole(t: torch.Tensor, slot: Slot) -> bool:
 def check_bounds(t: torch.Tensor, slot: Slot) -> None:
     """Refuses a view reaching past its storage's elements (a storage shrunk or freed with
     `untyped_storage().resize_`), as PyTorch refuses such a view, instead of reading a program's
-    out-of-range garbage."""
+    out-of-range garbage. In bytes: the view's dtype may be another than the storage's."""
     if t.numel() == 0:
         return
     end = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
-    if end > slot.numel:
-        size = t.element_size()
+    size = t.element_size()
+    if end * size > slot.numel * slot.dtype.itemsize:
         raise RuntimeError(
             f"torchtpu: a tpu tensor of sizes {list(t.shape)}, strides {list(t.stride())} and storage offset "
-            f"{t.storage_offset()} needs a storage of {end * size} bytes, but its storage has {slot.numel * size} "
-            "(it was resized with untyped_storage().resize_)"
+            f"{t.storage_offset()} needs a storage of {end * size} bytes, but its storage has "
+            f"{slot.numel * slot.dtype.itemsize} (it was resized with untyped_storage().resize_)"
         )
 
 
@@ -96,17 +116,63 @@ def buffer_of(slot: Slot):
     return b
 
 
+def _dense(buffer, shape, dtype, numel: int, size: tuple, stride: tuple, offset: int):
+    """The view (size, stride, offset) of a row-major buffer of `shape` and `dtype` holding
+    `numel` elements, made dense."""
+    if math.prod(size) == numel and offset == 0 and is_contiguous(size, stride):
+        if size == tuple(shape):
+            return buffer
+        return _programs.reshape(buffer, shape, size, dtype)
+    return _programs.strided_read(buffer, shape, dtype, size, stride, offset)
+
+
 def read(t: torch.Tensor):
     """`t`'s values as a dense device buffer of `t`'s shape."""
     slot = checked_slot(t)
     buffer = buffer_of(slot)
     shape = tuple(t.shape)
+    if t.dtype is not slot.dtype:
+        check_bounds(t, slot)
+        return _read_retyped(buffer, slot, t.dtype, shape, tuple(t.stride()), t.storage_offset())
     if is_whole(t, slot):
         if shape == slot.shape:
             return buffer
         return _programs.reshape(buffer, slot.shape, shape, slot.dtype)
     check_bounds(t, slot)
     return _programs.strided_read(buffer, slot.shape, slot.dtype, shape, tuple(t.stride()), t.storage_offset())
+
+
+def _pairs(size: tuple, stride: tuple, offset: int):
+    """A real view (size, stride, offset) of a complex storage that takes whole elements, as
+    the complex view (size, stride, offset) whose `view_as_real` it is; else None."""
+    if not size or size[-1] != 2 or stride[-1] != 1 or offset % 2:
+        return None
+    if any(s % 2 for n, s in zip(size[:-1], stride[:-1]) if n != 1):
+        return None
+    return size[:-1], tuple(s // 2 for s in stride[:-1]), offset // 2
+
+
+def _in_storage(slot: Slot, size: tuple, stride: tuple, offset: int) -> tuple:
+    """The view (size, stride, offset) of the slot's elements as `_programs.retyped` takes it:
+    stride None where it is the whole buffer."""
+    if math.prod(size) == slot.numel and offset == 0 and is_contiguous(size, stride):
+        return size, None, 0
+    return size, stride, offset
+
+
+def _read_retyped(buffer, slot: Slot, dtype, size: tuple, stride: tuple, offset: int):
+    """The view (size, stride, offset) of the slot's storage as `dtype` (a pair in `RETYPED`),
+    made dense."""
+    if dtype.is_complex:
+        # The storage's element pairs: a dim of 2 more, strides and offset in real elements.
+        real = (size + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset)
+        return _programs.retyped(buffer, slot.shape, slot.dtype, dtype, *_in_storage(slot, *real))
+    pairs = _pairs(size, stride, offset)
+    if pairs is not None:
+        return _programs.retyped(buffer, slot.shape, slot.dtype, dtype, *_in_storage(slot, *pairs))
+    # Not whole elements (one part of each, a flattened pair): a view of all the real parts.
+    parts = _programs.retyped(buffer, slot.shape, slot.dtype, dtype, slot.shape)
+    return _dense(parts, slot.shape + (2,), dtype, 2 * slot.numel, size, stride, offset)
 
 
 def write(t: torch.Tensor, buffer) -> None:
@@ -119,6 +185,16 @@ def write(t: torch.Tensor, buffer) -> None:
             f"Expected all tensors to be on the same device, but found at least two devices, tpu:{slot.device} "
             f"and tpu:{buffer.device}! (writing a result into a tpu:{slot.device} tensor)"
         )
+    if t.is_conj() or t.is_neg():
+        # A lazily conjugated or negated view stores the conjugate or negative of its values.
+        if t.is_conj():
+            buffer = _programs.unary(torch.ops.aten.conj_physical.default, buffer, tuple(t.shape), t.dtype)
+        if t.is_neg():
+            buffer = _programs.unary(torch.ops.aten.neg.default, buffer, tuple(t.shape), t.dtype)
+    if t.dtype is not slot.dtype:
+        check_bounds(t, slot)
+        _write_retyped(slot, buffer, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        return
     if is_whole(t, slot):
         slot.buffer, slot.shape = buffer, tuple(t.shape)
         return
@@ -127,6 +203,38 @@ def write(t: torch.Tensor, buffer) -> None:
     slot.buffer = _programs.strided_write(
         base, slot.shape, slot.dtype, buffer, tuple(t.shape), tuple(t.stride()), t.storage_offset()
     )
+
+
+def _write_view(slot: Slot, buffer, size: tuple, stride: tuple, offset: int) -> None:
+    """Writes `buffer` (dense, of `size` and the slot's dtype) into the view (size, stride,
+    offset) of the slot's elements."""
+    if math.prod(size) == slot.numel and offset == 0 and is_contiguous(size, stride):
+        slot.buffer, slot.shape = buffer, size
+        return
+    slot.buffer = _programs.strided_write(buffer_of(slot), slot.shape, slot.dtype, buffer, size, stride, offset)
+
+
+def _write_retyped(slot: Slot, buffer, dtype, size: tuple, stride: tuple, offset: int) -> None:
+    """Writes `buffer` (dense, of `size` and `dtype`, a pair in `RETYPED` with the slot's dtype)
+    into the view (size, stride, offset) of the slot's storage as `dtype`: the values converted
+    to the storage's dtype, written as `_read_retyped` reads them."""
+    if dtype.is_complex:
+        parts = _programs.retyped(buffer, size, dtype, slot.dtype, size)
+        _write_view(slot, parts, size + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset)
+        return
+    pairs = _pairs(size, stride, offset)
+    if pairs is not None:
+        _write_view(slot, _programs.retyped(buffer, size, dtype, slot.dtype, size), *pairs)
+        return
+    parts_shape = slot.shape + (2,)
+    if math.prod(size) == 2 * slot.numel and offset == 0 and is_contiguous(size, stride):
+        parts = buffer  # all of the real parts, in order: only its shape differs
+        shape = size
+    else:
+        base = _programs.retyped(buffer_of(slot), slot.shape, slot.dtype, dtype, slot.shape)
+        parts = _programs.strided_write(base, parts_shape, dtype, buffer, size, stride, offset)
+        shape = parts_shape
+    slot.buffer = _programs.retyped(parts, shape, dtype, slot.dtype, parts_shape)
 
 
 def resize_storage(storage, nbytes: int) -> None:
