@@ -21,11 +21,10 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 
+import launch
 import pytest
 
 pytest.importorskip("torchtitan")
@@ -36,12 +35,6 @@ STEPS = 3
 TOL = 1e-4
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*(-?[\d.]+|nan|inf)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -66,35 +59,6 @@ def _titan_args(assets, dump, steps: int, *overrides) -> list:
     ]  # fmt: skip
 
 
-def _wait(procs: list, timeout: float) -> list:
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout)
-            outs.append(out)
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            os.killpg(p.pid, signal.SIGKILL)
-        pytest.fail(
-            f"TorchTitan did not finish within {timeout} s:\n" + "\n".join(p.communicate()[0][-4000:] for p in procs)
-        )
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # whatever a launch left (workers, agents)
-            except ProcessLookupError:
-                pass
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, f"TorchTitan failed ({p.returncode}):\n{out[-10000:]}"
-    return outs
-
-
-def _popen(cmd: list, cwd, env: dict):
-    return subprocess.Popen(
-        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-
-
 def losses(out: str) -> dict[int, float]:
     """step -> loss, from the lines TorchTitan logs (every rank that logs the step agrees)."""
     got: dict[int, float] = {}
@@ -110,7 +74,7 @@ def titan(tmp_path, assets, nproc: int, *overrides, steps: int = STEPS, seed=Non
         overrides = ("--checkpoint.enable", "--checkpoint.initial-load-path", str(seed), *overrides)
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone",
            "--max-restarts=0", *_titan_args(assets, dump, steps, *overrides)]  # fmt: skip
-    (out,) = _wait([_popen(cmd, tmp_path, _env())], timeout)
+    (out,) = launch.finish([launch.start(cmd, tmp_path, _env())], timeout)
     return losses(out)
 
 
@@ -134,7 +98,7 @@ def seed(assets, tmp_path_factory):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", "--standalone", "--max-restarts=0",
            *_titan_args(assets, dump, 1, "--checkpoint.enable", "--checkpoint.create-seed-checkpoint",
                         "--parallelism.data-parallel-shard-degree", "1")]  # fmt: skip
-    _wait([_popen(cmd, tmp, _env())], 600)
+    launch.finish([launch.start(cmd, tmp, _env())], 600)
     path = dump / "checkpoint" / "step-0"
     assert path.is_dir(), f"no seed checkpoint in {dump}"
     return path
@@ -174,7 +138,7 @@ def test_two_nodes_of_two_ranks_equal_one_node_of_four(tmp_path, assets, seed):
     """Two `torchrun --nnodes=2 --node-rank=K` launchers on this machine meeting at one
     rendezvous, as a multi-host job starts: FSDP over the 4 ranks equals FSDP 4 on one node."""
     one_node = titan(tmp_path, assets, 4, "--parallelism.data-parallel-shard-degree", "4", seed=seed)
-    port = _free_port()
+    port = launch.free_port()
     overrides = ("--checkpoint.enable", "--checkpoint.initial-load-path", str(seed),
                  "--parallelism.data-parallel-shard-degree", "4")  # fmt: skip
     procs = []
@@ -183,8 +147,8 @@ def test_two_nodes_of_two_ranks_equal_one_node_of_four(tmp_path, assets, seed):
                "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
                "--rdzv-id=titan-two-nodes", "--max-restarts=0",
                *_titan_args(assets, tmp_path / "two-nodes", STEPS, *overrides)]  # fmt: skip
-        procs.append(_popen(cmd, tmp_path, _env()))
-    outs = _wait(procs, 600)
+        procs.append(launch.start(cmd, tmp_path, _env()))
+    outs = launch.finish(procs, 600)
     _equal(losses(outs[0] + outs[1]), one_node, "2 nodes x 2 ranks vs 1 node x 4 ranks")
 
 
@@ -205,7 +169,7 @@ def test_resume_from_checkpoint_gives_the_later_losses_of_the_run_that_did_not_s
     for steps in (2, 4):  # stop after step 2 (a checkpoint), then resume in the same folder
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", "--standalone",
                "--max-restarts=0", *_titan_args(assets, dump, steps, *common)]  # fmt: skip
-        (out,) = _wait([_popen(cmd, tmp_path, _env())], 600)
+        (out,) = launch.finish([launch.start(cmd, tmp_path, _env())], 600)
     resumed = losses(out)
     assert sorted(resumed) == [3, 4], f"the resumed run logged steps {sorted(resumed)}"
     _equal(resumed, {s: whole[s] for s in (3, 4)}, "resumed vs uninterrupted")

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 
+import launch
 import pytest
 import torch
 
@@ -27,31 +26,9 @@ WORKER = os.path.join(HERE, "frameworks_worker.py")
 RANKS = 2
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(cmd: list, out_dir, timeout: float) -> list:
     env = dict(os.environ, TORCHTPU_DEVICE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{cmd[:4]} did not finish within {timeout} s:\n{out[-6000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever the launch left (workers, agents)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{out[-8000:]}"
+    launch.run(cmd, HERE, env, timeout)
     return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(RANKS)]
 
 
@@ -78,7 +55,7 @@ def accelerate_launch(scenario: str, out_dir, timeout: float = 240) -> list:
         "launch",
         "--multi_gpu",
         f"--num_processes={RANKS}",
-        f"--main_process_port={_free_port()}",
+        f"--main_process_port={launch.free_port()}",
         "--num_machines=1",
         "--mixed_precision=no",
         "--dynamo_backend=no",
