@@ -30,6 +30,7 @@ pub mod units;
 use std::collections::HashSet;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -192,6 +193,9 @@ pub struct Store {
     warnings: Mutex<Vec<CacheWarning>>,
     /// Paths already reported as refused (one warning each).
     refused: Mutex<HashSet<PathBuf>>,
+    /// Set when the file system refused a `flock` (some network or FUSE file systems): the
+    /// first failure is returned (and warned by the caller), later claims are `Unshared`.
+    locks_failed: AtomicBool,
 }
 
 impl Clone for Store {
@@ -210,6 +214,7 @@ impl Store {
             lock_timeout: Some(DEFAULT_LOCK_TIMEOUT),
             warnings: Mutex::new(Vec::new()),
             refused: Mutex::new(HashSet::new()),
+            locks_failed: AtomicBool::new(false),
         }
     }
 
@@ -400,15 +405,23 @@ impl Store {
     /// - [`Claim::Locked`]: it is still missing; make it, `put` it, then drop the lock;
     /// - `Err(LockTimeout)`: the holder took too long; make the entry without the lock.
     ///
-    /// [`Claim::Unshared`] when the store has no lock timeout. A holder that dies releases
-    /// its lock (the OS does), so nobody waits for a crashed process.
+    /// [`Claim::Unshared`] when the store has no lock timeout, or once the file system has
+    /// refused a lock (that first refusal is the error). A holder that dies releases its lock
+    /// (the OS does), so nobody waits for a crashed process.
     pub fn claim(&self, slot: &Slot) -> Result<Claim> {
-        let Some(timeout) = self.lock_timeout else {
+        let Some(timeout) = self.lock_timeout.filter(|_| !self.locks_failed.load(Ordering::Relaxed)) else {
             return Ok(Claim::Unshared);
         };
         let paths = self.paths(slot);
         self.ensure_dir(&paths.lock)?;
-        let lock = lock::acquire(&paths.lock, timeout)?;
+        let lock = match lock::acquire(&paths.lock, timeout) {
+            Ok(lock) => lock,
+            Err(e @ StoreError::Io { action: "lock", .. }) => {
+                self.locks_failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         if paths.bin.is_file() {
             return Ok(Claim::Stored { waited: lock.waited() });
         }
