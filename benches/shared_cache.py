@@ -11,6 +11,10 @@ benches/results/shared_cache.json.
     .venv/bin/python benches/shared_cache.py                      # 4 ranks, tiny Llama fwd+bwd
     .venv/bin/python benches/shared_cache.py --ranks 2 --workload mlp --repeats 1
     .venv/bin/python benches/shared_cache.py --ranks 4 -- -m some.module --its-args   # any program
+    # TorchTitan's start-up (examples/torchtitan; ranks made by torchrun):
+    TORCHTPU_DEVICE=1 PYTHONPATH=examples/torchtitan .venv/bin/python benches/shared_cache.py --torchrun \
+        --repeats 1 -- -m torchtitan.train --module tpu_llama3 --config llama3_debug_tpu \
+        --parallelism.data-parallel-shard-degree 4 --training.steps 2
 
 After `--`, each rank runs that Python program instead (a script path, or `-m module`), with
 RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE set as torchrun sets them (no rendezvous is
@@ -60,7 +64,9 @@ def workload_llama(args) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     step = torch.compile(model, backend="torchtpu", dynamic=False)
     for seq in (16, 32):
-        ids = torch.randint(3, 256, (2, seq), generator=torch.Generator().manual_seed(seq))
+        ids = torch.randint(
+            3, 256, (2, seq), generator=torch.Generator().manual_seed(seq)
+        )
         loss = step(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
@@ -93,7 +99,8 @@ WORKLOADS = {"llama": workload_llama, "mlp": workload_mlp}
 
 def rank_main(args, program: list[str]) -> None:
     started = time.time()
-    out = pathlib.Path(args.rank_child)
+    # Under torchrun one path serves every rank: `{rank}` is this rank's number.
+    out = pathlib.Path(args.rank_child.replace("{rank}", os.environ.get("RANK", "0")))
 
     def report():
         import torchtpu
@@ -153,7 +160,22 @@ def launch(args, program: list[str], shared: bool) -> dict:
         procs = []
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         launched = time.time()
-        for rank in range(args.ranks):
+        if args.torchrun:
+            # torchrun starts the ranks (a rendezvous, as TorchTitan needs); each reports itself.
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.ranks}", "--standalone",
+                   "--max-restarts=0", __file__, f"--rank-child={tmp / 'rank{rank}.json'}", *forwarded]  # fmt: skip
+            if program:
+                cmd += ["--", *program]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        for rank in range(0 if args.torchrun else args.ranks):
             rank_env = dict(
                 env,
                 RANK=str(rank),
@@ -183,15 +205,22 @@ def launch(args, program: list[str], shared: bool) -> dict:
             for rank, p in enumerate(procs):
                 _, err = p.communicate(timeout=args.timeout)
                 if p.returncode != 0:
-                    raise SystemExit(f"rank {rank} failed ({p.returncode}):\n{err[-4000:]}")
-                rows.append(json.loads((tmp / f"rank{rank}.json").read_text()))
+                    raise SystemExit(
+                        f"rank {rank} failed ({p.returncode}):\n{err[-4000:]}"
+                    )
+            rows = [
+                json.loads((tmp / f"rank{rank}.json").read_text())
+                for rank in range(args.ranks)
+            ]
         finally:
             for p in procs:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
         cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (
+            cpu_after.ru_stime - cpu_before.ru_stime
+        )
         ended = max(r["ended"] for r in rows)
         for r in rows:
             r["seconds"] = round(r.pop("ended") - r.pop("started"), 3)
@@ -203,7 +232,9 @@ def launch(args, program: list[str], shared: bool) -> dict:
             "programs": programs,
             "compiled_total": sum(r["compiled"] for r in rows),
             "read_after_wait_total": sum(r["read_after_wait"] for r in rows),
-            "xla_compile_seconds_total": round(sum(r["xla_compile_seconds"] for r in rows), 3),
+            "xla_compile_seconds_total": round(
+                sum(r["xla_compile_seconds"] for r in rows), 3
+            ),
             "ranks": rows,
         }
 
@@ -236,15 +267,33 @@ def main() -> None:
     if "--" in argv:
         i = argv.index("--")
         argv, program = argv[:i], argv[i + 1 :]
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="llama")
-    ap.add_argument("--hidden", type=int, default=128, help="width of the built-in workloads")
-    ap.add_argument("--layers", type=int, default=4, help="depth of the built-in workloads")
-    ap.add_argument("--repeats", type=int, default=2, help="start-ups per mode (alternated)")
+    ap.add_argument(
+        "--hidden", type=int, default=128, help="width of the built-in workloads"
+    )
+    ap.add_argument(
+        "--layers", type=int, default=4, help="depth of the built-in workloads"
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=2, help="start-ups per mode (alternated)"
+    )
     ap.add_argument("--timeout", type=float, default=600, help="seconds per rank")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS, help="where the JSON goes (default: %(default)s)")
+    ap.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=RESULTS,
+        help="where the JSON goes (default: %(default)s)",
+    )
     ap.add_argument("--no-write", action="store_true", help="write no JSON")
+    ap.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="start the ranks with torchrun (a rendezvous)",
+    )
     ap.add_argument("--rank-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rank_child:
@@ -262,8 +311,12 @@ def main() -> None:
     for shared in (False, True):
         mine = [r for r in runs if r["shared"] == shared]
         summary["on" if shared else "off"] = {
-            "startup_seconds_median": round(statistics.median(r["startup_seconds"] for r in mine), 3),
-            "cpu_seconds_median": round(statistics.median(r["cpu_seconds"] for r in mine), 3),
+            "startup_seconds_median": round(
+                statistics.median(r["startup_seconds"] for r in mine), 3
+            ),
+            "cpu_seconds_median": round(
+                statistics.median(r["cpu_seconds"] for r in mine), 3
+            ),
             "compiled_total": [r["compiled_total"] for r in mine],
             "read_after_wait_total": [r["read_after_wait_total"] for r in mine],
             "xla_compile_seconds_total": [r["xla_compile_seconds_total"] for r in mine],
@@ -272,12 +325,23 @@ def main() -> None:
         summary["on"]["startup_seconds_median"],
         summary["off"]["startup_seconds_median"],
     )
-    cpu_on, cpu_off = summary["on"]["cpu_seconds_median"], summary["off"]["cpu_seconds_median"]
-    print(f"\nstart-up (median): lock off {off:.2f} s, lock on {on:.2f} s ({on / off:.2f}x)")
-    print(f"CPU, all ranks (median): lock off {cpu_off:.1f} s, lock on {cpu_on:.1f} s ({cpu_on / cpu_off:.2f}x)")
+    cpu_on, cpu_off = (
+        summary["on"]["cpu_seconds_median"],
+        summary["off"]["cpu_seconds_median"],
+    )
+    print(
+        f"\nstart-up (median): lock off {off:.2f} s, lock on {on:.2f} s ({on / off:.2f}x)"
+    )
+    print(
+        f"CPU, all ranks (median): lock off {cpu_off:.1f} s, lock on {cpu_on:.1f} s ({cpu_on / cpu_off:.2f}x)"
+    )
     if not args.no_write:
         # One file for every configuration measured: each run replaces its own entry.
-        workload = " ".join(program) if program else f"{args.workload} hidden={args.hidden} layers={args.layers}"
+        workload = (
+            " ".join(program)
+            if program
+            else f"{args.workload} hidden={args.hidden} layers={args.layers}"
+        )
         label = f"{workload}, {args.ranks} ranks"
         try:
             results = json.loads(args.out.read_text())
