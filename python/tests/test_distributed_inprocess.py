@@ -184,11 +184,15 @@ def test_a_rank_that_does_not_arrive_fails_the_others_within_the_timeout():
     assert "timeout" in str(info.value).lower() or "did not arrive" in str(info.value)
 
 
-def test_set_timeout_shortens_the_wait_for_a_missing_rank_and_barrier_takes_device_ids():
+def test_set_timeout_shortens_the_wait_for_a_missing_rank_and_barrier_takes_device_ids(monkeypatch):
     """`dist.set_timeout(t)` reaches tpu_dist (c10d's `setTimeout`): a group made with a 60 s
-    timeout then fails a collective a rank never joins after about 2 s. `barrier(device_ids=
-    [rank])` runs on the rank's device; a device id the process lacks is refused by name."""
+    timeout then fails a collective a rank never joins after about 2 s. Where tpu is the
+    accelerator (c10d builds a barrier's device from it; elsewhere `device_ids` name CPU devices
+    and gloo runs the barrier), `barrier(device_ids=[rank])` runs on the rank's device and a
+    device id the process lacks is refused by name."""
     import time
+
+    monkeypatch.setenv("TORCHTPU_DEVICE", "1")
 
     elapsed = {}
 
