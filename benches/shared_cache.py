@@ -160,41 +160,24 @@ def launch(args, program: list[str], shared: bool) -> dict:
         procs = []
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         launched = time.time()
+        tail = ["--", *program] if program else []
         if args.torchrun:
             # torchrun starts the ranks (a rendezvous, as TorchTitan needs); each reports itself.
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.ranks}", "--standalone",
-                   "--max-restarts=0", __file__, f"--rank-child={tmp / 'rank{rank}.json'}", *forwarded]  # fmt: skip
-            if program:
-                cmd += ["--", *program]
+                   "--max-restarts=0", __file__, f"--rank-child={tmp / 'rank{rank}.json'}", *forwarded, *tail]  # fmt: skip
+            starts = [(cmd, env)]
+        else:
+            world = {"WORLD_SIZE": str(args.ranks), "LOCAL_WORLD_SIZE": str(args.ranks)}
+            starts = [
+                ([sys.executable, __file__, f"--rank-child={tmp / f'rank{rank}.json'}", *forwarded, *tail],
+                 dict(env, RANK=str(rank), LOCAL_RANK=str(rank), **world))
+                for rank in range(args.ranks)
+            ]  # fmt: skip
+        for cmd, cmd_env in starts:
             procs.append(
                 subprocess.Popen(
                     cmd,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        for rank in range(0 if args.torchrun else args.ranks):
-            rank_env = dict(
-                env,
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(args.ranks),
-                LOCAL_WORLD_SIZE=str(args.ranks),
-            )
-            cmd = [
-                sys.executable,
-                __file__,
-                f"--rank-child={tmp / f'rank{rank}.json'}",
-                *forwarded,
-            ]
-            if program:
-                cmd += ["--", *program]
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    env=rank_env,
+                    env=cmd_env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
