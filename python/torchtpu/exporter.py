@@ -277,6 +277,14 @@ class _Writer:
         self.inputs.append(spec)
         return name
 
+    def number_operand(self, value, dtype) -> str:
+        """A Python number passed for a tensor parameter, as a 0-d constant input of `dtype`."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # a real tensor, even while AOTAutograd traces
+            const = torch.tensor(value, dtype=dtype)
+        return self.add_input(const, InputSpec("const", value=const))
+
     def placeholder(self, node, index: int):
         val = node.meta.get("val")
         self.arg_index[node] = index
@@ -346,20 +354,12 @@ class _Writer:
                 # parameter (`z * 1j`) becomes a 0-d c128 constant operand, which the rule
                 # converts to the result dtype as eager converts a wrapped number. (A complex
                 # `Scalar` parameter, `full(..., 1j)`, stays unsupported below.)
-                from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-                with unset_fake_temporarily():  # a real tensor, even while AOTAutograd traces
-                    const = torch.tensor(value, dtype=torch.complex128)
-                operands.append(self.add_input(const, InputSpec("const", value=const)))
+                operands.append(self.number_operand(value, torch.complex128))
             elif _is_tensor_type(t) and isinstance(value, (int, float, bool)) and base in _CONVERSIONS and i == 0:
                 # A Python number as the op's own tensor (`_to_copy(0.1, dtype=f32)`, which
                 # tracing leaves of a constant inside flex_attention's vmapped score_mod): a 0-d
                 # constant operand in the number's own dtype (f64, i64 or bool), as eager wraps it.
-                from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-                with unset_fake_temporarily():
-                    const = torch.tensor(value, dtype=_WRAPPED_DTYPES[type(value)])
-                operands.append(self.add_input(const, InputSpec("const", value=const)))
+                operands.append(self.number_operand(value, _WRAPPED_DTYPES[type(value)]))
             elif _is_tensor_type(t) and isinstance(value, (int, float, bool)):
                 # Decompositions pass Python numbers for Tensor parameters (mul.Tensor(x, 16)):
                 # a scalar attribute, which the lowering reads as a wrapped number.

@@ -57,9 +57,6 @@ class Generator:
         # `clone` copies: the result owns its memory, not the host copy's capsule.
         return values.reshape(-1).clone().view(torch.uint8)
 
-    def get_offset(self) -> int:
-        return int(self.get_state().view(torch.int64)[1])
-
     def set_state(self, new_state: torch.Tensor) -> None:
         if (
             not isinstance(new_state, torch.Tensor)
