@@ -26,6 +26,11 @@ PYTEST_XDIST_VERSION=3.8.0 # `make test` runs the pytest suite on two workers (o
 RUFF_VERSION=0.17.6        # `make lint`: format and lint python/
 TORCHAO_VERSION=0.18.0     # quantization (python/tests/test_quantization.py, docs/quantization.md)
 TORCHTITAN_VERSION=0.3.0   # examples/torchtitan (llama3 debug model on tpu); its datasets<4.8 holds huggingface_hub<2
+# `transformers serve` (transformers' `serving` extra; docs/serving.md, python/tests/test_serving.py)
+OPENAI_VERSION=3.63.0
+UVICORN_VERSION=0.55.0
+FASTAPI_VERSION=0.165.0
+STARLETTE_VERSION=1.10.0
 PLUGIN_PKG=lammps-jax-pjrt-cpu
 PLUGIN_VERSION=0.11.2
 
@@ -69,7 +74,8 @@ REQS=("torch==$TORCH_VERSION" "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSI
       "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "matplotlib==$MATPLOTLIB_VERSION"
       "accelerate==$ACCELERATE_VERSION" "pytest-timeout==$PYTEST_TIMEOUT_VERSION"
       "pytest-xdist==$PYTEST_XDIST_VERSION" "ruff==$RUFF_VERSION" "torchao==$TORCHAO_VERSION"
-      "torchtitan==$TORCHTITAN_VERSION")
+      "torchtitan==$TORCHTITAN_VERSION" "openai==$OPENAI_VERSION" "uvicorn==$UVICORN_VERSION"
+      "fastapi==$FASTAPI_VERSION" "starlette==$STARLETTE_VERSION")
 mapfile -t want < <("$VPY" - "${REQS[@]}" <<'PYEOF'
 import sys, importlib.metadata as md
 for req in sys.argv[1:]:
