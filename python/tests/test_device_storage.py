@@ -632,11 +632,38 @@ def test_conjugated_negated_empty_and_0d_views_like_cpu(mode):
     _like_cpu(steps, mode)
 
 
-def test_a_view_as_a_dtype_of_another_kind_is_still_refused():
+@pytest.mark.parametrize("mode", MODES)
+def test_views_as_a_dtype_of_another_size_read_and_write_like_cpu(mode):
+    # Tensor.view(dtype) of any real dtype: the storage adopts the view's dtype (its bytes
+    # unchanged), and adopts the old one back when that is used again. Continuous batching's
+    # KV cache is made as bytes and used as floats this way. Exact: the bytes are the same.
+    def steps(dev):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 8, generator=g).to(dev)
+        raw = torch.zeros(64, dtype=torch.uint8, device=dev)  # bytes, used as 16 floats
+        cache = raw.view(torch.float32).view(4, 4)
+        cache[1:3] = x[:, :4]
+        halves = x.view(torch.int16)  # a smaller element: the last dim doubles
+        ints = x.view(torch.int32)
+        wide = x.view(torch.int64)  # a larger element: the last dim halves
+        small = torch.arange(4.0, device=dev).view(torch.bfloat16)  # no NaN bit patterns
+        y = x.clone()
+        y.view(torch.int32).bitwise_and_(0x7FFFFFFF)  # clears the sign bits: abs
+        rows = raw.view(4, 16)  # the bytes again, written, then read as floats
+        rows[0] = raw.view(4, 16)[2]
+        flags = torch.tensor([True, False, True], device=dev).view(torch.uint8)
+        return [cache, raw, halves, ints, wide, small, y, rows, raw.view(torch.float32), flags, ints[:, 1:] + 1]
+
+    _like_cpu(steps, mode, computed=1)
+
+
+def test_views_the_device_cannot_convert_are_refused():
     x = torch.randn(2, 4, device="tpu")
-    for dtype in (torch.int32, torch.bfloat16, torch.complex128):
-        with pytest.raises(NotImplementedError, match=r"view of torch.float32 storage \(Tensor.view\(dtype\)\)"):
-            (x.view(dtype) + 1).cpu()
+    with pytest.raises(NotImplementedError, match=r"complex128 view of torch.float32 storage \(Tensor.view\(dtype\)\)"):
+        (x.view(torch.complex128) + 1).cpu()
+    b = torch.ones(8, dtype=torch.bool, device="tpu")
+    with pytest.raises(NotImplementedError, match=r"bools as bytes only"):
+        (b.view(torch.int32) + 1).cpu()
 
 
 def _rope_cache(dim: int, end: int, dev: str) -> torch.Tensor:

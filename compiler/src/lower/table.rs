@@ -273,6 +273,7 @@ static TABLE: &[Entry] = &[
     lowered("prims.div", rule!(prims::div)).legal(prims::not_bool_legal),
     lowered("prims.fma", rule!(prims::fma)).legal(prims::not_bool_legal),
     lowered("prims.convert_element_type", rule!(elementwise::convert)),
+    lowered("prims.view_of_dtype", rule!(prims::view_of_dtype)).legal(prims::view_of_dtype_legal),
     lowered_with("prims.abs", rule!(elementwise::unary), P::Emit(hlo::ABS)).legal(elementwise::not_of_bool),
     lowered_with("prims.neg", rule!(elementwise::unary), P::Emit(hlo::NEGATE)).legal(elementwise::not_of_bool),
     lowered_with("prims.erfc", rule!(elementwise::unary), P::Emit(chlo::ERFC)),

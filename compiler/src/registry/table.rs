@@ -28,6 +28,8 @@ const COMPARE: Signature = sig(Between(1, 2), 1, &[], ShapeRule::Compare);
 const WHERE: Signature = sig(Between(1, 3), 1, &[], ShapeRule::Broadcast);
 const CLAMP: Signature = sig(Between(1, 3), 1, &[], ShapeRule::Broadcast);
 const COPY: Signature = sig(Exactly(1), 1, &[], ShapeRule::SameShape);
+// Tensor.view(dtype): another element size scales the last dim.
+const VIEW_OF_DTYPE: Signature = sig(Exactly(1), 1, &[], ShapeRule::Free);
 const REDUCE: Signature = sig(Exactly(1), 1, &[], ShapeRule::Free);
 const MM: Signature = sig(Exactly(2), 1, &[], ShapeRule::MatMul);
 const BMM: Signature = sig(Exactly(2), 1, &[], ShapeRule::BatchMatMul);
@@ -243,6 +245,7 @@ pub(super) static OPS: &[OpDef] = &[
     op("prims.div").traits(T::ELEMENTWISE),
     op("prims.fma").traits(T::ELEMENTWISE),
     op("prims.convert_element_type").traits(T::ELEMENTWISE).sig(COPY),
+    op("prims.view_of_dtype").traits(T::VIEW).sig(VIEW_OF_DTYPE),
     op("prims.abs").traits(T::ELEMENTWISE).sig(UNARY),
     op("prims.neg").traits(T::ELEMENTWISE).sig(UNARY),
     op("prims.erfc").traits(T::ELEMENTWISE).sig(UNARY),

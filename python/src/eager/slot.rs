@@ -58,6 +58,17 @@ impl Slot {
     fn set_shape(&mut self, shape: Vec<i64>) {
         self.shape = shape;
     }
+
+    /// Makes the storage's elements `dtype` in `shape`, its bytes kept (the buffer, already
+    /// converted by the caller): a view of the storage as another dtype (`Tensor.view(dtype)`)
+    /// adopts the view's dtype, so later accesses as that dtype read it directly.
+    fn retype(&mut self, dtype: Bound<'_, PyAny>, shape: Vec<i64>) -> PyResult<()> {
+        self.code = scalar_type_code(&dtype)?;
+        self.dtype = dtype.unbind();
+        self.numel = shape.iter().product();
+        self.shape = shape;
+        Ok(())
+    }
 }
 
 /// PyTorch's `c10::ScalarType` code of a `torch.dtype`, asked of the dispatcher shim once per

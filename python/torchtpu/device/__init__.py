@@ -64,7 +64,7 @@ def register() -> None:
         # Its Python guard and hooks are refused now (`register_python_privateuseone_device_guard`
         # and `register_python_privateuseone_hook` return False where native ones exist):
         # PyTorch uses the native ones.
-        _setup_privateuseone_for_python_backend(NAME, module.TpuModule(), module.Hooks(), module.Guard())
+        _setup_privateuseone_for_python_backend(NAME, module.as_module(), module.Hooks(), module.Guard())
         _register_allocator(module)
         _register_autocast()
     _register_kernels()

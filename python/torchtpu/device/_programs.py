@@ -480,6 +480,19 @@ def retyped(buffer, shape, dtype, to, size, stride=None, offset=0):
     return p.run([buffer], device=buffer.device)[0]
 
 
+def bitcast(buffer, shape, dtype, to):
+    """A row-major buffer of `shape` and `dtype` read as `to`, flat: its bytes unchanged
+    (`prims.view_of_dtype`, a storage adopting the dtype of a `Tensor.view(dtype)` of it)."""
+    shape = tuple(shape)
+    numel = math.prod(shape)
+    key = ("bitcast", shape, dtype, to)
+    p = _programs.get(key)
+    if p is None:
+        geom = None if shape == (numel,) else (shape, None, 0)
+        p = build(key, torch.ops.prims.view_of_dtype.default, (_meta((numel,), dtype), to), {}, geoms=[geom])
+    return p.run([buffer], device=buffer.device)[0]
+
+
 def unary(op, buffer, shape, dtype):
     """`op` (a one-tensor ATen op: `conj_physical`, `neg`) of a dense buffer of `shape` and `dtype`."""
     shape = tuple(shape)

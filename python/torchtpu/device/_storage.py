@@ -19,8 +19,14 @@ is a view of the storage's element pairs (one more dim of 2, strides doubled), c
 `view_as_complex` in its read program; a real view of complex storage that takes whole elements
 (last dim 2 of stride 1, other strides and the offset even) is a complex view converted by
 `view_as_real`; any other real view is a view of the storage's real parts (`view_as_real` of
-the whole buffer). Writes convert the values back and write them the same way. Other dtype
-pairs raise.
+the whole buffer). Writes convert the values back and write them the same way.
+
+Any other view as another dtype (a KV cache made as bytes and used as floats, `x.view(torch.int32)`)
+makes the storage adopt the view's dtype: its buffer is read as the new dtype by one bitcast
+program (`prims.view_of_dtype`, the bytes unchanged; none for a storage never written) and the
+slot takes the dtype and the matching flat shape (`Slot.retype`). Accesses as that dtype then
+read the buffer directly; an access as the old dtype adopts it back. Complex storages and views
+other than their parts, and bools viewed as a dtype of another size, raise.
 """
 
 from __future__ import annotations
@@ -53,15 +59,27 @@ RETYPED = frozenset([(c, r) for c, r in _PARTS.items()] + [(r, c) for c, r in _P
 
 
 def checked_slot(t: torch.Tensor) -> Slot:
-    """`t`'s slot, refusing a view of its storage as a dtype the device does not convert to
-    (`Tensor.view(dtype)` other than between a complex dtype and its real component dtype)."""
+    """`t`'s slot, in `t`'s dtype unless the two are a complex dtype and its parts (converted
+    at each access): a view as another dtype makes the storage adopt it (`adopt_dtype`)."""
     slot = slot_of(t)
     if t.dtype is not slot.dtype and (t.dtype, slot.dtype) not in RETYPED:
-        raise NotImplementedError(
-            f"torchtpu: a {t.dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu "
-            "(only views between a complex dtype and its real component dtype are: view_as_complex, view_as_real)"
-        )
+        adopt_dtype(slot, t.dtype)
     return slot
+
+
+def adopt_dtype(slot: Slot, dtype: torch.dtype) -> None:
+    """Makes the storage's elements `dtype`, its bytes unchanged (module docstring)."""
+    nbytes = slot.numel * slot.dtype.itemsize
+    bool_resized = torch.bool in (slot.dtype, dtype) and slot.dtype.itemsize != dtype.itemsize
+    if slot.dtype.is_complex or dtype.is_complex or bool_resized or nbytes % dtype.itemsize:
+        raise NotImplementedError(
+            f"torchtpu: a {dtype} view of {slot.dtype} storage (Tensor.view(dtype)) is not supported on tpu "
+            "(complex storages are viewed as their real parts only, bools as bytes only, and the storage's "
+            f"{nbytes} bytes must be whole {dtype} elements)"
+        )
+    if slot.buffer is not None:
+        slot.buffer = _programs.bitcast(buffer_of(slot), slot.shape, slot.dtype, dtype)
+    slot.retype(dtype, (nbytes // dtype.itemsize,))
 
 
 def new_tensor(shape, dtype: torch.dtype, buffer=None, device: int | None = None) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 
 import torch
 
@@ -426,29 +427,30 @@ def patch_accelerator() -> None:
     """`torch.accelerator.synchronize()` calls a C++ device hook that a Python backend cannot
     provide; for the tpu device it is routed to `torch.tpu.synchronize`.
 
-    `torch.accelerator.current_accelerator()` asks C++, which names PrivateUse1 as soon as it
-    is registered: it returns None for tpu unless the device is detected as the machine's
+    C++ names PrivateUse1 the current accelerator as soon as it is registered. The bindings
+    Python asks, `torch._C._accelerator_getAccelerator()` (behind `torch.accelerator.*` and
+    `torch.get_device_module()`) and `torch._C._get_accelerator()` (torch.distributed's), answer
+    as without torchtpu (no accelerator: None, and CPU) unless tpu is detected as the machine's
     accelerator (`accelerator_detected`), so that CPU programs (torch.distributed's default
-    backend, transformers' device choice) are what they are without torchtpu;
-    `torch._C._get_accelerator()` answers CPU there likewise."""
+    backend, transformers' device choice and continuous batching) are what they are without
+    torchtpu."""
     global _original_synchronize
     if _original_synchronize is not None:
         return
     _original_synchronize = torch.accelerator.synchronize
-    original_current = torch.accelerator.current_accelerator
+    original_accelerator = torch._C._accelerator_getAccelerator
 
-    def current_accelerator(check_available: bool = False):
-        acc = original_current(check_available)
+    def _accelerator_getAccelerator():
+        acc = original_accelerator()
         if acc is not None and acc.type == "tpu" and not accelerator_detected():
             return None
         return acc
 
-    current_accelerator.__doc__ = original_current.__doc__
-    torch.accelerator.current_accelerator = current_accelerator
+    _accelerator_getAccelerator.__doc__ = original_accelerator.__doc__
+    torch._C._accelerator_getAccelerator = _accelerator_getAccelerator
 
-    # The same answer from the binding torch.distributed asks directly (`barrier(device_ids=
-    # [i])` builds its device from it, FSDP's default mesh and device): CPU, as without
-    # torchtpu, where tpu is not the machine's accelerator.
+    # `barrier(device_ids=[i])` builds its device from this one, as do FSDP's default mesh
+    # and device.
     original_get = torch._C._get_accelerator
 
     def _get_accelerator(check: bool = False):
@@ -463,7 +465,7 @@ def patch_accelerator() -> None:
     def synchronize(device=None, /):
         # C++'s accelerator: tpu even where it is not detected as the machine's (an explicit
         # device="tpu" works either way, and so does waiting for it).
-        acc = torch._C._accelerator_getAccelerator()
+        acc = original_accelerator()
         if acc is not None and acc.type == "tpu":
             return _sync()
         return _original_synchronize(device)
@@ -800,3 +802,14 @@ for _name, _value in {
     "StreamContext": StreamContext,
 }.items():
     setattr(TpuModule, _name, _value)
+
+
+def as_module() -> types.ModuleType:
+    """`torch.tpu` as PyTorch registers it: a real module named `torch.tpu`, as `torch.cuda`
+    is, whose attributes are `TpuModule`'s functions and classes (code that names the
+    accelerator by `torch.get_device_module().__name__` reads "tpu")."""
+    tpu = types.ModuleType("torch.tpu", TpuModule.__doc__)
+    for name in dir(TpuModule):
+        if not name.startswith("__"):
+            setattr(tpu, name, getattr(TpuModule, name))
+    return tpu

@@ -180,6 +180,46 @@ pub fn polygamma<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 
     Ok(vec![e.ew(hlo::ADD, &[&base, &shifted[1]], out)?])
 }
 
+/// view_of_dtype(a, dtype): `a`'s bytes read as `dtype` (`Tensor.view(dtype)`). A smaller
+/// element splits each of `a`'s into a new last dim that is merged into the last; a larger one
+/// groups the last dim's elements into one (PyTorch's rule for the result's shape).
+pub fn view_of_dtype<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
+    let x = n.arg(0)?;
+    let (to, out) = (n.out_dtype(), n.out_dims().to_vec());
+    let (from_size, to_size) = (x.dtype.size_bytes(), to.size_bytes());
+    if x.dtype == DType::Bool || to == DType::Bool {
+        // Bools are bytes of 0 or 1 in PyTorch and i1 in StableHLO, which has no bitcast of
+        // them; a conversion reads a valid bool the same way.
+        return Ok(vec![e.reshape(&e.convert(x, to)?, &out)?]);
+    }
+    let v = if from_size == to_size {
+        e.op(hlo::BITCAST_CONVERT, &[x], to, &out, &[])?
+    } else if from_size > to_size {
+        let mut split = x.dims.clone();
+        split.push((from_size / to_size) as i64);
+        e.reshape(&e.op(hlo::BITCAST_CONVERT, &[x], to, &split, &[])?, &out)?
+    } else {
+        let mut grouped = out.clone();
+        grouped.push((to_size / from_size) as i64);
+        e.op(hlo::BITCAST_CONVERT, &[&e.reshape(x, &grouped)?], to, &out, &[])?
+    };
+    Ok(vec![v])
+}
+
+/// `view_of_dtype` between real dtypes, of bools only as bytes: StableHLO's bitcast takes no
+/// complex element, and a bool is not a bit pattern of another size.
+pub fn view_of_dtype_legal(c: &Check) -> Result<(), String> {
+    let (Some(from), Some(to)) = (c.operand_dtype(0), c.out_dtype()) else { return Ok(()) };
+    if from.is_complex() || to.is_complex() {
+        return Err(format!("a {to} view of {from} (complex elements are viewed as their parts only)"));
+    }
+    let bool_of_other_size = |a: DType, b: DType| a == DType::Bool && b.size_bytes() != 1;
+    if bool_of_other_size(from, to) || bool_of_other_size(to, from) {
+        return Err(format!("a {to} view of {from}"));
+    }
+    Ok(())
+}
+
 /// signbit(x): the sign bit of floats (true for -0.0 and negative NaNs), x < 0 for ints.
 pub fn signbit<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
     let x = n.arg(0)?;
