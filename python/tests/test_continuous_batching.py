@@ -60,12 +60,14 @@ def test_torch_tpu_is_a_real_module():
     assert torch.tpu.device_count() >= 1 and callable(torch.tpu.synchronize)
 
 
-@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
-def test_generate_batch_on_tpu(expected, mode, monkeypatch):
+# transformers' two attention forms for continuous batching: "sdpa" and "paged|eager" (what it
+# makes of a model loaded with "eager").
+@pytest.mark.parametrize("mode,attn", [("strict", "sdpa"), ("strict", "eager"), ("defer_and_fuse", "sdpa")])
+def test_generate_batch_on_tpu(expected, mode, attn, monkeypatch):
     # The model runs on the manager's thread, whose eager state is its own: it starts in the
     # default mode, which TORCHTPU_EAGER_MODE sets at import (here set directly).
     monkeypatch.setattr(_state, "DEFAULT_MODE", mode)
-    model = tiny_llama.model().eval().to("tpu")
+    model = tiny_llama.model(attn_implementation=attn).eval().to("tpu")
     results = model.generate_batch(
         inputs=PROMPTS, generation_config=generation_config(), continuous_batching_config=cb_config()
     )
