@@ -57,7 +57,7 @@ pub struct DeviceBuffer {
     pub(crate) buffer: Buffer,
     pub(crate) device: usize,
     dtype: DType,
-    nbytes: usize,
+    pub(crate) nbytes: usize,
     // Given to an execution (`Program.run_device(donate=...)`): its memory is the output's
     // now, so it no longer counts as live and must not be read.
     donated: AtomicBool,
@@ -72,7 +72,7 @@ impl DeviceBuffer {
         DeviceBuffer { buffer, device, dtype, nbytes, donated: AtomicBool::new(false) }
     }
 
-    fn mark_donated(&self) {
+    pub(crate) fn mark_donated(&self) {
         if !self.donated.swap(true, Ordering::Relaxed) {
             counters()[self.device].remove(self.nbytes);
         }

@@ -440,6 +440,12 @@ fn compile(
     })
 }
 
+/// `compile(text, donate=donate)` for the crate's own callers (the eager path's donating
+/// programs): the default pipeline, no mesh.
+pub(crate) fn compile_text(py: Python<'_>, text: &str, donate: bool) -> PyResult<Program> {
+    compile(py, text, DEFAULT_PIPELINE, Some(donate), None, None, None, None)
+}
+
 /// How many devices the default engine's plugin has (SPMD meshes use the first N).
 #[pyfunction]
 fn device_count(py: Python<'_>) -> PyResult<usize> {

@@ -363,3 +363,35 @@ def test_program_and_region_caches_are_bounded(monkeypatch):
             )
     assert len(_region._programs) <= 3
     assert torchtpu.stats()["eager_cache_resets"] > before
+
+
+def test_an_in_place_update_of_a_large_tensor_donates_its_buffer():
+    # A KV cache's `index_copy_` in strict mode: the native path donates the target's buffer
+    # to the op's program (nothing else holds it), so the update is written into it instead of
+    # into a copy: the device's peak stays at one cache. A buffer another storage shares (a
+    # native copy_ reuses buffers) is not donated, and keeps its values.
+    rows = 1024  # 1024 x 256 floats = 1 MiB: the smallest target donated
+    cache = torch.zeros(rows, 256, device=TPU)
+    src = torch.randn(4, 256)
+    shared = torch.empty(rows, 256, device=TPU)
+    for step in range(3):  # the first runs the Python path, then the native one
+        idx = torch.arange(4) + 4 * step
+        cache.index_copy_(0, idx.to(TPU), src.to(TPU) * step)
+    torch.tpu.synchronize()
+    before = _native.stats()["donated"]
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    cache.index_copy_(0, torch.arange(4, device=TPU) + 20, src.to(TPU))
+    torch.tpu.synchronize()
+    assert _native.stats()["donated"] == before + 1
+    assert torch.tpu.max_memory_allocated() - base < cache.nbytes // 2
+    shared.copy_(cache)  # both storages hold one buffer now
+    cache.index_copy_(0, torch.arange(4, device=TPU), src.to(TPU) * 7)
+    assert _native.stats()["donated"] == before + 1
+    want = torch.zeros(rows, 256)
+    for step in range(3):
+        want.index_copy_(0, torch.arange(4) + 4 * step, src * step)
+    want.index_copy_(0, torch.arange(4) + 20, src)
+    torch.testing.assert_close(shared.cpu(), want, rtol=0, atol=0)
+    want.index_copy_(0, torch.arange(4), src * 7)
+    torch.testing.assert_close(cache.cpu(), want, rtol=0, atol=0)

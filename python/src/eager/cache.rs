@@ -54,6 +54,9 @@ pub struct Recipe {
     pub program: Py<PyAny>,
     /// Its executable, compiled at the first run (a recipe learnt while recording has none yet).
     pub compiled: PyOnceLock<Py<Program>>,
+    /// The same program with its outputs aliased to the inputs of their types (`donate=True`),
+    /// compiled at the first run that donates a target's buffer (`path::donations`).
+    pub donating: PyOnceLock<Py<Program>>,
     /// Its serial and IR outputs' byte sizes, where DeferAndFuse can record it (a traced program).
     pub record: Option<Recordable>,
     /// Its index checks' sites (`index_checks.Site`s), if it checks indices: then its last IR
@@ -75,6 +78,20 @@ impl Recipe {
     pub fn compiled<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<&'a Bound<'py, Program>> {
         let compiled = self.compiled.get_or_try_init(py, || -> PyResult<Py<Program>> {
             Ok(self.program.bind(py).getattr("program")?.cast_into::<Program>()?.unbind())
+        })?;
+        Ok(compiled.bind(py))
+    }
+
+    /// The donating variant of the program, compiled (and counted as the Python path counts
+    /// one-op compiles) at its first use.
+    pub fn donating<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<&'a Bound<'py, Program>> {
+        let compiled = self.donating.get_or_try_init(py, || -> PyResult<Py<Program>> {
+            let text: String = self.program.bind(py).getattr("text")?.extract()?;
+            let start = std::time::Instant::now();
+            let compiled = Py::new(py, crate::compile_text(py, &text, true)?)?;
+            let count = py.import("torchtpu.device._programs")?.getattr("_count")?;
+            count.call1((compiled.clone_ref(py), start.elapsed().as_secs_f64()))?;
+            Ok(compiled)
         })?;
         Ok(compiled.bind(py))
     }
@@ -103,6 +120,8 @@ pub struct Cache {
     /// Keys the Python path keeps.
     pub python: u64,
     pub resets: u64,
+    /// In-place targets' buffers donated to their op's program (`path::donations`).
+    pub donated: u64,
 }
 
 pub static CACHE: Mutex<Option<Cache>> = Mutex::new(None);

@@ -113,6 +113,7 @@ fn eager_learn(
     let recipe = Recipe {
         program: program.unbind(),
         compiled: compiled_once,
+        donating: pyo3::sync::PyOnceLock::new(),
         record,
         checks,
         sources,
@@ -207,6 +208,7 @@ fn eager_native_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         d.set_item("python", c.python)?;
         d.set_item("keys", c.map.len())?;
         d.set_item("resets", c.resets)?;
+        d.set_item("donated", c.donated)?;
         d.set_item("limit", cache::LIMIT)?;
         Ok(())
     })?;

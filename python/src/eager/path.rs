@@ -275,7 +275,19 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             }
         }
     }
-    let buffers = execute(py, &recipe.compiled(py)?.get().compiled, &inputs, device)?;
+    let donate = donations(recipe, flat, &leaves);
+    let program = if donate.is_empty() { recipe.compiled(py)? } else { recipe.donating(py)? };
+    let donated: Vec<&DeviceBuffer> = donate
+        .iter()
+        .filter_map(|&i| match recipe.sources[i] {
+            Source::Leaf(l) => Some(leaves[l].get()),
+            Source::Const(_) => None,
+        })
+        .collect();
+    let buffers = execute_donating(py, &program.get().compiled, &inputs, &donate, &donated, device)?;
+    if !donated.is_empty() {
+        cache::with(|c| c.donated += donated.len() as u64);
+    }
     let outs = take_flag(py, recipe, buffers.into_iter().map(Bound::into_any).collect())?;
     match &recipe.results {
         Results::New(types) => new_slots(py, outs, types, device).map(Some),
@@ -286,6 +298,49 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
             Ok(Some(Vec::new()))
         }
     }
+}
+
+/// Below this size an in-place op's target is not donated: copying it costs less than
+/// compiling the program's donating variant.
+const DONATE_MIN_BYTES: usize = 1 << 20;
+
+/// The program inputs (positions in `recipe.sources`) to donate: the buffer of each target an
+/// in-place or out= op replaces whole (`Write::Whole`, or `Write::Base`: its storage's buffer,
+/// scattered into by the program), where the program reads it as exactly one input and
+/// nothing but the target's storage holds it (its slot, and this call's `leaves`): then PJRT
+/// may write the result into its memory instead of a copy of it. The strict mode's in-place
+/// update of a large tensor (a KV cache's `index_copy_`) costs the update, not the tensor.
+fn donations(recipe: &Recipe, flat: &Flat<'_, '_>, leaves: &[Bound<'_, DeviceBuffer>]) -> Vec<usize> {
+    let (Results::InPlace(writes) | Results::Out(writes)) = &recipe.results else { return Vec::new() };
+    let mut donate = Vec::new();
+    for (w, target) in writes.iter().zip(targets(recipe, flat)) {
+        if !matches!(w, Write::Whole | Write::Base) {
+            continue;
+        }
+        let slot = target.slot.borrow();
+        let held = slot.buffer.as_ptr();
+        let at: Vec<usize> = recipe
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, Source::Leaf(l) if leaves.get(*l).is_some_and(|b| b.as_ptr() == held)))
+            .map(|(i, _)| i)
+            .collect();
+        let [input] = at[..] else { continue };
+        let Source::Leaf(l) = recipe.sources[input] else { continue };
+        let buffer = &leaves[l];
+        let in_leaves = leaves.iter().filter(|b| b.as_ptr() == held).count();
+        let in_flat =
+            flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer } if buffer.as_ptr() == held)).count();
+        // The slot's reference, and this call's (one per place in `leaves` and in the keyed
+        // leaves): no other storage (a copy_ shares buffers), pending value or Python variable
+        // holds it.
+        let only_the_target = buffer.get_refcnt() as usize == 1 + in_leaves + in_flat;
+        if only_the_target && buffer.get().nbytes >= DONATE_MIN_BYTES && !donate.contains(&input) {
+            donate.push(input);
+        }
+    }
+    donate
 }
 
 /// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as
@@ -436,9 +491,26 @@ fn execute<'py>(
     inputs: &[&Buffer],
     device: usize,
 ) -> PyResult<Vec<Bound<'py, DeviceBuffer>>> {
+    execute_donating(py, compiled, inputs, &[], &[], device)
+}
+
+/// `execute`, donating the inputs at `donate`, whose buffers (`donated`) are marked so before
+/// the outputs count: a donated input's memory may be an output's now.
+fn execute_donating<'py>(
+    py: Python<'py>,
+    compiled: &torchtpu_engine::CompiledGraph,
+    inputs: &[&Buffer],
+    donate: &[usize],
+    donated: &[&DeviceBuffer],
+    device: usize,
+) -> PyResult<Vec<Bound<'py, DeviceBuffer>>> {
     let engine = default_engine(py)?;
     let on = engine.device(device).map_err(|e| engine_error(py, &e))?;
-    let outs = py.detach(|| compiled.execute_buffers_on(inputs, &[], false, on)).map_err(|e| engine_error(py, &e))?;
+    let outs =
+        py.detach(|| compiled.execute_buffers_on(inputs, donate, false, on)).map_err(|e| engine_error(py, &e))?;
+    for b in donated {
+        b.mark_donated();
+    }
     crate::EXECUTIONS.fetch_add(1, Ordering::Relaxed);
     let buffers = outs
         .into_iter()
