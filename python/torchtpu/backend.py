@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from torchtpu import _C, _stats, flex_attention
 from torchtpu import sharding as _sharding
+from torchtpu._dynamo_skips import skip_device_kernels
 from torchtpu._log import warn_once
 from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
 from torchtpu.decompositions import decomposition_table
@@ -35,6 +36,8 @@ from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
 log = logging.getLogger("torchtpu")
 _graph_ids = itertools.count()
+# Before anything compiled runs: Dynamo must not compile the tpu device's own kernels.
+skip_device_kernels()
 
 
 def _supported() -> set[str]:

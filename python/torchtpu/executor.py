@@ -446,6 +446,11 @@ class CompiledGraph:
                 results.append(out)
             elif spec.kind == "input":
                 results.append(args[spec.index])
+            elif spec.kind == "view":
+                out = args[spec.index]
+                for op, op_args, op_kwargs in spec.value:
+                    out = op(out, *op_args, **op_kwargs)
+                results.append(out)
             elif spec.kind == "none":
                 results.append(None)
             elif device is not None and isinstance(spec.value, torch.Tensor) and spec.value.device != device:

@@ -59,8 +59,9 @@ class InputSpec:
 @dataclasses.dataclass
 class OutputSpec:
     # "ir": IR output `index`; "input": the graph's positional input `index` returned as it is
-    # (no copy: AOTAutograd's forward graphs return parameters as saved tensors); "none";
-    # "value": a Python value returned as is
+    # (no copy: AOTAutograd's forward graphs return parameters as saved tensors); "view": a
+    # view of positional input `index`, made by applying the view ops `value` ((op, args,
+    # kwargs), in order) to it; "none"; "value": a Python value returned as is
     kind: str
     index: int = -1
     value: Any = None
@@ -355,10 +356,17 @@ class _Writer:
                 # converts to the result dtype as eager converts a wrapped number. (A complex
                 # `Scalar` parameter, `full(..., 1j)`, stays unsupported below.)
                 operands.append(self.number_operand(value, torch.complex128))
-            elif _is_tensor_type(t) and isinstance(value, (int, float, bool)) and base in _CONVERSIONS and i == 0:
+            elif (
+                _is_tensor_type(t)
+                and isinstance(value, (int, float, bool))
+                and i == 0
+                and (base in _CONVERSIONS or not _has_tensor_operand(node))
+            ):
                 # A Python number as the op's own tensor (`_to_copy(0.1, dtype=f32)`, which
-                # tracing leaves of a constant inside flex_attention's vmapped score_mod): a 0-d
-                # constant operand in the number's own dtype (f64, i64 or bool), as eager wraps it.
+                # tracing leaves of a constant inside flex_attention's vmapped score_mod), or
+                # an op on sizes alone (`torch.div(seq_len, w, rounding_mode="trunc")` with a
+                # symbolic `seq_len`, Longformer's, a number under a binding): a 0-d constant
+                # operand in the number's own dtype (f64, i64 or bool), as eager wraps it.
                 operands.append(self.number_operand(value, _WRAPPED_DTYPES[type(value)]))
             elif _is_tensor_type(t) and isinstance(value, (int, float, bool)):
                 # Decompositions pass Python numbers for Tensor parameters (mul.Tensor(x, 16)):
@@ -463,6 +471,23 @@ class _Writer:
         self.line_nodes.append(node)
         self.values[node] = name
 
+    def view_of_input(self, node):
+        """(positional input index, view ops) where `node` is a chain of view ops on a graph
+        input, else None. Such an output is made at run time by those views of the caller's
+        tensor, not by the program: AOTAutograd regenerates an output that aliases an input
+        from the compiled output's own sizes and strides when its views have symbolic
+        arguments (Longformer's overlapping `as_strided` chunks), which a program's dense
+        copy gets wrong."""
+        chain = []
+        while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view:
+            chain.append((node.target, self.concrete(tuple(node.args[1:])), self.concrete(dict(node.kwargs))))
+            node = node.args[0]
+            if not isinstance(node, torch.fx.Node):
+                return None
+        if not chain or node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
+            return None
+        return self.arg_index[node], chain[::-1]
+
     def output(self, node):
         outs = node.args[0]
         is_tuple = isinstance(outs, (list, tuple))
@@ -490,6 +515,8 @@ class _Writer:
                 # An input returned unchanged: hand back the caller's tensor, as eager does,
                 # instead of a copy made by the program.
                 specs.append(OutputSpec("input", self.arg_index[item]))
+            elif self.binding is not None and (view := self.view_of_input(item)) is not None:
+                specs.append(OutputSpec("view", view[0], value=view[1]))
             elif isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor):
                 val = item.meta["val"]
                 b = self.binding
@@ -537,6 +564,13 @@ _MATRIX_OPERANDS = {
 _CONVERSIONS = frozenset({"aten._to_copy"})
 # The dtype of a Python number wrapped as a tensor operand.
 _WRAPPED_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def _has_tensor_operand(node: torch.fx.Node) -> bool:
+    """Whether any argument of `node` is a tensor value (not a number or a size)."""
+    found = []
+    torch.fx.map_arg((node.args, node.kwargs), lambda n: found.append(isinstance(n.meta.get("val"), torch.Tensor)))
+    return any(found)
 
 
 def _check_matrix_dtypes(args, node, full: str, base: str) -> None:

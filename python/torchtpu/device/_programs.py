@@ -8,6 +8,7 @@ tensor), so a warm op costs a dict lookup and one PJRT execution.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import sys
@@ -259,10 +260,28 @@ def build(
         program = _programs.get(key)
         if program is not None:
             return program
-        return _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base)
+        with _as_traced_alone():
+            return _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base)
 
 
 _build_lock = _state.build_lock
+
+
+@contextlib.contextmanager
+def _as_traced_alone():
+    """The op is traced with the caller's dispatch modes put aside and Python dispatch on. A
+    FakeTensorMode computes a literal's value for real (Dynamo's propagation of
+    `torch.tensor([], device=x.device).sum()`) under `no_dispatch()` with its own mode on the
+    stack: make_fx then recorded nothing and baked the meta result in as a constant, which
+    failed at upload (`BufferError: Cannot pack tensors on meta`)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with (
+        torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.Python, False),
+        torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.PythonTLSSnapshot, False),
+        _disable_current_modes(),
+    ):
+        yield
 
 
 def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base) -> Program:
