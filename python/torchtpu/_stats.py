@@ -44,6 +44,15 @@ def _fresh() -> dict:
         "eager_cache_misses": 0,
         "eager_cache_hits": 0,
         "eager_compile_seconds": 0.0,
+        # Ahead of use (the same ops at new sizes, docs/eager.md "A new shape"): of
+        # eager_programs_compiled, those an op found predicted (then built by the pool, or by
+        # the op's thread where the pool had not started it) and those the pool built; the
+        # pool's compiles (those plus predictions no op took, yet or ever); seconds ops waited
+        # for a program the pool was building.
+        "eager_ahead_predicted": 0,
+        "eager_programs_ahead": 0,
+        "eager_ahead_compiles": 0,
+        "eager_ahead_wait_seconds": 0.0,
         # The eager program and region caches started afresh at their bound (docs/eager.md).
         "eager_cache_resets": 0,
         "eager_cpu_fallbacks": collections.Counter(),

@@ -78,6 +78,15 @@ def check_indices(on: bool) -> _Restore:
     return _Restore(saved)
 
 
+def compile_ahead(threads: int) -> int:
+    """How many threads build one-op programs ahead of use when ops repeat at new sizes (a new
+    prompt length in strict mode: docs/eager.md, "A new shape"); 0 turns it off. Process-wide;
+    TORCHTPU_EAGER_AHEAD sets the default (up to 4, one per core). Returns the previous count."""
+    from torchtpu.device import _ahead
+
+    return _ahead.set_threads(threads)
+
+
 class Explained:
     """DeferAndFuse's regions since the last `reset_explain()`: `regions` is one dict per region
     run (reason, detail, where, line, ops, outputs, inputs, key, hit, differs on a miss,

@@ -17,7 +17,7 @@ import time
 import torch
 
 from torchtpu import _C, _stats, index_checks
-from torchtpu.device import _buffers, _checks, _defer, _native, _state
+from torchtpu.device import _ahead, _buffers, _checks, _defer, _native, _state
 from torchtpu.device._buffers import input_sources, mark_last, on_device  # noqa: F401  (used here and re-exported)
 from torchtpu.device._frames import first_user_frame
 from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, export
@@ -177,10 +177,14 @@ def _compile(text: str):
     _defer.check_compile_allowed("a one-op program")
     start = time.perf_counter()
     compiled = _C.compile(text, donate=False)
-    _stats.bump("eager_programs_compiled")
-    _stats.bump("eager_compile_seconds", time.perf_counter() - start)
-    _stats.bump("eager_cache_misses" if compiled.source == "compiled" else "eager_cache_hits")
+    _count(compiled, time.perf_counter() - start)
     return compiled
+
+
+def _count(compiled, seconds: float) -> None:
+    _stats.bump("eager_programs_compiled")
+    _stats.bump("eager_compile_seconds", seconds)
+    _stats.bump("eager_cache_misses" if compiled.source == "compiled" else "eager_cache_hits")
 
 
 def _types_of(gm, outputs) -> tuple[list, list]:
@@ -253,17 +257,42 @@ def build(
     program = _programs.get(key)
     if program is not None:
         return program
-    # make_fx keeps its tracer in module globals (`CURRENT_PATCHER`...): two threads tracing
-    # at once break each other's trace. One build at a time; a thread that waited finds the
-    # program the other built.
-    with _build_lock:
-        program = _programs.get(key)
-        if program is not None:
-            return program
-        with _as_traced_alone():
-            return _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base)
+    args = (op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base, checks_on)
+    if _defer.state.active:
+        # Recorded, not run: the registry's legality checks stand in for a compile (what
+        # strict mode's compile would refuse becomes a CPU fallback the same way).
+        with _build_lock:
+            program = _programs.get(key)
+            if program is not None:
+                return program
+            traced = trace(*args)
+            refused = _C.check_lowerable(traced.text)
+            if refused:
+                from torchtpu.exporter import Unsupported
+
+                line, bad, reason = refused[0]
+                raise Unsupported(f"{bad}: {reason}" if reason else f"no lowering for {bad}", [bad])
+            return _keep(key, traced, write_base)
+    # The pool may have built it ahead of use (`_ahead.py`: the same ops at new sizes).
+    spec = _ahead.spec_of(*args) if _ahead.enabled() else None
+    traced, predicted = _ahead.take(spec)
+    if traced is not None:
+        traced.count_taken()
+    else:
+        with _build_lock:
+            program = _programs.get(key)
+            if program is not None:
+                return program
+            traced = trace(*args)
+        traced.compile()  # outside the lock: XLA's compile releases the GIL, others trace
+    program = _keep(key, traced, write_base)
+    _ahead.learned(spec, [shape for _, shape in traced.out_types], predicted)
+    return program
 
 
+# make_fx keeps its tracer in module globals (`CURRENT_PATCHER`...): two threads tracing at
+# once break each other's trace. One trace at a time; a thread that waited may find the
+# program the other built.
 _build_lock = _state.build_lock
 
 
@@ -284,7 +313,41 @@ def _as_traced_alone():
         yield
 
 
-def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base) -> Program:
+class Traced:
+    """A one-op program traced and exported, before it is kept under a key: on the op's
+    thread, or on the pool ahead of use (`_ahead.py`), which also compiles it there."""
+
+    __slots__ = ("text", "sources", "outputs", "out_types", "ir_types", "gm", "name", "checks", "compiled", "seconds")
+
+    def __init__(self, text, sources, outputs, out_types, ir_types, gm, name, checks):
+        self.text, self.sources, self.outputs, self.gm, self.name = text, sources, outputs, gm, name
+        self.out_types, self.ir_types, self.checks = out_types, ir_types, checks
+        self.compiled = None
+        self.seconds = 0.0
+
+    def compile(self) -> None:
+        self.compiled = _compile(self.text)
+
+    def compile_ahead(self) -> None:
+        """On the pool: compiled, counted when an op takes it (`count`)."""
+        start = time.perf_counter()
+        self.compiled = _C.compile(self.text, donate=False)
+        self.seconds = time.perf_counter() - start
+
+    def count_taken(self) -> None:
+        """An op took it from the pool: counted as the op's own compile would be, and ahead."""
+        _stats.bump("eager_programs_ahead")
+        _count(self.compiled, self.seconds)
+
+
+def trace(op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base, checks) -> Traced:
+    """`build`'s trace and export of `op(*meta_args, **meta_kwargs)`, with index checks if
+    `checks`; not compiled."""
+    with _build_lock, _as_traced_alone():
+        return _trace_locked(op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base, checks)
+
+
+def _trace_locked(op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base, checks) -> Traced:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from torchtpu.decompositions import decomposition_table
@@ -364,7 +427,7 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
         if got != [d for d in expected if d is not None]:
             raise TypeError(f"lifting floats of {op} changes its result dtypes ({got} vs {expected})")
     name = "eager_" + str(op).replace(".", "_").replace("::", "_")
-    checked = index_checks.instrument(gm, called=op, one_flag=True, indices=checks_on)
+    checked = index_checks.instrument(gm, called=op, one_flag=True, indices=checks)
     if checked is not None:
         gm = checked.gm  # its last output is the checks' flag (`Program.checks`)
     exported = export(gm, name)
@@ -373,29 +436,22 @@ def _build_locked(key, op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, 
     out_types, ir_types = _types_of(gm, outputs)
     if checked is not None:
         ir_types.append((torch.bool, ()))  # one flag for the program's sites
-    if _defer.state.active:
-        # Recorded, not run: the registry's legality checks stand in for a compile (what
-        # strict mode's compile would refuse becomes a CPU fallback the same way).
-        refused = _C.check_lowerable(exported.text)
-        if refused:
-            from torchtpu.exporter import Unsupported
+    sites = None if checked is None else checked.sites
+    return Traced(exported.text, sources, outputs, out_types, ir_types, gm, name, sites)
 
-            line, bad, reason = refused[0]
-            raise Unsupported(f"{bad}: {reason}" if reason else f"no lowering for {bad}", [bad])
-        compiled = None
-    else:
-        compiled = _compile(exported.text)
+
+def _keep(key, traced: Traced, write_base) -> Program:
     program = Program(
-        exported.text,
-        sources,
-        outputs,
-        name,
-        out_types,
-        ir_types,
-        gm=gm,
-        compiled=compiled,
+        traced.text,
+        traced.sources,
+        traced.outputs,
+        traced.name,
+        traced.out_types,
+        traced.ir_types,
+        gm=traced.gm,
+        compiled=traced.compiled,
         key=key,
-        checks=None if checked is None else checked.sites,
+        checks=traced.checks,
     )
     program.write_base = write_base
     _programs[key] = program
@@ -423,6 +479,7 @@ def clear() -> None:
         programs.clear()
     _scalars.clear()
     _native.clear()
+    _ahead.clear()
 
 
 def use_checks(on: bool) -> None:
