@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use torchtpu_runtime::store::{named_digest, Components, NewEntry, Read, Slot, Store, LAYOUT_VERSION};
+use torchtpu_runtime::store::{named_digest, Components, NewEntry, Read, Slot, Store, LAYOUT_VERSION, RESCAN_EVERY};
 use torchtpu_runtime::Level;
 
 fn slot(level: Level, name: &str) -> Slot {
@@ -190,6 +190,37 @@ fn lru_eviction_and_pruning_span_both_levels() {
         tiny.put(&slots[0], &[0u8; 200], &new_entry("big")).unwrap(),
         torchtpu_runtime::store::PutOutcome::SkippedTooLarge
     );
+}
+
+#[test]
+fn a_put_scans_the_folder_only_when_the_limit_may_be_passed() {
+    // A scan sweeps stale temporaries: whether one is left tells whether a put scanned.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    store.put(&slot(Level::Graph, "first"), &[1u8; 100], &new_entry("x")).unwrap();
+    let folder = store.paths(&slot(Level::Graph, "first")).bin.parent().unwrap().to_path_buf();
+    let stale = folder.join(".tmp-1-2-3-x.bin");
+    std::fs::write(&stale, b"partial").unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(7200);
+    std::fs::File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
+    // Far under the limit: the next puts trust this process's count of the folder's bytes ...
+    for i in 1..RESCAN_EVERY {
+        store.put(&slot(Level::Graph, &format!("p{i}")), &[1u8; 100], &new_entry("x")).unwrap();
+    }
+    assert!(stale.exists(), "a put below the limit scanned the folder");
+    // ... up to RESCAN_EVERY puts (other processes store too).
+    store.put(&slot(Level::Graph, "last"), &[1u8; 100], &new_entry("x")).unwrap();
+    assert!(!stale.exists(), "no scan after {RESCAN_EVERY} puts");
+
+    // A clone (the other level of one engine) shares the count: its first put does not scan.
+    std::fs::write(&stale, b"partial").unwrap();
+    std::fs::File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
+    store.clone().put(&slot(Level::Executable, "clone"), &[1u8; 100], &new_entry("x")).unwrap();
+    assert!(stale.exists(), "a clone's put scanned the folder");
+    // Another process's store scans at its first put (and one whose count passes the limit
+    // scans and evicts: `lru_eviction_and_pruning_span_both_levels`).
+    Store::new(dir.path()).put(&slot(Level::Graph, "other"), &[1u8; 100], &new_entry("x")).unwrap();
+    assert!(!stale.exists());
 }
 
 #[test]

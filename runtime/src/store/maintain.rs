@@ -341,6 +341,7 @@ impl Store {
     /// Removes entries (either level) and files of older layouts not used for longer than
     /// `older_than`, then evicts least-recently-used ones until everything fits in `max_size`.
     pub fn prune(&self, max_size: Option<u64>, older_than: Option<Duration>) -> Result<PruneReport> {
+        self.forget_size();
         self.prune_inner(max_size, older_than, None)
     }
 
@@ -412,6 +413,7 @@ impl Store {
     /// memo, and the emptied folders (the root itself stays). Files the store does not
     /// recognize are left alone.
     pub fn clear(&self) -> Result<PruneReport> {
+        self.forget_size();
         let scanned = scan(self.root())?;
         let mut report = PruneReport::default();
         for e in &scanned.entries {

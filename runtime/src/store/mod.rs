@@ -31,7 +31,7 @@ use std::collections::HashSet;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -196,12 +196,31 @@ pub struct Store {
     /// Set when the file system refused a `flock` (some network or FUSE file systems): the
     /// first failure is returned (and warned by the caller), later claims are `Unshared`.
     locks_failed: AtomicBool,
+    /// What a put knows of the folder's size without scanning it (shared by clones: the two
+    /// levels of one engine).
+    since_scan: Arc<Mutex<SinceScan>>,
 }
 
+/// The folder's bytes at this process's last scan plus what it stored since, and its puts
+/// since: a put scans (and evicts) only when that estimate passes the limit, every
+/// [`RESCAN_EVERY`] puts (other processes store too), and at its first put. A scan per put
+/// cost a `stat` per file: with eager one-op programs (a compile of ~20 ms each) and a
+/// folder of a few thousand entries, about as much as the compile.
+#[derive(Debug, Default)]
+struct SinceScan {
+    bytes: Option<u64>,
+    puts: u32,
+}
+
+/// Puts between two scans at most, whatever the estimate says.
+pub const RESCAN_EVERY: u32 = 64;
+
 impl Clone for Store {
-    /// The same folder, limit and lock timeout, with no warnings.
+    /// The same folder, limit and lock timeout (and size estimate), with no warnings.
     fn clone(&self) -> Store {
-        Store::new(self.root.clone()).with_max_size(self.max_size).with_lock_timeout(self.lock_timeout)
+        let mut store = Store::new(self.root.clone()).with_max_size(self.max_size).with_lock_timeout(self.lock_timeout);
+        store.since_scan = Arc::clone(&self.since_scan);
+        store
     }
 }
 
@@ -215,6 +234,7 @@ impl Store {
             warnings: Mutex::new(Vec::new()),
             refused: Mutex::new(HashSet::new()),
             locks_failed: AtomicBool::new(false),
+            since_scan: Arc::default(),
         }
     }
 
@@ -234,8 +254,8 @@ impl Store {
         self.lock_timeout
     }
 
-    /// Sets the size limit; after each `put`, least-recently-used entries of every level are
-    /// evicted until the whole folder fits.
+    /// Sets the size limit; after a `put` that may pass it, least-recently-used entries of every
+    /// level are evicted until the whole folder fits ([`SinceScan`]).
     pub fn with_max_size(mut self, bytes: u64) -> Store {
         self.max_size = bytes;
         self
@@ -356,8 +376,8 @@ impl Store {
     }
 
     /// Stores `payload` under `slot`: the `.bin` entry, then its sidecar, each written
-    /// atomically; then evicts least-recently-used entries (any level) until the folder is
-    /// under the size limit. Concurrent puts of the same key all succeed (the last rename
+    /// atomically; then, where the folder may have passed the size limit ([`SinceScan`]),
+    /// evicts least-recently-used entries (any level) until it is under it. Concurrent puts of the same key all succeed (the last rename
     /// wins; every version is complete).
     pub fn put(&self, slot: &Slot, payload: &[u8], new: &NewEntry) -> Result<PutOutcome> {
         let paths = self.paths(slot);
@@ -381,9 +401,38 @@ impl Store {
             last_hit_unix_ms: None,
             hit_count: 0,
         };
-        write_atomic(&paths.json, &sidecar.to_json())?;
-        let evicted = self.evict_to(self.max_size, Some(&paths.bin))?.removed_entries;
+        let sidecar = sidecar.to_json();
+        write_atomic(&paths.json, &sidecar)?;
+        let evicted = if self.must_scan(entry_bytes + sidecar.len() as u64) {
+            let report = self.evict_to(self.max_size, Some(&paths.bin))?;
+            *self.since_scan() = SinceScan { bytes: Some(report.remaining_bytes), puts: 0 };
+            report.removed_entries
+        } else {
+            0
+        };
         Ok(PutOutcome::Stored { entry_bytes, evicted })
+    }
+
+    fn since_scan(&self) -> std::sync::MutexGuard<'_, SinceScan> {
+        self.since_scan.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// After a prune or clear: the next put scans.
+    pub(crate) fn forget_size(&self) {
+        *self.since_scan() = SinceScan::default();
+    }
+
+    /// Whether a put of `bytes` must scan the folder (see [`SinceScan`]); if not, counts it.
+    fn must_scan(&self, bytes: u64) -> bool {
+        let mut s = self.since_scan();
+        match s.bytes {
+            Some(known) if known + bytes <= self.max_size && s.puts + 1 < RESCAN_EVERY => {
+                s.bytes = Some(known + bytes);
+                s.puts += 1;
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Creates the folders down to `path`'s (mode 0700) where missing and checks that each is
