@@ -310,7 +310,9 @@ class _Log(threading.local):
         self.entries: list = []
         self.base = 0  # the position of entries[0]
         self.history: dict = {}  # skeleton -> positions of its latest builds (one op, many sites)
-        self.varies: dict = {}  # skeleton -> positions in `ints` a shift has changed
+        # skeleton -> per position in `ints`, the value every build of it had there (None where
+        # two differed), once it has two builds: a head dim stays where a length moves.
+        self.fixed: dict = {}
         self.delta = None  # the shift confirmed by two builds in sequence
         self.pending = None  # (delta, old position, shift) of one unconfirmed anchor
         self.window: _Window | None = None
@@ -330,7 +332,7 @@ class _Log(threading.local):
                 if kept:
                     history[k] = kept
             self.history = history
-            self.varies = {k: v for k, v in self.varies.items() if k in history}
+            self.fixed = {k: v for k, v in self.fixed.items() if k in history}
         pos = self.base + len(self.entries)
         self.entries.append(entry)
         seen = self.history.setdefault(entry.spec.skeleton, [])
@@ -384,7 +386,7 @@ class _Prediction:
 _lock = threading.Lock()
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _table: dict = {}  # Spec -> _Prediction, until taken (at most _TABLE_LIMIT: the oldest go)
-_TABLE_LIMIT = 256
+_TABLE_LIMIT = 128
 _built: set = set()  # Specs built (by any thread), so not predicted again
 _BUILT_LIMIT = 16384
 
@@ -434,19 +436,23 @@ def take(spec: Spec | None):
 
 def _reached(window: _Window, pos: int) -> None:
     """The thread needed the program predicted from log position `pos`: it has got that far,
-    and what was predicted from earlier positions and not needed is dropped (a compile lost)."""
-    if pos <= window.taken:
-        return
-    window.taken = pos
-    passed = [p for p in window.outstanding if p <= pos]
+    and what was predicted from earlier positions and not needed is dropped."""
+    if pos > window.taken:
+        window.taken = pos
+        _drop(window, pos)
+
+
+def _drop(window: _Window, upto: int | None) -> None:
+    """Stops counting `window`'s predictions from positions up to `upto` (all: None) as
+    outstanding, and cancels those the pool has not started; one built or under way stays
+    until an op takes it (a later pass may) or `_TABLE_LIMIT` pushes it out."""
+    passed = [p for p in window.outstanding if upto is None or p <= upto]
     with _lock:
         for p in passed:
-            pred = _table.get(window.outstanding[p])
-            if pred is not None and pred.window is window:
-                del _table[window.outstanding[p]]
-                pred.future.cancel()
-    for p in passed:
-        del window.outstanding[p]
+            spec = window.outstanding.pop(p)
+            pred = _table.get(spec)
+            if pred is not None and pred.window is window and pred.future.cancel():
+                del _table[spec]
 
 
 def learned(spec: Spec | None, out_shapes, predicted: bool) -> None:
@@ -462,13 +468,17 @@ def learned(spec: Spec | None, out_shapes, predicted: bool) -> None:
     log = _log
     entry = _Entry(spec, tuple(d for shape in out_shapes for d in shape))
     found = log.anchor(entry)
+    seen = log.history.get(spec.skeleton)
+    if seen:
+        fixed = log.fixed.get(spec.skeleton)
+        if fixed is None:
+            first = log.at(seen[0])
+            fixed = first.spec.ints if first is not None else spec.ints
+        log.fixed[spec.skeleton] = tuple(a if a == b else None for a, b in zip(fixed, spec.ints))
     pos = log.append(entry)
-    if found is not None:
-        old_pos, old, shift = found
-        differ = {i for i, (a, b) in enumerate(zip(old.spec.ints, spec.ints)) if a != b}
-        log.varies[spec.skeleton] = log.varies.get(spec.skeleton, frozenset()) | differ
-        if not predicted:
-            _anchored(log, old_pos, pos, shift)
+    if found is not None and not predicted:
+        old_pos, _, shift = found
+        _anchored(log, old_pos, pos, shift)
     if log.window is not None:
         _fill(log)
 
@@ -486,6 +496,8 @@ def _anchored(log: _Log, old_pos: int, pos: int, shift: dict) -> None:
         log.pending = None
         merged = dict(pending[2]) if follows else {}
         merged.update(shift)
+        if log.window is not None:
+            _drop(log.window, None)
         log.window = _Window(merged, old_pos + 1, pos)
     else:
         log.pending = (delta, old_pos, shift)
@@ -522,15 +534,15 @@ def _fill(log: _Log) -> None:
 
 
 def _shifted(log: _Log, spec: Spec, shift: dict) -> Spec | None:
-    """`spec` with its sizes shifted: only the ints that varied between its earlier builds where
-    it had several (a head dim equal to a sequence length stays), every int in `shift` where it
-    had one."""
-    varies = log.varies.get(spec.skeleton)
+    """`spec` with each int in `shift` shifted, but where every earlier build of its skeleton
+    had that same int (a head dim equal to a sequence length stays: only the length moved
+    between the builds)."""
+    fixed = log.fixed.get(spec.skeleton)
     ints = spec.ints
-    if varies:
-        new = tuple(shift.get(v, v) if i in varies else v for i, v in enumerate(ints))
-    else:
+    if fixed is None:
         new = tuple(shift.get(v, v) for v in ints)
+    else:
+        new = tuple(v if f is not None else shift.get(v, v) for v, f in zip(ints, fixed))
     return None if new == ints else Spec(spec.skeleton, new)
 
 
