@@ -395,3 +395,11 @@ def test_an_in_place_update_of_a_large_tensor_donates_its_buffer():
     torch.testing.assert_close(shared.cpu(), want, rtol=0, atol=0)
     want.index_copy_(0, torch.arange(4), src * 7)
     torch.testing.assert_close(cache.cpu(), want, rtol=0, atol=0)
+    # A write into a view (`as_strided_scatter` into its storage's buffer) donates that buffer.
+    view = cache[8:]
+    for step in range(3):
+        done = _native.stats()["donated"]
+        view.index_copy_(0, torch.arange(2, device=TPU) + step, src[:2].to(TPU) * (step + 10))
+        want[8:].index_copy_(0, torch.arange(2) + step, src[:2] * (step + 10))
+    assert _native.stats()["donated"] > done
+    torch.testing.assert_close(cache.cpu(), want, rtol=0, atol=0)

@@ -36,7 +36,32 @@ pub enum Write {
     Base,
     /// The target is a view: this `as_strided_scatter` program puts the result into the
     /// storage's buffer (inputs: the buffer, the result).
-    Strided(Py<Program>),
+    Strided(Scatter),
+}
+
+/// A view's `as_strided_scatter` program, and its variant that writes into the storage's
+/// buffer donated to it (its output aliased to the buffer), compiled at the first donation.
+pub struct Scatter {
+    pub program: Py<Program>,
+    pub text: String,
+    pub donating: PyOnceLock<Py<Program>>,
+}
+
+impl Scatter {
+    pub fn donating<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<&'a Bound<'py, Program>> {
+        let compiled = self.donating.get_or_try_init(py, || compile_donating(py, &self.text))?;
+        Ok(compiled.bind(py))
+    }
+}
+
+/// `text` compiled with its outputs aliased to the inputs of their types (`donate=True`),
+/// counted as the Python path counts one-op compiles.
+fn compile_donating(py: Python<'_>, text: &str) -> PyResult<Py<Program>> {
+    let start = std::time::Instant::now();
+    let compiled = Py::new(py, crate::compile_text(py, text, true)?)?;
+    let count = py.import("torchtpu.device._programs")?.getattr("_count")?;
+    count.call1((compiled.clone_ref(py), start.elapsed().as_secs_f64()))?;
+    Ok(compiled)
 }
 
 /// What the op's results become.
@@ -86,12 +111,7 @@ impl Recipe {
     /// one-op compiles) at its first use.
     pub fn donating<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<&'a Bound<'py, Program>> {
         let compiled = self.donating.get_or_try_init(py, || -> PyResult<Py<Program>> {
-            let text: String = self.program.bind(py).getattr("text")?.extract()?;
-            let start = std::time::Instant::now();
-            let compiled = Py::new(py, crate::compile_text(py, &text, true)?)?;
-            let count = py.import("torchtpu.device._programs")?.getattr("_count")?;
-            count.call1((compiled.clone_ref(py), start.elapsed().as_secs_f64()))?;
-            Ok(compiled)
+            compile_donating(py, &self.program.bind(py).getattr("text")?.extract::<String>()?)
         })?;
         Ok(compiled.bind(py))
     }

@@ -124,14 +124,18 @@ fn eager_learn(
     Ok(path::learn(name, recipe, baked))
 }
 
-/// Per target: "whole", "base", or ("strided", the scatter's compiled program).
+/// Per target: "whole", "base", or ("strided", the scatter's `_programs.Program`).
 fn writes(results: Bound<'_, PyAny>) -> PyResult<Vec<Write>> {
-    let list: Vec<(String, Option<Py<Program>>)> = results.extract()?;
+    let list: Vec<(String, Option<Bound<'_, PyAny>>)> = results.extract()?;
     list.into_iter()
         .map(|(kind, program)| match (kind.as_str(), program) {
             ("whole", _) => Ok(Write::Whole),
             ("base", _) => Ok(Write::Base),
-            ("strided", Some(p)) => Ok(Write::Strided(p)),
+            ("strided", Some(p)) => Ok(Write::Strided(cache::Scatter {
+                program: p.getattr("program")?.cast_into::<Program>()?.unbind(),
+                text: p.getattr("text")?.extract()?,
+                donating: pyo3::sync::PyOnceLock::new(),
+            })),
             (other, _) => Err(pyo3::exceptions::PyValueError::new_err(format!("eager_learn: write {other}"))),
         })
         .collect()

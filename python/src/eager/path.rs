@@ -289,11 +289,14 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
         cache::with(|c| c.donated += donated.len() as u64);
     }
     let outs = take_flag(py, recipe, buffers.into_iter().map(Bound::into_any).collect())?;
+    // The leaves are the program's: the writes' donation counts only what holds a buffer after.
+    drop(inputs);
+    drop(leaves);
     match &recipe.results {
         Results::New(types) => new_slots(py, outs, types, device).map(Some),
         Results::InPlace(writes) | Results::Out(writes) => {
             for ((buffer, target), w) in outs.into_iter().zip(targets).zip(writes) {
-                write(py, w, buffer.cast_into::<DeviceBuffer>()?, target, device)?;
+                write(py, w, buffer.cast_into::<DeviceBuffer>()?, target, flat, device)?;
             }
             Ok(Some(Vec::new()))
         }
@@ -464,6 +467,7 @@ fn write(
     w: &Write,
     result: Bound<'_, DeviceBuffer>,
     target: &Written<'_, '_>,
+    flat: &Flat<'_, '_>,
     device: usize,
 ) -> PyResult<()> {
     let new = match w {
@@ -477,7 +481,18 @@ fn write(
         Write::Strided(scatter) => {
             let base = target.slot.borrow().buffer.bind(py).cast::<DeviceBuffer>()?.clone();
             let inputs = [&base.get().buffer, &result.get().buffer];
-            execute(py, &scatter.get().compiled, &inputs, device)?.remove(0)
+            // The storage's buffer, held by its slot, `base` and this call's keyed leaves
+            // alone, is donated to the scatter: the view's write costs the view, not a copy of
+            // the storage.
+            let keyed = flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer } if buffer.is(&base))).count();
+            let only_the_target = base.get_refcnt() as usize == 2 + keyed;
+            if only_the_target && base.get().nbytes >= DONATE_MIN_BYTES && !base.is(&result) {
+                let program = scatter.donating(py)?;
+                cache::with(|c| c.donated += 1);
+                execute_donating(py, &program.get().compiled, &inputs, &[0], &[base.get()], device)?.remove(0)
+            } else {
+                execute(py, &scatter.program.get().compiled, &inputs, device)?.remove(0)
+            }
         }
     };
     target.slot.borrow_mut().buffer = new.into_any().unbind();

@@ -686,7 +686,7 @@ def _teach_native(info, program, leaves, n_floats: int, baked: bool, args, kwarg
 
 def _write_of(t):
     """How a result is written into `t` (`_storage.write`): ("whole", None), ("strided", the
-    scatter program `_storage.write` ran), or None (a case the Python path keeps)."""
+    scatter `Program` `_storage.write` ran), or None (a case the Python path keeps)."""
     slot = _storage.slot_of(t)
     if t.dtype is not slot.dtype or t.is_conj() or t.is_neg():
         return None  # converted, conjugated or negated on the way in (`_storage.write`)
@@ -697,7 +697,7 @@ def _write_of(t):
     )
     if p is None or not p.plain or p.checks is not None or p.sources != [("leaf", 0), ("leaf", 1)]:
         return None
-    return ("strided", p.program)
+    return ("strided", p)
 
 
 # ---------------------------------------------------------------- debug mode's checks

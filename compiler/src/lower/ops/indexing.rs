@@ -746,6 +746,12 @@ pub fn as_strided<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c,
         return bad!("as_strided reads element {last} of a {numel}-element tensor");
     }
     let flat = e.reshape(x, &[numel])?;
+    let count = product(size.iter().copied())?;
+    if count > 0 && row_major(&size, &stride) {
+        // A contiguous run from `offset` (a slice view of a storage): one slice, not a gather.
+        let run = e.slice(&flat, &[offset], &[offset + count], &[1])?;
+        return Ok(vec![e.reshape(&run, n.out_dims())?]);
+    }
     let pos = strided_positions(e, &size, &stride, offset)?;
     let mut with_vec = size.clone();
     with_vec.push(1);
@@ -814,6 +820,19 @@ pub fn masked_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R
     Ok(vec![e.reshape(&r, &x.dims)?])
 }
 
+/// Whether `stride` walks `size` in row-major order with no gaps (PyTorch's contiguity: a
+/// dim of size 1 may have any stride), so the view is one run of consecutive elements.
+fn row_major(size: &[i64], stride: &[i64]) -> bool {
+    let mut expected = 1;
+    for (&n, &st) in size.iter().zip(stride).rev() {
+        if n != 1 && st != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
 /// Flat positions `offset + sum(p[i] * stride[i])` over `size`, as as_strided reads them.
 fn strided_positions<'c, 'a>(e: &Emitter<'c, 'a>, size: &[i64], stride: &[i64], offset: i64) -> RuleResult<Tv<'c, 'a>> {
     let mut pos = e.constant(DType::I64, size, Scalar::I(offset))?;
@@ -840,8 +859,17 @@ pub fn as_strided_scatter<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) 
     if count == 0 {
         return Ok(vec![x]);
     }
-    let pos = strided_positions(e, &size, &stride, n.get_or(STORAGE_OFFSET, 0)?)?;
+    let offset = n.get_or(STORAGE_OFFSET, 0)?;
     let flat = e.reshape(&x, &[numel])?;
+    if row_major(&size, &stride) && offset >= 0 && offset + count <= numel {
+        // A contiguous run from `offset`: one dynamic_update_slice, not a scatter.
+        let start = e.constant(DType::I64, &[], Scalar::I(offset))?;
+        let run = e.reshape(&src, &[count])?;
+        let v =
+            e.build(hlo::DYNAMIC_UPDATE_SLICE, &[flat.v, run.v, start.v], &[e.ty(out, &[numel])], &[], Vec::new())?[0];
+        return Ok(vec![e.reshape(&Tv { v, dtype: out, dims: vec![numel] }, &x.dims)?]);
+    }
+    let pos = strided_positions(e, &size, &stride, offset)?;
     let r = scatter_flat(e, &flat, &e.reshape(&pos, &[count])?, &e.reshape(&src, &[count])?, Combine::Replace)?;
     Ok(vec![e.reshape(&r, &x.dims)?])
 }
