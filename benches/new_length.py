@@ -5,11 +5,14 @@ Each round starts one process per setting, each on an empty compile cache folder
 really compiles): a first prompt of 5 tokens, then new lengths 6, 7 and 9, then 6 again.
 Settings: one-op programs built ahead of use off (`compile_ahead(0)`, as before it existed)
 and on (its default thread count). Per new length it reports the seconds of the `generate`
-call (wall), the process's CPU seconds over it, the one-op programs compiled, how many of them
-the pool built ahead, the pool's compiles (those plus unused predictions) and how long ops
-waited for the pool; and whether the tokens equal CPU eager's. Medians over `--rounds`.
+call (wall), the CPU seconds of the process and of the generating thread over it (with the
+pool, that thread's CPU is what a machine with cores to spare would wait for, if the pool
+keeps up), the one-op programs compiled, how many of them the pool built ahead, the pool's
+compiles (those plus unused predictions) and how long ops waited for the pool; and whether
+the tokens equal CPU eager's. Medians over `--rounds`; every run's rows go to
+benches/results/new_length.json.
 
-    .venv/bin/python benches/new_length.py              # 3 rounds, ~3 minutes
+    .venv/bin/python benches/new_length.py              # 3 rounds, 3-8 minutes on 2 cores
     .venv/bin/python benches/new_length.py --rounds 5 --threads 4
 """
 
@@ -25,6 +28,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benches" / "results" / "new_length.json"
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -48,12 +52,12 @@ rows = []
 for n in json.loads(sys.argv[3]):
     ids = torch.randint(3, 128, (1, n), generator=torch.Generator().manual_seed(n))
     mask = torch.ones_like(ids)
-    before, c0, t0 = torchtpu.stats(), cpu(), time.perf_counter()
+    before, c0, m0, t0 = torchtpu.stats(), cpu(), time.thread_time(), time.perf_counter()
     out = model.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), **kw)
-    wall, spent = time.perf_counter() - t0, cpu() - c0
+    wall, spent, own = time.perf_counter() - t0, cpu() - c0, time.thread_time() - m0
     time.sleep(0.5)  # the pool's last compiles land in the counts
     after = torchtpu.stats()
-    row = {"prompt": n, "wall_s": wall, "cpu_s": spent}
+    row = {"prompt": n, "wall_s": wall, "cpu_s": spent, "thread_cpu_s": own}
     row.update({k[6:]: after[k] - before[k] for k in KEYS})
     row["equal_cpu"] = torch.equal(out.cpu(), ref.generate(ids, attention_mask=mask, **kw))
     rows.append(row)
@@ -100,13 +104,20 @@ def main() -> None:
             results[name].append(run(settings[name]))
             print(f"round {r + 1}: {name} done", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
+    RESULTS.write_text(
+        json.dumps(
+            {"cores": os.cpu_count(), "load_at_end": load, "runs": results}, indent=1
+        )
+        + "\n"
+    )
     print(
         f"{os.cpu_count()} cores, load {load:.1f} at the end; medians of {args.rounds} rounds\n"
     )
     print(
-        "| prompt | setting | wall s | CPU s | programs compiled | built ahead | pool compiles | waited s | tokens = CPU |"
+        "| prompt | setting | wall s | CPU s (process) | CPU s (generate's thread) | programs compiled | "
+        "built ahead | pool compiles | waited s | tokens = CPU |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for i, label in enumerate(LABELS):
         for name in settings:
             rows = [run_rows[i] for run_rows in results[name]]
@@ -115,7 +126,8 @@ def main() -> None:
                 return statistics.median(r[k] for r in rows)
 
             print(
-                f"| {label} | {name} | {med('wall_s'):.2f} | {med('cpu_s'):.2f} | {med('programs_compiled'):.0f} | "
+                f"| {label} | {name} | {med('wall_s'):.2f} | {med('cpu_s'):.2f} | {med('thread_cpu_s'):.2f} | "
+                f"{med('programs_compiled'):.0f} | "
                 f"{med('programs_ahead'):.0f} | {med('ahead_compiles'):.0f} | {med('ahead_wait_seconds'):.2f} | "
                 f"{all(r['equal_cpu'] for r in rows)} |"
             )

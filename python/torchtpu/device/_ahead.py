@@ -455,10 +455,11 @@ def _drop(window: _Window, upto: int | None) -> None:
                 del _table[spec]
 
 
-def learned(spec: Spec | None, out_shapes, predicted: bool) -> None:
+def learned(spec: Spec | None, out_shapes, predicted: bool, trace) -> None:
     """After this thread built `spec` (itself, or taken from the pool when `predicted`): logs it,
     and where it repeats an earlier build at shifted sizes, predicts the builds that followed
-    that one."""
+    that one; the pool builds them with `trace` (`_programs.trace`, passed in: that module
+    imports this one)."""
     if spec is None:
         return
     with _lock:
@@ -480,7 +481,7 @@ def learned(spec: Spec | None, out_shapes, predicted: bool) -> None:
         old_pos, _, shift = found
         _anchored(log, old_pos, pos, shift)
     if log.window is not None:
-        _fill(log)
+        _fill(log, trace)
 
 
 def _anchored(log: _Log, old_pos: int, pos: int, shift: dict) -> None:
@@ -503,7 +504,7 @@ def _anchored(log: _Log, old_pos: int, pos: int, shift: dict) -> None:
         log.pending = (delta, old_pos, shift)
 
 
-def _fill(log: _Log) -> None:
+def _fill(log: _Log, trace) -> None:
     """Submits predictions from the thread's window until `_lookahead()` are outstanding."""
     w = log.window
     limit = _lookahead()
@@ -524,7 +525,7 @@ def _fill(log: _Log) -> None:
             if len(_table) >= _TABLE_LIMIT:
                 _table.pop(next(iter(_table))).future.cancel()
         try:
-            future = _executor().submit(_build, new)
+            future = _executor().submit(_build, new, trace)
         except RuntimeError:  # the interpreter is shutting down
             log.window = None
             return
@@ -546,10 +547,8 @@ def _shifted(log: _Log, spec: Spec, shift: dict) -> Spec | None:
     return None if new == ints else Spec(spec.skeleton, new)
 
 
-def _build(spec: Spec):
-    """On the pool: the program of `spec`, traced and compiled (`_programs.Traced`)."""
-    from torchtpu.device import _programs
-
+def _build(spec: Spec, trace):
+    """On the pool: the program of `spec`, traced by `trace` and compiled (`_programs.Traced`)."""
     grad, inference, default_dtype, include, exclude = spec.skeleton[-1]
     if default_dtype is not torch.get_default_dtype():
         return None  # changed since (process-wide): the trace would not be the Spec's
@@ -559,7 +558,7 @@ def _build(spec: Spec):
         torch.set_grad_enabled(grad),
         torch._C._ForceDispatchKeyGuard(keys(include), keys(exclude)),
     ):
-        traced = _programs.trace(**materialize(spec))
+        traced = trace(**materialize(spec))
     traced.compile_ahead()
     _stats.bump("eager_ahead_compiles")
     return traced

@@ -286,7 +286,7 @@ def build(
             traced = trace(*args)
         traced.compile()  # outside the lock: XLA's compile releases the GIL, others trace
     program = _keep(key, traced, write_base)
-    _ahead.learned(spec, [shape for _, shape in traced.out_types], predicted)
+    _ahead.learned(spec, [shape for _, shape in traced.out_types], predicted, trace)
     return program
 
 
