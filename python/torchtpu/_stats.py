@@ -35,6 +35,10 @@ def _fresh() -> dict:
         "compile_seconds_saved": 0.0,  # XLA compile time the disk hits did not spend
         # Per compiled graph: the compiler's peak-memory estimate (peak_bytes, peak_at, ...).
         "graphs": {},
+        # Per graph with symbolic sizes (buckets.py): its bucket list, the sizes padded to
+        # buckets, those kept exact with the reason, and programs compiled per bucket
+        # ("s0=8,s1=5": each size symbol's value in the program).
+        "buckets": {},
         # The eager tpu device (docs/eager.md): ops dispatched, one-op programs compiled
         # (each key once), and ops that ran on the CPU for want of a program (op -> count).
         "eager_ops": 0,
@@ -127,6 +131,22 @@ def record_graph(name: str, info: dict) -> None:
         _stats["graphs"][name] = dict(info)
 
 
+def record_buckets(name: str, plan, buckets: tuple) -> None:
+    with _lock:
+        entry = _stats["buckets"].setdefault(name, {"programs": {}})
+        entry.update(
+            buckets=list(buckets) if plan.any else [],
+            padded=sorted(str(s) for s in plan.padded),
+            exact=dict(plan.exact),
+        )
+
+
+def count_bucket_program(name: str, label: str) -> None:
+    with _lock:
+        programs = _stats["buckets"].setdefault(name, {"programs": {}})["programs"]
+        programs[label] = programs.get(label, 0) + 1
+
+
 def record_sharding(name: str, plan: dict) -> None:
     """The SPMD plan of graph `name` (mesh, num_partitions, layouts, collectives, bytes per
     device) under `stats()["graphs"][name]["sharding"]`."""
@@ -145,6 +165,10 @@ def stats() -> dict:
         snap["fallback_kinds"] = dict(_stats["fallback_kinds"])
         snap["eager_cpu_fallbacks"] = dict(_stats["eager_cpu_fallbacks"])
         snap["graphs"] = {k: dict(v) for k, v in _stats["graphs"].items()}
+        snap["buckets"] = {
+            k: {**v, "programs": dict(v["programs"]), "exact": dict(v.get("exact", {}))}
+            for k, v in _stats["buckets"].items()
+        }
         return snap
 
 

@@ -94,30 +94,85 @@ class _PerShape:
     signature is exported with its sizes evaluated from the inputs (`specialize.Binding`, no
     re-trace) and compiled; where that cannot be done (data-dependent sizes, ops that fall
     back) the ATen graph is re-traced with those sizes instead. Dynamo's own guards decide
-    when this graph is used at all."""
+    when this graph is used at all.
+
+    In an inference graph, a size that only indexes independent rows is padded to its bucket
+    (option `buckets`, `buckets.py`): the signature runs through the bucket's program, its
+    inputs padded and its outputs cut back."""
 
     def __init__(self, gm, opts: Options, kind: str):
         self.gm, self.opts, self.kind = gm, opts, kind
         self.compiled: dict = {}
         self.fingerprint = (_fingerprint(gm), opts, kind)
+        self.name = f"{kind}_{self.fingerprint[0][:10]}"  # in stats()["buckets"]
         self.evaluable = None  # whether signatures can be specialised without a re-trace
+        self.plan = None  # padding_analysis.Plan: which sizes are padded to buckets
 
     def __call__(self, *args):
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        key = _signature(args)
         fn = self.compiled.get(key)
         if fn is None:
-            fn = _SPECIALISED.get((self.fingerprint, key))
-            if fn is None:
-                fn = self._specialise(args, key)
-                _SPECIALISED[(self.fingerprint, key)] = fn
-                while len(_SPECIALISED) > MAX_SPECIALISED:
-                    _SPECIALISED.popitem(last=False)
-                _stats.bump("specialisations")
-                self._advise()
-            else:
-                _SPECIALISED.move_to_end((self.fingerprint, key))
-            self.compiled[key] = fn
+            fn = self.compiled[key] = self._for_signature(args, key)
         return fn(list(args))
+
+    def _for_signature(self, args, key):
+        from torchtpu import buckets
+        from torchtpu.specialize import Binding, NotSpecializable
+
+        plan = self._bucket_plan()
+        try:
+            binding = Binding(self.gm, args)
+        except NotSpecializable:  # data-dependent sizes: re-traced per signature, never padded
+            return self._program(args, key, "")
+        # Under a sharding mesh the inputs' layouts travel on the tensors themselves, which
+        # padded copies would not carry: exact sizes there.
+        sizes = {} if _sharding.ACTIVE else buckets.padded_sizes(plan, binding, self.opts.buckets)
+        label = buckets.label(plan, binding, sizes)
+        if not sizes:  # every padded size is a bucket already, or above the largest
+            return self._program(args, key, label)
+        padded = buckets.Padded(plan, self.gm, binding, sizes)
+        example = padded.padded_args(list(args))
+        padded.run = self._program(example, _signature(example), label)
+        log.info("%s: input signature %s runs in bucket %s", self.name, key, label)
+        return padded
+
+    def _bucket_plan(self):
+        """Which sizes are padded, decided once per graph (inference graphs only: the
+        backward of a training graph sums over the batch)."""
+        if self.plan is None:
+            from torchtpu.padding_analysis import Plan, analyse
+
+            if self.kind != "inference":
+                self.plan = Plan.exact_only(self.gm, f"{self.kind} graphs keep exact sizes (training)")
+            elif not self.opts.buckets:
+                self.plan = Plan.exact_only(self.gm, "bucketing is off (option buckets)")
+            else:
+                try:
+                    self.plan = analyse(self.gm)
+                except Exception as e:  # noqa: BLE001 - a bug in the analysis: said, and exact sizes
+                    why = f"the padding analysis failed (a torchtpu bug): {type(e).__name__}: {e}"
+                    warn_once(f"buckets:{self.fingerprint[0]}", f"torchtpu: {self.name}: {why}")
+                    self.plan = Plan.exact_only(self.gm, why)
+            _stats.record_buckets(self.name, self.plan, self.opts.buckets if self.kind == "inference" else ())
+            for s, why in self.plan.exact.items():
+                log.info("%s: size %s stays exact: %s", self.name, s, why)
+        return self.plan
+
+    def _program(self, args, key, label: str):
+        """The program for this exact signature, from this process's programs or compiled."""
+        fn = _SPECIALISED.get((self.fingerprint, key))
+        if fn is not None:
+            _SPECIALISED.move_to_end((self.fingerprint, key))
+            return fn
+        fn = self._specialise(args, key)
+        _SPECIALISED[(self.fingerprint, key)] = fn
+        while len(_SPECIALISED) > MAX_SPECIALISED:
+            _SPECIALISED.popitem(last=False)
+        _stats.bump("specialisations")
+        if label:
+            _stats.count_bucket_program(self.name, label)
+        self._advise()
+        return fn
 
     def _advise(self):
         """Each new size costs an XLA compile: say so once a graph has needed many, and name
@@ -149,6 +204,10 @@ class _PerShape:
 
         static = make_fx(self.gm, tracing_mode="fake")(*args)
         return compile_aten_graph(static, args, self.opts, self.kind)
+
+
+def _signature(args) -> tuple:
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
 
 
 # XLA options for inference graphs when the user sets none: YNNPACK only for single dots (XLA

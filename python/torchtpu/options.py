@@ -52,6 +52,11 @@ class Options:
     # one extra bool output, read after each call (index_checks.py). Default: on, unless
     # TORCHTPU_CHECK_INDICES=0.
     check_indices: bool = True
+    # Inference graphs with symbolic sizes pad each size that only indexes independent rows (a
+    # batch) up to the next of these sizes, so that a loop over changing sizes compiles one
+    # program per bucket (buckets.py, docs/backend.md "Buckets"); () turns it off. Default:
+    # TORCHTPU_BUCKETS, else buckets.DEFAULT_BUCKETS (8, 16, ..., 1024).
+    buckets: tuple = ()
 
     @staticmethod
     def from_dict(options: dict | None) -> Options:
@@ -68,6 +73,9 @@ class Options:
             from torchtpu.index_checks import check_indices_default
 
             options["check_indices"] = check_indices_default()
+        from torchtpu import buckets
+
+        options["buckets"] = buckets.parse(options["buckets"]) if "buckets" in options else buckets.default()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):
             options["dump_dir"] = os.environ["TORCHTPU_DUMP_DIR"]
         for flag in (
