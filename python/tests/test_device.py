@@ -317,8 +317,9 @@ def test_mixing_devices_is_a_clear_error():
 
 
 def test_debug_mode_names_op_types_and_frame():
-    # A bitcast view (view(dtype)) is not supported on tpu: the op reading it fails.
-    v = torch.randn(2, 3).to(TPU).view(torch.int32)
+    # A complex view of float32 storage other than complex64 (view(dtype)) is not supported
+    # on tpu: the op reading it fails.
+    v = torch.randn(2, 4).to(TPU).view(torch.complex128)
     with torchtpu.eager.mode("debug"):
         assert torchtpu.eager.current_mode() == "debug"
         with pytest.raises(torchtpu.DeviceOpError) as info:
@@ -326,7 +327,7 @@ def test_debug_mode_names_op_types_and_frame():
     assert torchtpu.eager.current_mode() == "strict"
     err = info.value
     assert err.op.startswith("aten::add")  # add.Tensor reaches the device as add.out
-    assert err.input_types == ["i32[2, 3]", "i64[] (cpu)"]  # the 1 is a wrapped number
+    assert err.input_types == ["c128[2, 1]", "i64[] (cpu)"]  # the 1 is a wrapped number
     assert err.frame is not None and err.frame.startswith(__file__)
     assert "view(dtype)" in str(err)
     # PyTorch's own shape check (run on meta tensors) carries the op and types too.
