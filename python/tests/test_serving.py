@@ -124,12 +124,23 @@ def _answered(srv) -> int:
 # device compiles one program per slice offset and shape (docs/serving.md, "Load"). `make test`
 # sends 8; `make test-slow` the 64 of issue 47.
 @pytest.mark.parametrize("n", [8, pytest.param(64, marks=pytest.mark.slow)])
-def test_load_concurrent_requests(serve, model_dir, cpu_answers, n):
-    """`n` requests at once to the continuous-batching server: each answered once, under its own id,
-    with the CPU's answer to its prompt."""
-    answers, _ = cpu_answers
+def test_concurrent_requests_and_a_client_leaving(serve, model_dir, cpu_answers, n):
+    """`n` requests at once to the continuous-batching server, beside a streaming client that leaves
+    after its first words: each of the `n` is answered once, under its own id, with the CPU's
+    answer to its prompt, and the server keeps serving (a stream after them is the CPU's too)."""
+    answers, streamed = cpu_answers
     tpu = serve("tpu", "continuous-batching-compile")
     before = _answered(tpu)
+    leaving = {"model": model_dir, "messages": [{"role": "user", "content": PROMPTS[2]}], "max_tokens": 400}
+    leaving |= {"stream": True, "temperature": 0}
+    left = threading.Event()
+
+    def leave_early():
+        with httpx.stream("POST", tpu.url + "/v1/chat/completions", json=leaving, timeout=600) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:") and '"content"' in line:
+                    left.set()
+                    return  # closes the connection mid-stream
 
     def one(i):
         try:
@@ -138,17 +149,23 @@ def test_load_concurrent_requests(serve, model_dir, cpu_answers, n):
             return i, e
 
     start = time.monotonic()
+    leaver = threading.Thread(target=leave_early)
+    leaver.start()
     with ThreadPoolExecutor(n) as pool:
         results = dict(pool.map(one, range(n)))
     seconds = time.monotonic() - start
+    leaver.join(600)
+    assert left.is_set(), "the leaving stream never started"
     errors = {i: r for i, r in results.items() if isinstance(r, Exception)}
-    print(f"\nload: {n} requests x {MAX_TOKENS} tokens, {seconds:.1f} s, {len(errors)} errors")
+    print(f"\nload: {n} requests x {MAX_TOKENS} tokens and one leaving stream, {seconds:.1f} s, {len(errors)} errors")
     assert not errors, errors
     assert sorted(r[3] for r in results.values()) == sorted(f"load-{i}" for i in range(n))
     for i, r in results.items():
         assert r[:3] == answers[PROMPTS[i % len(PROMPTS)]], i
     time.sleep(0.5)  # the access log line follows the response
-    assert _answered(tpu) - before == n
+    assert _answered(tpu) - before == n + 1  # and the stream's
+    assert _stream(tpu, model_dir, PROMPTS[0]) == streamed
+    assert httpx.get(tpu.url + "/health").status_code == 200
 
 
 # Malformed requests: each must get the CPU server's status code from the tpu server.
@@ -170,30 +187,3 @@ def test_malformed_requests_get_cpu_status(serve, model_dir, cpu_answers):
         assert codes[0] >= 400 and codes[1] == codes[0], (name, codes)
     assert httpx.get(tpu.url + "/health").status_code == 200
     assert _ask(tpu, model_dir, PROMPTS[1])[:3] == answers[PROMPTS[1]]
-
-
-def test_client_disconnecting_mid_stream(serve, model_dir, cpu_answers):
-    """A streaming client that leaves after its first words: the requests beside it are answered as
-    the CPU answers them, and the server keeps serving."""
-    answers, streamed = cpu_answers
-    tpu = serve("tpu", "continuous-batching-compile")
-    body = {"model": model_dir, "messages": [{"role": "user", "content": PROMPTS[2]}], "max_tokens": 200}
-    body |= {"stream": True, "temperature": 0}
-    got_first = threading.Event()
-
-    def leave_early():
-        with httpx.stream("POST", tpu.url + "/v1/chat/completions", json=body, timeout=600) as r:
-            for line in r.iter_lines():
-                if line.startswith("data:") and '"content"' in line:
-                    got_first.set()
-                    return  # closes the connection mid-stream
-
-    leaver = threading.Thread(target=leave_early)
-    leaver.start()
-    assert got_first.wait(600), "the stream never started"
-    with ThreadPoolExecutor(4) as pool:
-        beside = list(pool.map(lambda p: _ask(tpu, model_dir, p)[:3], PROMPTS[:4]))
-    leaver.join(60)
-    assert beside == [answers[p] for p in PROMPTS[:4]]
-    assert _stream(tpu, model_dir, PROMPTS[0]) == streamed
-    assert httpx.get(tpu.url + "/health").status_code == 200

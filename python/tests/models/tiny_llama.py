@@ -70,8 +70,8 @@ def tokenizer(vocab_size: int = 512, reserved_to: int | None = None):
     """A byte-level BPE tokenizer trained offline on generated sentences (as
     examples/torchtitan/make_assets.py trains one), with BOS/EOS, the chat headers and
     `CHAT_TEMPLATE`, as a `PreTrainedTokenizerFast`. `reserved_to` pads the vocabulary with
-    reserved special tokens up to that size, as Llama 3 reserves ids for later use, so a model
-    with a real-sized vocabulary decodes every id it can emit."""
+    reserved tokens up to that size, as Llama 3 reserves ids for later use, so a model with a
+    real-sized vocabulary decodes every id it can emit."""
     import os
     import random
 
@@ -93,7 +93,8 @@ def tokenizer(vocab_size: int = 512, reserved_to: int | None = None):
     )
     tok.train_from_iterator(texts, trainer=trainer)
     if reserved_to is not None and reserved_to > tok.get_vocab_size():
-        tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(reserved_to - tok.get_vocab_size())])
+        # Not special: a decode that skips special tokens (the server's) still shows them as text.
+        tok.add_tokens([f"<|reserved_{i}|>" for i in range(reserved_to - tok.get_vocab_size())])
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=BOS, eos_token=EOS, chat_template=CHAT_TEMPLATE
     )
