@@ -5,7 +5,8 @@
 For an MLP (16 -> 256 -> 256 -> 16, GELU) and a transformer block (pre-norm, 4-head causal
 self-attention over 32 positions, hidden 64, MLP x4), `torch.compile(backend="torchtpu")` is
 called on batches 2, 3, ..., 9 (a first loop: Dynamo's static graph for 2, then a symbolic
-one) and then on the same batches again (a second loop: every program warm), with buckets
+one) and then on the same batches again (a second loop: every program warm); `block-seq` is
+the block at batch 4 over sequence lengths 2..9 (its causal mask's size too), with buckets
 off (one program per batch size) and on (the default buckets 8, 16, ...). Each configuration
 runs in a fresh process with its own empty compile cache, so every program is an XLA compile.
 Reported per configuration: programs compiled (XLA compiles), the first loop's seconds
@@ -46,10 +47,13 @@ _CHILD = textwrap.dedent(
             torch.nn.Linear(16, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 16)
         )
         make = lambda b: (torch.randn(b, 16),)
-    else:
+    elif model_name == "block":
         model = Block()
         mask = torch.triu(torch.full((32, 32), float("-inf")), 1)
         make = lambda b: (torch.randn(b, 32, 64), mask)
+    else:  # block-seq: batch 4, lengths 2..9 (the keys masked past the real length)
+        model = Block()
+        make = lambda t: (torch.randn(4, t, 64), torch.triu(torch.full((t, t), float("-inf")), 1))
     model = model.eval()
     ref = {b: make(b) for b in range(2, 10)}
     with torch.no_grad():
@@ -104,7 +108,7 @@ def main() -> None:
     print(
         f"{'model':<6} {'buckets':<8} {'programs':>8} {'first loop s':>13} {'warm call ms':>13}"
     )
-    for model in ("mlp", "block"):
+    for model in ("mlp", "block", "block-seq"):
         for buckets in ("off", "on"):
             rows = [
                 run(model, args.device, buckets) for _ in range(args.repeat)

@@ -1,7 +1,9 @@
 """Bounded programs for changing sizes (issue 47): an inference graph whose batch changes at
 every call runs padded to buckets (`torchtpu/buckets.py`), so batch sizes 2..9 compile at most
-3 programs, and its results equal the unpadded call. Sizes padding could change (a softmax over
-them, a reduction, indexing by data) stay exact, with the reason in `stats()["buckets"]`.
+3 programs, and its results equal the unpadded call. A sequence length is padded too, the
+ops that combine values along it (softmax, sums, contractions over the keys) masked past the
+real length. Sizes padding could change (a mean over them, a reshape that splits them,
+indexing by data) stay exact, with the reason in `stats()["buckets"]`.
 
 Every result is compared with CPU eager, rtol=1e-5, atol=1e-5 (float32; padding changes no
 arithmetic of the real rows, the programs differ from eager's kernels only in summation order).
@@ -88,27 +90,45 @@ def test_mlp_batch_2_to_9_compiles_at_most_3_programs(device):
     assert_compiled_cleanly()
 
 
-def test_transformer_block_batch_pads_and_sequence_stays_exact():
-    """dynamic=True makes batch and sequence symbolic from the first call: batch is padded
-    (two programs for 2..9), the sequence length is a softmax's (and a max's) reduced dim and
-    keeps exact sizes, which stats() says."""
+def test_transformer_block_pads_batch_and_masks_the_padded_keys():
+    """dynamic=True makes batch and sequence symbolic from the first call. Both are padded:
+    the sequence is the keys' dim of the attention's softmax and of its product with the
+    values, so those ops' inputs are masked past the real length (`where(arange(n) < real,
+    x, fill)`) in the bucket's program, which takes the real length as an input."""
     model = Block().eval()
     compiled = torch.compile(_on(model, TPU), backend="torchtpu", dynamic=True)
     with torch.no_grad():
-        for b in range(2, 10):
-            x = torch.randn(b, 5, 16)
-            got = compiled(x.to(TPU), _causal(5).to(TPU))
-            torch.testing.assert_close(got.cpu(), model(x, _causal(5)), **TOL)
-        assert torchtpu.stats()["graphs_compiled"] == 2
-        for t in (3, 7):  # a new sequence length: its own program (in the batch's bucket)
-            x = torch.randn(3, t, 16)
-            torch.testing.assert_close(compiled(x.to(TPU), _causal(t).to(TPU)).cpu(), model(x, _causal(t)), **TOL)
+        for b, t in [(b, 5) for b in range(2, 10)] + [(3, 3), (3, 7), (2, 8), (3, 12)]:
+            x = torch.randn(b, t, 16)
+            got = compiled(x.to(TPU), _causal(t).to(TPU))
+            torch.testing.assert_close(got.cpu(), model(x, _causal(t)), **TOL)
     entry = _one_graph()
-    assert len(entry["padded"]) == 1 and len(entry["exact"]) == 1, entry
-    (why,) = entry["exact"].values()
-    assert "along the padded dim" in why or "over the padded dim" in why, why
-    assert len(entry["programs"]) == 4, entry
+    assert len(entry["padded"]) == 2 and entry["exact"] == {}, entry
+    # (batch, length) buckets: (8, 8) for batches 2..8 and lengths 3..8, (16, 8), (8, 16).
+    assert sorted(entry["programs"].values()) == [1, 1, 1], entry
+    assert torchtpu.stats()["graphs_compiled"] == 3
     assert_compiled_cleanly()
+
+
+def test_key_padding_mask_and_sequence_lengths_2_to_9():
+    """A boolean key padding mask (its padded columns are False after zero fill, masked past
+    the real length anyway): lengths 2..9 under plain torch.compile run in 3 programs."""
+    model = Block().eval()
+
+    def f(x, pad):
+        h = model.ln(x)
+        a, _ = model.att(h, h, h, key_padding_mask=pad, need_weights=False)
+        return x + a
+
+    compiled = torch.compile(f, backend="torchtpu")
+    with torch.no_grad():
+        for t in range(2, 10):
+            x = torch.randn(3, t, 16)
+            pad = torch.zeros(3, t, dtype=torch.bool)
+            pad[0, -1] = True  # the last key of the first row is padding
+            torch.testing.assert_close(compiled(x, pad), f(x, pad), **TOL)
+    assert torchtpu.stats()["graphs_compiled"] <= 3
+    assert _one_graph()["exact"] == {}
 
 
 def test_batch_second_outputs_are_cut_with_eager_strides():
@@ -127,21 +147,48 @@ def test_batch_second_outputs_are_cut_with_eager_strides():
     assert_compiled_cleanly()
 
 
-def test_a_reduction_over_the_batch_keeps_exact_sizes():
-    def f(x, w):
-        h = torch.log(x.abs()) @ w  # padded rows are log(0) = -inf: cut away, never summed
-        return h.softmax(-1), h.sum(0)
+def test_reductions_over_the_padded_dim_are_masked():
+    """Sums, maxima, softmax, logsumexp, products, any/all and scans over the batch: each
+    reduction's input is filled past the real size with its identity (0, -inf, 1, False, ...);
+    a scan needs none (the real rows come first)."""
 
-    compiled = torch.compile(f, backend="torchtpu")
+    def f(x, w):
+        h = torch.log(x.abs()) @ w  # padded rows are log(0) = -inf: masked, never summed
+        return (
+            h.sum(0),
+            h.amax(0),
+            h.softmax(0),
+            torch.logsumexp(h, 0),
+            (x + 2).prod(0),
+            (x > 0).any(0),
+            (x > -3).all(0),
+            x.cumsum(0),
+            x.argmax(0),
+        )
+
+    compiled = torch.compile(f, backend="torchtpu", dynamic=True)
     w = torch.randn(4, 3)
     for b in (2, 3, 5):
         x = torch.randn(b, 4)
         for g, e in zip(compiled(x, w), f(x, w)):
             torch.testing.assert_close(g, e, **TOL)
     entry = _one_graph()
+    assert entry["exact"] == {} and len(entry["programs"]) == 1, entry
+
+
+def test_a_mean_over_the_batch_keeps_exact_sizes():
+    def f(x):
+        return x.softmax(-1), x.mean(0)
+
+    compiled = torch.compile(f, backend="torchtpu")
+    for b in (2, 3, 5):
+        x = torch.randn(b, 4)
+        for g, e in zip(compiled(x), f(x)):
+            torch.testing.assert_close(g, e, **TOL)
+    entry = _one_graph()
     assert entry["padded"] == [] and len(entry["programs"]) == 2
     (why,) = entry["exact"].values()
-    assert why.startswith("aten.sum.dim_IntList") and "reduces over the padded dim" in why
+    assert why.startswith("aten.mean.dim") and "divisor" in why, why
 
 
 def test_padded_rows_never_reach_real_ones():
@@ -214,10 +261,7 @@ def test_training_graphs_keep_exact_sizes():
         assert all("training" in why for why in entry["exact"].values())
 
 
-def test_llama_with_a_padded_attention_mask_pads_its_batch():
-    """transformers' masks read `mask[batch_idx, kv_idx]` with `batch_idx = arange(batch)`:
-    row numbers of the padded dim index it (and the mask's own batch symbol is tied to the
-    ids'), so a left-padded batch of 2..9 runs in buckets 8 and 16."""
+def _llama():
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
         vocab_size=128,
@@ -230,6 +274,34 @@ def test_llama_with_a_padded_attention_mask_pads_its_batch():
     )
     model = transformers.LlamaForCausalLM(cfg).eval()
     model.config.use_cache = False
+    return model
+
+
+def test_llama_prompt_lengths_run_in_buckets():
+    """Prompts of changing length with a left-padded attention mask (a server's prefill):
+    the keys past the real length are masked in the bucket's program; lengths 3..12 compile
+    Dynamo's first graph and buckets 8 and 16."""
+    model = _llama()
+    compiled = torch.compile(model, backend="torchtpu")
+    with torch.no_grad():
+        for t in (3, 4, 6, 9, 12):
+            ids = torch.randint(0, 128, (2, t))
+            mask = torch.ones(2, t, dtype=torch.long)
+            mask[0, :2] = 0
+            torch.testing.assert_close(
+                compiled(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits, **TOL
+            )
+    entry = _one_graph()
+    assert entry["exact"] == {}, entry
+    assert torchtpu.stats()["graphs_compiled"] == 3
+    assert_compiled_cleanly()
+
+
+def test_llama_with_a_padded_attention_mask_pads_its_batch():
+    """transformers' masks read `mask[batch_idx, kv_idx]` with `batch_idx = arange(batch)`:
+    row numbers of the padded dim index it (and the mask's own batch symbol is tied to the
+    ids'), so a left-padded batch of 2..9 runs in buckets 8 and 16."""
+    model = _llama()
     compiled = torch.compile(model, backend="torchtpu")
     with torch.no_grad():
         for b in (2, 3, 6, 9):

@@ -132,7 +132,12 @@ class _PerShape:
             return self._program(args, key, label)
         padded = buckets.Padded(plan, self.gm, binding, sizes)
         example = padded.padded_args(list(args))
-        padded.run = self._program(example, _signature(example), label)
+        if plan.masks:
+            # Masked before each op that combines values along a padded dim: one static
+            # program per bucket, the real sizes its last inputs.
+            padded.run = self._program(example, ("masked", *_signature(example)), label, masked=True)
+        else:
+            padded.run = self._program(example, _signature(example), label)
         log.info("%s: input signature %s runs in bucket %s", self.name, key, label)
         return padded
 
@@ -158,13 +163,19 @@ class _PerShape:
                 log.info("%s: size %s stays exact: %s", self.name, s, why)
         return self.plan
 
-    def _program(self, args, key, label: str):
+    def _program(self, args, key, label: str, masked: bool = False):
         """The program for this exact signature, from this process's programs or compiled."""
         fn = _SPECIALISED.get((self.fingerprint, key))
         if fn is not None:
             _SPECIALISED.move_to_end((self.fingerprint, key))
             return fn
-        fn = self._specialise(args, key)
+        if masked:
+            from torchtpu.buckets import masked_graph
+
+            log.info("tracing a %s graph with its masks for bucket %s", self.kind, label)
+            fn = compile_aten_graph(masked_graph(self.gm, self.plan, args), args, self.opts, self.kind)
+        else:
+            fn = self._specialise(args, key)
         _SPECIALISED[(self.fingerprint, key)] = fn
         while len(_SPECIALISED) > MAX_SPECIALISED:
             _SPECIALISED.popitem(last=False)

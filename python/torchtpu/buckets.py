@@ -76,7 +76,8 @@ def padded_sizes(plan: Plan, binding, buckets: tuple) -> dict:
     for s in plan.padded:
         real = int(binding.values[s])
         b = bucket_of(real, buckets)
-        if b is not None and b != real:
+        # A masked graph runs its bucket's masked program at the bucket's own size too.
+        if b is not None and (b != real or s in plan.masked):
             out[s] = b
     return out
 
@@ -107,6 +108,60 @@ def _cut(t: torch.Tensor, lengths: dict, stride: tuple | None) -> torch.Tensor:
     return t
 
 
+def _fill(kind: str, dtype: torch.dtype):
+    if dtype == torch.bool:
+        return kind in ("one", "high")
+    if kind in ("zero", "one"):
+        return int(kind == "one")
+    if dtype.is_floating_point:
+        return -math.inf if kind == "low" else math.inf
+    info = torch.iinfo(dtype)
+    return info.min if kind == "low" else info.max
+
+
+class _Masking(torch.fx.Interpreter):
+    """Runs the graph with each masked argument replaced by `where(arange(n) < real, x, fill)`
+    along its dim, `real` being the symbol's real size (a 0-d int64 input)."""
+
+    def __init__(self, gm, masks: dict, reals: dict):
+        super().__init__(gm)
+        self.masks, self.reals = masks, reals
+
+    def run_node(self, n):
+        masks = self.masks.get(n.name)
+        if not masks:
+            return super().run_node(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        args = list(args)
+        names = [a.name for a in n.target._schema.arguments]
+        for name, d, kind, s in masks:
+            pos = names.index(name)
+            x = kwargs[name] if name in kwargs else args[pos]
+            valid = torch.arange(x.shape[d], device=x.device) < self.reals[s]
+            valid = valid.view([-1] + [1] * (x.dim() - d - 1))
+            x = torch.where(valid, x, _fill(kind, x.dtype))
+            if name in kwargs:
+                kwargs[name] = x
+            else:
+                args[pos] = x
+        return n.target(*args, **kwargs)
+
+
+def masked_graph(gm: torch.fx.GraphModule, plan: Plan, args: list) -> torch.fx.GraphModule:
+    """`gm` traced at the padded sizes of `args` (the graph's inputs, then one 0-d int64 real
+    size per `plan.masked` symbol) with its masks in: a static graph, the bucket's program for
+    every real size in it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    n = len(args) - len(plan.masked)
+
+    def run(*inputs):
+        reals = dict(zip(plan.masked, inputs[n:]))
+        return _Masking(gm, plan.masks, reals).run(*inputs[:n])
+
+    return make_fx(run, tracing_mode="fake")(*args)
+
+
 class Padded:
     """One real input signature run through its bucket's program: inputs padded, outputs cut
     back, size outputs and returned inputs as the unpadded call gives them."""
@@ -122,7 +177,9 @@ class Padded:
         for s in sizes:
             for pos, _ in plan.padded[s]:
                 val = placeholders[pos].meta["val"]
-                self.pads[pos] = tuple(int(e.xreplace(padded_values)) for e in sym_shape(val))
+                shape = tuple(int(e.xreplace(padded_values)) for e in sym_shape(val))
+                if shape != binding.shape(val):
+                    self.pads[pos] = shape
         self.size_args = {
             pos: int(e.xreplace(padded_values)) for pos, e in plan.size_inputs.items() if e.free_symbols & sizes.keys()
         }
@@ -130,7 +187,11 @@ class Padded:
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         self.cuts = {}  # output position -> ({dim: length}, strides or None)
         for k, cuts in plan.outputs.items():
-            lengths = {d: int((s * math.prod(inner)).xreplace(values)) for d, s, inner in cuts if s in sizes}
+            lengths = {
+                d: int((s * math.prod(inner)).xreplace(values))
+                for d, s, inner in cuts
+                if s in sizes and sizes[s] != values[s]
+            }
             if not lengths:
                 continue
             val = outs[k].meta["val"]
@@ -138,6 +199,8 @@ class Padded:
             self.cuts[k] = (lengths, stride if is_non_overlapping_and_dense(shape, stride) else None)
         self.sizes = {k: int(e.xreplace(values)) for k, e in plan.size_outputs.items()}
         self.returned = plan.returned_inputs
+        # The masks' real sizes, after the graph's inputs (a masked bucket program's own).
+        self.reals = [torch.tensor(int(values[s]), dtype=torch.int64) for s in plan.masked]
 
     def padded_args(self, args: list) -> list:
         padded = list(args)
@@ -145,7 +208,7 @@ class Padded:
             padded[pos] = _pad(args[pos], shape)
         for pos, value in self.size_args.items():
             padded[pos] = value
-        return padded
+        return padded + self.reals
 
     def __call__(self, args: list):
         result = self.run(self.padded_args(args))

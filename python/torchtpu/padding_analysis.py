@@ -4,14 +4,18 @@ rows (`buckets.py` pads them).
 Every dim is followed as a row-major list of factors (ints and symbols: `[5, s0]` is a merge
 of a static 5 with s0 inner), so reshapes that merge the batch with another dim and split it
 again (a linear layer on a 3-d input, attention heads) are followed exactly. A symbol is padded
-when every op treats its rows independently: elementwise ops, views that keep its factor
-whole, matrix products where it is a row (not the contracted dim), reductions, softmax, norms,
-scans and sorts over *other* dims, convolutions and pooling on the batch dim, an embedding
-whose indices are a zero-padded input, indexing of its dim by its own row numbers. Anything
-else that touches it keeps its exact sizes, and the reason (op and node) is kept in the plan:
-a reduction/softmax/cumsum/sort over it, a contraction over it, a reshape that splits it,
-indexing by data, a size used as a value (`x / x.size(0)`), a size assertion, an output whose
-dim does not start with it, an op without a rule here.
+when every op either treats its positions independently (elementwise ops, views that keep its
+factor whole, matrix products where it is a row, norms and reductions over other dims,
+convolution and pooling on the batch dim, an embedding of zero-padded ids, indexing of its dim
+by its own row numbers) or combines them in a way a mask makes exact: a sum, max, softmax,
+logsumexp, product, any/all over it, or a matrix product contracting over it, gets its inputs
+filled past the real size with the op's identity (`Plan.masks`; `buckets.masked_graph` puts
+the `where`s in); a scan (cumsum) needs none, the real positions coming first. Anything else
+that touches it keeps its exact sizes, and the reason (op and node) is kept in the plan: a
+mean, var or std over it (the divisor), a sort, topk or flip along it, a reshape that splits
+it, a slice, select or concatenation along it, indexing by data, a size used as a value
+(`x / x.size(0)`), a size assertion, an output whose dim does not start with it, an op
+without a rule here.
 """
 
 from __future__ import annotations
@@ -131,6 +135,15 @@ class Plan:
     size_outputs: dict  # output position -> its size expression (SymInt outputs)
     returned_inputs: dict  # output position -> placeholder position (an input returned as is)
     ties: list = dataclasses.field(default_factory=list)  # (s, t): padded where s == t only
+    # node name -> [(argument, dim, fill, symbol)]: inputs masked past the real size before
+    # the node combines values along a padded dim (`buckets.masked_graph`).
+    masks: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def masked(self) -> list:
+        """The padded symbols whose real sizes the masks read, in the order a bucket's program
+        takes them (one 0-d int64 input each, after the graph's own)."""
+        return sorted({m[3] for ms in self.masks.values() for m in ms}, key=str)
 
     @property
     def any(self) -> bool:
@@ -171,6 +184,18 @@ _FACTORIES = frozenset(
     "full zeros ones empty empty_strided new_zeros new_ones new_full new_empty new_empty_strided "
     "scalar_tensor rand randn".split()
 )
+# What a reduction over a padded dim fills the padded positions with so that they change
+# nothing (`low`: -inf or the dtype's minimum). A mean, var or std is refused: its divisor
+# would be the padded size.
+_REDUCE_FILL = {
+    **dict.fromkeys(("sum", "nansum", "count_nonzero", "any"), "zero"),
+    **dict.fromkeys(("prod", "all"), "one"),
+    **dict.fromkeys(("amax", "max", "argmax", "logsumexp"), "low"),
+    **dict.fromkeys(("amin", "min", "argmin"), "high"),
+}
+_SOFTMAX = frozenset("_softmax _log_softmax softmax log_softmax".split())
+# Scans: position i reads positions <= i only, so the real positions (first) never read padding.
+_SCANS = frozenset("cumsum cumprod logcumsumexp cummax cummin".split())
 # Results that hold their input's values: a zero-padded input stays zero-padded.
 _KEEP_VALUES = {"_to_copy", "clone", "alias", "detach", "contiguous", "convert_element_type", "lift_fresh_copy"}
 # Checks of dtype and device only.
@@ -208,6 +233,9 @@ class _Analysis:
         # ("iota", s) the row's own index along s (an `arange(s)`, viewed).
         self.known: dict = {}
         self.ties: list = []  # (s, t): padded only in calls where s and t are equal
+        # node name -> [(argument, dim, fill, symbol)]: masked before the node combines values
+        # along a padded dim (a softmax, a sum, a contraction over the keys).
+        self.masks: dict = {}
         self.candidates: dict = {}  # symbol -> [(placeholder position, dim)]
         self.bad: dict = {}  # symbol -> reason
         self.size_inputs: dict = {}
@@ -278,6 +306,11 @@ class _Analysis:
             size_outputs={k: e for k, e in size_outputs.items() if e.free_symbols & padded.keys()},
             returned_inputs={k: placeholders.index(n) for k, n in returned_inputs(nodes[-1]).items()},
             ties=[(a, b) for a, b in self.ties if a in padded],
+            masks={
+                name: [m for m in ms if m[3] in padded]
+                for name, ms in self.masks.items()
+                if any(m[3] in padded for m in ms)
+            },
         )
 
     def outputs(self, out_node):
@@ -433,6 +466,33 @@ class _Analysis:
             out.append(found[0])
         return out
 
+    def mask_symbol(self, dim: tuple):
+        """The candidate symbol a dim is exactly, else None: only such a dim can be masked
+        (its valid positions are `arange(bucket) < real size`)."""
+        return dim[0] if len(dim) == 1 and dim[0] in self.candidates else None
+
+    def mask(self, node, arg: str, d: int, dim: tuple, fill) -> bool:
+        """Records that `node`'s argument `arg` is to be masked along its dim `d` with `fill`
+        (low: -inf or the dtype's minimum, high, zero, one) before `node` combines values
+        along it; False where that dim cannot be masked."""
+        s = self.mask_symbol(dim)
+        if s is None or fill is None:
+            return False
+        self.masks.setdefault(node.name, []).append((arg, d, fill, s))
+        return True
+
+    def contract(self, node, names: tuple, positions: tuple, da: tuple, db: tuple) -> None:
+        """A matrix product contracting `da` with `db`: over a padded dim, both operands are
+        zeroed past the real size (0 * NaN would poison the sum)."""
+        syms = self._syms([da, db])
+        if not syms:
+            return
+        if da != db or not (
+            self.mask(node, names[0], positions[0], da, "zero") and self.mask(node, names[1], positions[1], db, "zero")
+        ):
+            self.masks.pop(node.name, None)
+            self.refuse(syms, f"{self.where(node)} contracts over the padded dim (merged with others)")
+
     # -- rules
 
     def elementwise(self, node, args, val):
@@ -448,10 +508,13 @@ class _Analysis:
             self.broadcast(node, tensors, out.dim(), sym_shape(out)) if isinstance(out, torch.Tensor) else []
             for out in (val if isinstance(val, (list, tuple)) else [val])
         ]
+        keeps = _name(node.target) in _KEEP_VALUES or (
+            _name(node.target) in ("add", "sub") and args.get("other") == 0 and args.get("alpha", 1) == 1
+        )  # `arange(n) + 0` (transformers' kv offset) is still the row numbers
         if isinstance(val, (list, tuple)):
             self.dims[node] = results
         else:
-            self.set(node, results[0], keeps_zero=_name(node.target) in _KEEP_VALUES, source=source)
+            self.set(node, results[0], keeps_zero=keeps, source=source)
 
     def view(self, node, args, val):
         src = args.get("self")
@@ -577,14 +640,17 @@ class _Analysis:
         da, db = self.of(a), self.of(b)
         if da is None or db is None:
             return self.generic(node, "multiplies unknown values")
+        names = {"addmm": ("mat1", "mat2"), "baddbmm": ("batch1", "batch2"), "mv": ("self", "vec")}.get(
+            name, ("self", "mat2")
+        )
         if name == "mv":
-            self.refuse(self._syms([da[1], db[0]]), f"{self.where(node)} contracts over the padded dim")
+            self.contract(node, names, (1, 0), da[1], db[0])
             out = [da[0]]
         elif name in ("mm", "addmm"):
-            self.refuse(self._syms([da[1], db[0]]), f"{self.where(node)} contracts over the padded dim")
+            self.contract(node, names, (1, 0), da[1], db[0])
             out = [da[0], db[1]]
         else:  # bmm, baddbmm
-            self.refuse(self._syms([da[2], db[1]]), f"{self.where(node)} contracts over the padded dim")
+            self.contract(node, names, (2, 1), da[2], db[1])
             if _normal(da[0]) != _normal(db[0]):
                 self.refuse(self._syms([da[0], db[0]]), f"{self.where(node)} combines batch dims laid out differently")
             out = [da[0], da[1], db[2]]
@@ -607,7 +673,11 @@ class _Analysis:
             reduced = list(range(n))
         else:
             reduced = [d % n for d in ([dim] if isinstance(dim, int) else dim)]
-        self.refuse(self._syms([dims[d] for d in reduced]), f"{self.where(node)} reduces over the padded dim")
+        fill = _REDUCE_FILL.get(_name(node.target))
+        for d in reduced:
+            if self._syms([dims[d]]) and not self.mask(node, "self" if "self" in args else "input", d, dims[d], fill):
+                why = "its divisor is the padded size" if fill is None else "the dim merges it with others"
+                self.refuse(self._syms([dims[d]]), f"{self.where(node)} reduces over the padded dim ({why})")
         keep = bool(args.get("keepdim", False))
         out = (
             [() if i in reduced else d for i, d in enumerate(dims)]
@@ -626,7 +696,15 @@ class _Analysis:
             return self.generic(node, "works on an unknown value")
         along = args["dims"] if _name(node.target) == "flip" else [args.get("dim", -1)]
         along = {d % max(len(dims), 1) for d in along}
-        self.refuse(self._syms([dims[d] for d in along]), f"{self.where(node)} mixes values along the padded dim")
+        name = _name(node.target)
+        for d in along:
+            if not self._syms([dims[d]]):
+                continue
+            if name in _SCANS and self.mask_symbol(dims[d]) is not None:
+                continue  # a prefix: the real positions come first and never read the padded ones
+            if name in _SOFTMAX and self.mask(node, "self" if "self" in args else "input", d, dims[d], "low"):
+                continue
+            self.refuse(self._syms([dims[d]]), f"{self.where(node)} mixes values along the padded dim")
         outs = [
             [_factors(size) if i in along else dims[i] for i, size in enumerate(sym_shape(v))]
             for v in (val if isinstance(val, (list, tuple)) else [val])
