@@ -553,7 +553,14 @@ def _build(spec: Spec, trace):
     if default_dtype is not torch.get_default_dtype():
         return None  # changed since (process-wide): the trace would not be the Spec's
     keys = torch._C.DispatchKeySet.from_raw_repr
+    # make_fx patches `nn.Module.__call__`/`__getattr__` process-wide while it traces: never
+    # while Dynamo traces a frame on another thread (it read the patch and diverged from its
+    # speculation log). Dynamo holds its compile lock for a frame; taken first here, as a
+    # thread compiling a frame takes it before the build lock its one-op programs take.
+    from torch._dynamo.convert_frame import compile_lock
+
     with (
+        compile_lock,
         torch.inference_mode(inference),
         torch.set_grad_enabled(grad),
         torch._C._ForceDispatchKeyGuard(keys(include), keys(exclude)),
