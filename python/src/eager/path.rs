@@ -331,19 +331,20 @@ fn donations(recipe: &Recipe, flat: &Flat<'_, '_>, leaves: &[Bound<'_, DeviceBuf
             .collect();
         let [input] = at[..] else { continue };
         let Source::Leaf(l) = recipe.sources[input] else { continue };
-        let buffer = &leaves[l];
         let in_leaves = leaves.iter().filter(|b| b.as_ptr() == held).count();
-        let in_flat =
-            flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer } if buffer.as_ptr() == held)).count();
-        // The slot's reference, and this call's (one per place in `leaves` and in the keyed
-        // leaves): no other storage (a copy_ shares buffers), pending value or Python variable
-        // holds it.
-        let only_the_target = buffer.get_refcnt() as usize == 1 + in_leaves + in_flat;
-        if only_the_target && buffer.get().nbytes >= DONATE_MIN_BYTES && !donate.contains(&input) {
+        if donatable(&leaves[l], in_leaves, flat) && !donate.contains(&input) {
             donate.push(input);
         }
     }
     donate
+}
+
+/// Whether a target storage's `buffer` may be donated: at least `DONATE_MIN_BYTES`, and held
+/// by nothing but the storage's slot, the caller's `local` references and this call's keyed
+/// leaves (no other storage, as a copy_ shares buffers, no pending value, no Python variable).
+fn donatable(buffer: &Bound<'_, DeviceBuffer>, local: usize, flat: &Flat<'_, '_>) -> bool {
+    let keyed = flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer: b } if b.is(buffer))).count();
+    buffer.get().nbytes >= DONATE_MIN_BYTES && buffer.get_refcnt() as usize == 1 + local + keyed
 }
 
 /// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as
@@ -481,12 +482,9 @@ fn write(
         Write::Strided(scatter) => {
             let base = target.slot.borrow().buffer.bind(py).cast::<DeviceBuffer>()?.clone();
             let inputs = [&base.get().buffer, &result.get().buffer];
-            // The storage's buffer, held by its slot, `base` and this call's keyed leaves
-            // alone, is donated to the scatter: the view's write costs the view, not a copy of
-            // the storage.
-            let keyed = flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer } if buffer.is(&base))).count();
-            let only_the_target = base.get_refcnt() as usize == 2 + keyed;
-            if only_the_target && base.get().nbytes >= DONATE_MIN_BYTES && !base.is(&result) {
+            // The storage's buffer (held here by `base` too) is donated to the scatter where
+            // it can be: the view's write costs the view, not a copy of the storage.
+            if donatable(&base, 1, flat) && !base.is(&result) {
                 let program = scatter.donating(py)?;
                 cache::with(|c| c.donated += 1);
                 execute_donating(py, &program.get().compiled, &inputs, &[0], &[base.get()], device)?.remove(0)
