@@ -16,6 +16,7 @@ import collections
 import pytest
 import torch
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
+from models import tiny_llama
 
 import torchtpu
 import torchtpu.backend
@@ -262,17 +263,8 @@ def test_training_graphs_keep_exact_sizes():
 
 
 def _llama():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    pytest.importorskip("transformers")
+    model = tiny_llama.model(num_hidden_layers=1).eval()  # the shared fixture, one layer
     model.config.use_cache = False
     return model
 
