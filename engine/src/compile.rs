@@ -68,7 +68,7 @@ impl Engine {
         mut timings: Timings,
     ) -> Result<CompiledGraph, EngineError> {
         let mut options = options.clone();
-        options.compiler.target = self.target();
+        options.compiler.target = self.target_for(&options);
         let options = &options;
         let annotated;
         let graph = match &options.mesh {

@@ -6,8 +6,11 @@ use std::sync::{Arc, OnceLock};
 use torchtpu_runtime::{Buffer, Client, ClientOption, Device, ExecutableCache, Plugin};
 
 use crate::ir::DType;
-use crate::{distributed, element_type, Distributed, EngineError, GraphCache, Platform};
-use torchtpu_compiler::target::Target;
+use crate::{distributed, element_type, Distributed, EngineError, GraphCache, Options, Platform};
+use torchtpu_compiler::target::{KernelChoice, Target};
+use torchtpu_runtime::host_kernels::aten;
+
+use crate::kernel_choice::{MeasuredKernels, Measurement};
 
 /// `TORCHTPU_MALLOC_TUNING=0` leaves the process's allocator as it was (see `Engine::new`).
 pub const MALLOC_TUNING_ENV: &str = "TORCHTPU_MALLOC_TUNING";
@@ -35,6 +38,8 @@ pub struct Engine {
     pub(crate) distributed: Option<(i64, i64)>,
     /// What the compiler may assume of the platform (`Engine::target`), found on first use.
     pub(crate) target: OnceLock<Target>,
+    /// The measured choice between kernels (`Options::choose_kernels`).
+    pub(crate) kernels: Arc<MeasuredKernels>,
 }
 
 impl Engine {
@@ -96,6 +101,7 @@ impl Engine {
         let cache = ExecutableCache::from_env();
         let graphs = GraphCache::for_disk(cache.disk());
         let devices = client.addressable_devices();
+        let client_for_kernels = client.clone();
         Ok(Engine {
             client,
             platform,
@@ -106,6 +112,7 @@ impl Engine {
             no_sharding_v3_option: AtomicBool::new(false),
             distributed: distributed.map(|d| (d.node_id, d.num_nodes)),
             target: OnceLock::new(),
+            kernels: Arc::new(MeasuredKernels::new(client_for_kernels)),
         })
     }
 
@@ -114,18 +121,35 @@ impl Engine {
     /// `TORCHTPU_HOST_KERNELS=0` leaves them out (the XLA-only forms, for comparison); a
     /// plugin without them is logged once and compiled for without them.
     pub fn target(&self) -> Target {
-        *self.target.get_or_init(|| {
-            let off = std::env::var(HOST_KERNELS_ENV).is_ok_and(|v| v.trim() == "0");
-            let kernels = if off || !self.platform.runs_host_kernels() {
-                Vec::new()
-            } else {
-                self.client.host_kernels().unwrap_or_else(|why| {
-                    eprintln!("torchtpu: host kernels unavailable, compiling without them: {why}");
+        self.target
+            .get_or_init(|| {
+                let off = std::env::var(HOST_KERNELS_ENV).is_ok_and(|v| v.trim() == "0");
+                let kernels = if off || !self.platform.runs_host_kernels() {
                     Vec::new()
-                })
-            };
-            self.platform.target(&kernels)
-        })
+                } else {
+                    self.client.host_kernels().unwrap_or_else(|why| {
+                        eprintln!("torchtpu: host kernels unavailable, compiling without them: {why}");
+                        Vec::new()
+                    })
+                };
+                self.platform.target(&kernels)
+            })
+            .clone()
+    }
+
+    /// The target one compile gets: the platform's, with the measured choice between kernels
+    /// where the options ask for it and ATen's kernels are installed in this process.
+    pub fn target_for(&self, options: &Options) -> Target {
+        let mut target = self.target();
+        let aten = target.host_kernels.aten_matmul && options.choose_kernels && aten::installed();
+        target.host_kernels.aten_matmul = aten;
+        target.kernel_choice = aten.then(|| KernelChoice(self.kernels.clone()));
+        target
+    }
+
+    /// Every matmul shape measured for the choice between kernels, with its timings.
+    pub fn kernel_choices(&self) -> Vec<Measurement> {
+        self.kernels.choices()
     }
 
     /// `(node_id, num_nodes)` when the client spans processes.

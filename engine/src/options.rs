@@ -18,6 +18,9 @@ pub struct Options {
     pub xla_options: BTreeMap<String, XlaOption>,
     /// A mesh and layouts put on the graph before it compiles, making it SPMD (`annotate.rs`).
     pub mesh: Option<MeshAnnotation>,
+    /// Where the platform has a second kernel for an op (ATen's matmul on the host), use the
+    /// one measured faster per shape (`kernel_choice.rs`); off: XLA's everywhere.
+    pub choose_kernels: bool,
 }
 
 /// A mesh and the layouts of a graph's inputs and outputs, as a user or the exporter states them.
@@ -89,6 +92,7 @@ impl Default for Options {
             compiler: driver::Options { max_tensor_bytes: DEFAULT_MAX_TENSOR_BYTES, ..driver::Options::default() },
             xla_options: BTreeMap::new(),
             mesh: None,
+            choose_kernels: false,
         }
     }
 }

@@ -51,7 +51,11 @@ impl Platform {
         let host = |name: &str| self.is_host() && registered.contains(&name);
         torchtpu_compiler::target::Target {
             reduce_scatter: !self.is_host(),
-            host_kernels: torchtpu_compiler::target::HostKernels { int8_matmul: host(custom_call::INT8_MATMUL) },
+            host_kernels: torchtpu_compiler::target::HostKernels {
+                int8_matmul: host(custom_call::INT8_MATMUL),
+                aten_matmul: host(custom_call::ATEN_MATMUL_NN),
+            },
+            kernel_choice: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod device;
 mod distributed;
 mod dlpack;
 mod eager;
+mod host_kernels;
 mod registry;
 mod replicated;
 mod sharding;
@@ -149,21 +150,30 @@ fn check_pipeline(py: Python<'_>, pipeline: &str) -> PyResult<()> {
 }
 
 /// Lowers IR text (after `pipeline`) to StableHLO text, in one driver run; with `with_ir`,
-/// returns `(IR after the passes, StableHLO text)`.
+/// returns `(IR after the passes, StableHLO text)`. `choose_kernels` as for `compile` (the
+/// matmuls measured now if new: `torchtpu.explain`).
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = None, with_ir = false))]
-fn lower_ir(py: Python<'_>, text: &str, pipeline: &str, donate: Option<bool>, with_ir: bool) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = None, with_ir = false, choose_kernels = false))]
+fn lower_ir(
+    py: Python<'_>,
+    text: &str,
+    pipeline: &str,
+    donate: Option<bool>,
+    with_ir: bool,
+    choose_kernels: bool,
+) -> PyResult<Py<PyAny>> {
     guarded(py, "lower", || {
         let donate = match donate {
             Some(d) => d,
             None => default_engine(py)?.donates_by_default(),
         };
         let mut options = torchtpu_engine::Options::with_pipeline(pipeline).donating(donate);
+        options.choose_kernels = choose_kernels;
         // Lowered for the default engine's platform, as its compiles are (its host kernels);
         // without a plugin, for the compiler's default target.
         if !torchtpu_runtime::in_forked_child() {
             if let Ok(engine) = torchtpu_engine::default_engine() {
-                options.compiler.target = engine.target();
+                options.compiler.target = engine.target_for(&options);
             }
         }
         let (ir, hlo) = text::lower_text(text, &options).map_err(|e| engine_error(py, &e))?;
@@ -413,8 +423,10 @@ fn executions() -> u64 {
 /// the program is SPMD over that many devices, its inputs laid out by `input_shardings`
 /// (per input None or the axes of each dim) and the outputs `output_shardings` names pinned
 /// to those layouts; a bad layout or too few devices is `torchtpu.errors.ShardingError`.
+/// `choose_kernels`: where the platform has a second kernel for an op (ATen's matmul on the
+/// host, once `install_host_kernels` ran), the one measured faster per shape.
 #[pyfunction]
-#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = None, mesh = None, input_shardings = None, output_shardings = None, xla_options = None))]
+#[pyo3(signature = (text, pipeline = DEFAULT_PIPELINE, donate = None, mesh = None, input_shardings = None, output_shardings = None, xla_options = None, choose_kernels = false))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -425,12 +437,14 @@ fn compile(
     input_shardings: Option<sharding::WireShardings>,
     output_shardings: Option<sharding::WireShardings>,
     xla_options: Option<BTreeMap<String, WireXlaOption>>,
+    choose_kernels: bool,
 ) -> PyResult<Program> {
     guarded(py, "compile", || {
         let engine = default_engine(py)?;
         let mut options = torchtpu_engine::Options::with_pipeline(pipeline)
             .donating(donate.unwrap_or_else(|| engine.donates_by_default()));
         options.xla_options = xla_options.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into())).collect();
+        options.choose_kernels = choose_kernels;
         if let Some(axes) = mesh {
             options = options.with_mesh(MeshAnnotation { axes, inputs: input_shardings, outputs: output_shardings });
         }
@@ -443,7 +457,7 @@ fn compile(
 /// `compile(text, donate=donate)` for the crate's own callers (the eager path's donating
 /// programs): the default pipeline, no mesh.
 pub(crate) fn compile_text(py: Python<'_>, text: &str, donate: bool) -> PyResult<Program> {
-    compile(py, text, DEFAULT_PIPELINE, Some(donate), None, None, None, None)
+    compile(py, text, DEFAULT_PIPELINE, Some(donate), None, None, None, None, false)
 }
 
 /// How many devices the default engine's plugin has (SPMD meshes use the first N).
@@ -602,6 +616,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(registry::check_lowerable, m)?)?;
     m.add_function(wrap_pyfunction!(plugin_path, m)?)?;
     m.add_function(wrap_pyfunction!(executions, m)?)?;
+    m.add_function(wrap_pyfunction!(host_kernels::install_host_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(host_kernels::kernel_choices, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(in_bad_fork, m)?)?;
     m.add_function(wrap_pyfunction!(platform_name, m)?)?;

@@ -55,6 +55,25 @@ def _quantized_linears(exported) -> list[str]:
     return found + [f"integer-dot [{m}, {n}]" for m, n in _INT_MM.findall(ir)]
 
 
+_PRODUCT = re.compile(r"= aten\.(mm|bmm|addmm)\.default\(")
+
+
+def _matmul_kernels(exported) -> list[str]:
+    """The kernel each matmul of an exported graph gets where the platform has ATen's too
+    (`host_kernels.py`): lowered as a compile would be, which measures any new shape, then
+    `aten` for each `tpu.matmul {form = "aten"}` the pass wrote and `xla` for each product left."""
+    from torchtpu import host_kernels
+    from torchtpu.errors import FallbackError
+
+    if not _PRODUCT.search(exported.text) or not host_kernels.install():
+        return []
+    try:
+        ir, _ = _C.lower_ir(exported.text, _C.DEFAULT_PIPELINE, None, with_ir=True, choose_kernels=True)
+    except FallbackError:  # symbolic sizes: measured per size when compiled
+        return []
+    return ["aten"] * ir.count('form = "aten"') + ["xla"] * len(_PRODUCT.findall(ir))
+
+
 def explain(model, *args, **kwargs) -> dict:
     supported = set(_C.supported_ops())
     report = {
@@ -64,6 +83,7 @@ def explain(model, *args, **kwargs) -> dict:
         "fallback_ops": collections.Counter(),
         "reasons": [],
         "quantized_linears": [],
+        "matmul_kernels": collections.Counter(),
     }
 
     def inspect(g, _inputs):
@@ -77,6 +97,7 @@ def explain(model, *args, **kwargs) -> dict:
             report["reasons"].append(f"{node.name}: {reason}")
         if exported is not None and not not_taken:  # a graph that falls back is reported so
             report["quantized_linears"] += _quantized_linears(exported)
+            report["matmul_kernels"].update(_matmul_kernels(exported))
         return make_boxed_func(g.forward)
 
     def backend(gm, example_inputs):
@@ -115,5 +136,15 @@ def explain(model, *args, **kwargs) -> dict:
             + "; ".join(report["quantized_linears"])
             + ")"
         )
+    report["matmul_kernels"] = dict(report["matmul_kernels"])
+    if report["matmul_kernels"]:
+        from torchtpu import host_kernels
+
+        counts = ", ".join(f"{k} x{v}" for k, v in sorted(report["matmul_kernels"].items()))
+        timed = "; ".join(
+            f"{c['shape']}: {c['kernel']} (xla {c['xla_us']:.0f} us, aten {c['aten_us']:.0f} us)"
+            for c in host_kernels.choices()
+        )
+        lines.append(f"  matmul kernels (measured per shape): {counts} ({timed})")
     print("\n".join(lines))
     return report

@@ -169,7 +169,12 @@ def stats() -> dict:
             k: {**v, "programs": dict(v["programs"]), "exact": dict(v.get("exact", {}))}
             for k, v in _stats["buckets"].items()
         }
-        return snap
+    from torchtpu import host_kernels
+
+    # The engine's measured choice between XLA's and ATen's kernel per matmul shape (process-wide:
+    # a reset keeps the measurements, as the programs built from them stay cached).
+    snap["kernel_choices"] = host_kernels.choices()
+    return snap
 
 
 def reset_stats() -> None:

@@ -12,6 +12,7 @@ import time
 import torch
 
 from torchtpu import _C, _stats, policy
+from torchtpu import host_kernels as _host_kernels
 from torchtpu import sharding as _sharding
 from torchtpu.errors import CompileError, ExecutionError, InputError, InternalError, OptionsError, ShardingError
 from torchtpu.exporter import TORCH_DTYPES, Exported
@@ -59,6 +60,7 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None, c
         reference=eager,
         xla_options=opts.xla_options,
         checks=checks,
+        host_kernels=opts.host_kernels,
     )
     if exported.group is not None:
         # Collectives of an in-process group: one replicated program over the ranks' devices,
@@ -71,19 +73,31 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None, c
         # A mesh exists: the first call says whether this graph runs SPMD (its inputs'
         # layouts); the one-device program is compiled only if it does not.
         return graph
-    graph.bind(_compile_one_device(exported.text, opts.passes, opts.donate, name, xla_options=opts.xla_options))
+    graph.bind(
+        _compile_one_device(
+            exported.text, opts.passes, opts.donate, name, xla_options=opts.xla_options, host_kernels=opts.host_kernels
+        )
+    )
     return graph
 
 
 def _compile_one_device(
-    text: str, passes: str, donate: bool | None, name: str, xla_options: tuple | None = None, **spmd
+    text: str,
+    passes: str,
+    donate: bool | None,
+    name: str,
+    xla_options: tuple | None = None,
+    host_kernels: bool = False,
+    **spmd,
 ):
     """Compiles IR text (with `spmd`: `mesh`, `input_shardings`, `output_shardings` for an SPMD
-    program; `xla_options`: XLA option overrides) and records the compile in `torchtpu.stats()`."""
+    program; `xla_options`: XLA option overrides; `host_kernels`: each matmul in the kernel
+    measured faster, `torchtpu/host_kernels.py`) and records the compile in `torchtpu.stats()`."""
     start = time.perf_counter()
+    choose = host_kernels and not spmd and _host_kernels.install()
     # One driver run (or a graph-cache hit, which keeps its estimate): the program says where
     # it came from and carries the memory estimate and the stage timings.
-    program = _C.compile(text, passes, donate, xla_options=dict(xla_options or ()), **spmd)
+    program = _C.compile(text, passes, donate, xla_options=dict(xla_options or ()), choose_kernels=choose, **spmd)
     seconds = time.perf_counter() - start
     source = program.source
     _stats.bump("compile_seconds_saved", program.compile_seconds_saved)
@@ -149,6 +163,7 @@ class CompiledGraph:
         donate: bool | None = None,
         reference=None,
         xla_options: tuple | None = None,
+        host_kernels: bool = False,
         checks=None,
     ):
         self.program = program
@@ -167,6 +182,7 @@ class CompiledGraph:
         self.name = name
         # What a reproduction of a failure at run time needs.
         self.ir_text, self.passes, self.donate, self.xla_options = exported.text, passes, donate, xla_options
+        self.host_kernels = host_kernels
         self.inputs = exported.inputs
         self.outputs = exported.outputs
         self.made_on = exported.made_on
@@ -344,7 +360,14 @@ class CompiledGraph:
             self.last_layouts = None
         if self.program is None:
             self.bind(
-                _compile_one_device(self.ir_text, self.passes, self.donate, self.name, xla_options=self.xla_options)
+                _compile_one_device(
+                    self.ir_text,
+                    self.passes,
+                    self.donate,
+                    self.name,
+                    xla_options=self.xla_options,
+                    host_kernels=self.host_kernels,
+                )
             )
         if _sharding.EXPLAINING is not None and self.reference is not None:
             # explain meets a graph that runs on one device: compiled for the real call (just

@@ -57,6 +57,11 @@ class Options:
     # program per bucket (buckets.py, docs/backend.md "Buckets"); () turns it off. Default:
     # TORCHTPU_BUCKETS, else buckets.DEFAULT_BUCKETS (8, 16, ..., 1024).
     buckets: tuple = ()
+    # On the host platform (the CPU plugin), run each matmul (mm, bmm, addmm) in the faster of
+    # XLA's dot and ATen's CPU GEMM (MKL / oneDNN), both timed on its shape once at compile
+    # time (host_kernels.py, docs/performance.md "Host kernels"). TORCHTPU_HOST_KERNELS=0
+    # turns every host kernel off.
+    host_kernels: bool = True
 
     @staticmethod
     def from_dict(options: dict | None) -> Options:
@@ -86,6 +91,7 @@ class Options:
             "fold_batch_norm",
             "skip_aot_wrapper",
             "check_indices",
+            "host_kernels",
         ):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)

@@ -101,6 +101,11 @@ pub mod chlo {
 /// that the two agree). Emitted only where `target::Target::host_kernels` says so.
 pub mod custom_call {
     pub const INT8_MATMUL: &str = "torchtpu_int8_matmul";
+    /// ATen's matmul, by which operands come transposed (a, b).
+    pub const ATEN_MATMUL_NN: &str = "torchtpu_aten_matmul_nn";
+    pub const ATEN_MATMUL_NT: &str = "torchtpu_aten_matmul_nt";
+    pub const ATEN_MATMUL_TN: &str = "torchtpu_aten_matmul_tn";
+    pub const ATEN_MATMUL_TT: &str = "torchtpu_aten_matmul_tt";
 }
 
 /// Shardy ops.

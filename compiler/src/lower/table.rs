@@ -4,8 +4,8 @@
 
 use super::legality::LegalFn;
 use super::ops::{
-    collective, elementwise, factory, fft, indexing, layout, linalg, nn, polynomial, prims, quant, random, reduce,
-    shape, sort, RuleFn,
+    collective, elementwise, factory, fft, host_matmul, indexing, layout, linalg, nn, polynomial, prims, quant, random,
+    reduce, shape, sort, RuleFn,
 };
 use crate::ir::OpName;
 use crate::lower::names::{chlo, hlo};
@@ -355,6 +355,7 @@ static TABLE: &[Entry] = &[
     lowered("c10d.broadcast", rule!(collective::broadcast)).legal(collective::broadcast_legal),
     // int8 weight-only linear layers in the form `quantized-linear` chose
     lowered("tpu.quantized_linear", rule!(quant::quantized_linear)).legal(quant::quantized_linear_legal),
+    lowered("tpu.matmul", rule!(host_matmul::matmul)).legal(host_matmul::matmul_legal),
     // device random draws with explicit state. Pure, not `random`: every result is a function
     // of the state operand alone (the same state gives the same numbers, the advanced state is
     // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are

@@ -14,6 +14,7 @@ mod fold_constants;
 mod form_regions;
 mod fuse_matmuls;
 mod fuse_softmax;
+mod host_matmul;
 pub mod layout_rules;
 mod manager;
 pub mod patterns;
@@ -30,6 +31,7 @@ pub use fold_constants::FoldConstants;
 pub use form_regions::FormRegions;
 pub use fuse_matmuls::FuseMatmuls;
 pub use fuse_softmax::FuseSoftmax;
+pub use host_matmul::HostMatmul;
 pub use manager::{PassManager, PassRun, PipelineError, PipelineOptions, DEFAULT_PIPELINE};
 pub use propagate_sharding::PropagateSharding;
 pub use quantized_embedding::QuantizedEmbedding;
@@ -120,6 +122,7 @@ pub static REGISTRY: &[PassInfo] = &[
     PassInfo::of::<FuseMatmuls>(),
     PassInfo::of::<QuantizedLinear>(),
     PassInfo::of::<QuantizedEmbedding>(),
+    PassInfo::of::<HostMatmul>(),
     PassInfo::of::<FormRegions>(),
     PassInfo::of::<AssignLayouts>(),
     PassInfo::of::<PropagateSharding>(),

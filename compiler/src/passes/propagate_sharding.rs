@@ -49,7 +49,7 @@ impl PassDecl for PropagateSharding {
     /// Lowering needs every layout of a graph with a mesh decided: such a graph is propagated
     /// whatever the pipeline, for the target the engine gives.
     fn required(g: &Graph, target: &Target) -> Option<Self> {
-        g.mesh.is_some().then(|| PropagateSharding::for_target(*target))
+        g.mesh.is_some().then(|| PropagateSharding::for_target(target.clone()))
     }
 }
 
@@ -88,7 +88,7 @@ impl Propagation<'_> {
             return done;
         }
         let ty = self.g.value_type(v).clone();
-        let cost = reshard(&self.mesh, &ty, &have, want, self.target);
+        let cost = reshard(&self.mesh, &ty, &have, want, &self.target);
         let id = self.g.add_op(OpName::new("tpu", "reshard", None), vec![v], Default::default(), vec![ty]);
         let to = Sharding { origin: Origin::Reshard, ..want.clone() };
         record(self.g, id, &cost, &to);
@@ -117,7 +117,7 @@ impl Propagation<'_> {
             let from = self.layout(operands[0]);
             let out = Value::new(id, 0);
             let to = self.g.sharding(out).cloned().unwrap_or_else(|| Sharding { origin: Origin::User, ..from.clone() });
-            let cost = reshard(&self.mesh, self.g.value_type(out), &from, &to, self.target);
+            let cost = reshard(&self.mesh, self.g.value_type(out), &from, &to, &self.target);
             record(self.g, id, &cost, &to);
             self.g.set_sharding(out, to);
             return;
@@ -133,7 +133,7 @@ impl Propagation<'_> {
                 types: operands.iter().map(|&v| self.g.value_type(v)).collect(),
                 layouts,
                 mesh: &self.mesh,
-                target: self.target,
+                target: self.target.clone(),
             };
             match sharding_rule(op) {
                 // Rules read their first operand; an op without one (unverified IR) has none.
@@ -161,7 +161,7 @@ impl Pass for PropagateSharding {
             let s = layout_of(g, v);
             g.set_sharding(v, s);
         }
-        let mut p = Propagation { g, mesh, target: self.target, made: HashMap::new() };
+        let mut p = Propagation { g, mesh, target: self.target.clone(), made: HashMap::new() };
         for id in order {
             p.node(id);
         }

@@ -252,6 +252,8 @@ keys! {
     TRAIN: "train" => Bool,
     TRAINING: "training" => Bool,
     TRANSPOSE: "transpose" => Bool,
+    TRANSPOSE_A: "transpose_a" => Bool,
+    TRANSPOSE_B: "transpose_b" => Bool,
     TRANSPOSED: "transposed" => Bool,
     UNBIASED: "unbiased" => Bool,
     UNITRIANGULAR: "unitriangular" => Bool,
@@ -283,6 +285,15 @@ mod tests {
             }
         }
     }
+}
+
+/// The values of `tpu.matmul`'s `form` (`FORM`), which the `host-matmul` pass writes from the
+/// target's measured choice and the lowering reads (`lower/ops/host_matmul.rs`).
+pub mod matmul_form {
+    /// ATen's CPU GEMM, a typed-FFI custom call (`torchtpu_aten_matmul_*`).
+    pub const ATEN: &str = "aten";
+    /// XLA's `dot_general`.
+    pub const XLA: &str = "xla";
 }
 
 /// The values of `tpu.quantized_linear`'s `form` (`FORM`), which the `quantized-linear` pass

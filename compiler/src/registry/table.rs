@@ -53,6 +53,9 @@ const RNG_RANGE: Signature = sig(Exactly(1), 2, &[LOW.spec(), HIGH.spec()], Shap
 // `quantized-linear`'s node: (x f32[M, K], w int8[N, K], scale f32[N]) -> f32[M, N] in the
 // form the pass chose (`lower/ops/quant.rs`).
 const QUANTIZED_LINEAR: Signature = sig(Exactly(3), 1, &[FORM.spec()], ShapeRule::Free);
+// `host-matmul`'s node: a [batched] matmul, either operand stored transposed, in the kernel
+// the target measured fastest (`lower/ops/host_matmul.rs`).
+const MATMUL: Signature = sig(Exactly(2), 1, &[TRANSPOSE_A.spec(), TRANSPOSE_B.spec(), FORM.spec()], ShapeRule::Free);
 const RNG_NORMAL: Signature = sig(Exactly(1), 2, &[MEAN.spec(), STD.spec()], ShapeRule::Free);
 
 // One line per op: the table reads as a table.
@@ -330,6 +333,7 @@ pub(super) static OPS: &[OpDef] = &[
     // result 0), so CSE merging two draws from one state and DCE dropping an unread draw are
     // both correct; the hidden-generator trait would only forbid those.
     op("tpu.quantized_linear").sig(QUANTIZED_LINEAR),
+    op("tpu.matmul").sig(MATMUL),
     op("tpu.rng_uniform").sig(RNG_RANGE),
     op("tpu.rng_normal").sig(RNG_NORMAL),
     op("tpu.rng_integers").sig(RNG_RANGE),

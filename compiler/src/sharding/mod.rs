@@ -126,7 +126,7 @@ pub fn local_bytes(mesh: &Mesh, ty: &TensorType, s: &Sharding) -> u64 {
 /// dim by them (and the target can), else all-reduced (on `from`'s piece); dims that lose
 /// axes are all-gathered, axes that move between dims are an all-to-all, and dims that gain
 /// axes not in use are sliced locally.
-pub fn reshard(mesh: &Mesh, ty: &TensorType, from: &Sharding, to: &Sharding, target: Target) -> Reshard {
+pub fn reshard(mesh: &Mesh, ty: &TensorType, from: &Sharding, to: &Sharding, target: &Target) -> Reshard {
     if from.same_layout(to) {
         return Reshard { collective: String::new(), bytes_per_device: 0 };
     }
@@ -195,25 +195,25 @@ mod tests {
     fn collectives_and_bytes() {
         let ty = TensorType::fixed(DType::F32, &[8, 16]);
         let m = mesh();
-        assert!(reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&["dp"], &[]], &[]), Target::default()).is_noop());
+        assert!(reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&["dp"], &[]], &[]), &Target::default()).is_noop());
         // Gather dp: each device ends with the whole [8, 16] = 512 bytes.
         assert_eq!(
-            reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&[], &[]], &[]), Target::default()),
+            reshard(&m, &ty, &s(&[&["dp"], &[]], &[]), &s(&[&[], &[]], &[]), &Target::default()),
             Reshard { collective: "all-gather".into(), bytes_per_device: 512 }
         );
         // A partial sum over tp of a [4, 16] piece, all-reduced: 256 bytes.
-        let r = reshard(&m, &ty, &s(&[&["dp"], &[]], &["tp"]), &s(&[&["dp"], &[]], &[]), Target::default());
+        let r = reshard(&m, &ty, &s(&[&["dp"], &[]], &["tp"]), &s(&[&["dp"], &[]], &[]), &Target::default());
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("all-reduce", 256));
         // Slicing a replicated value costs nothing.
-        let r = reshard(&m, &ty, &s(&[&[], &[]], &[]), &s(&[&[], &["tp"]], &[]), Target::default());
+        let r = reshard(&m, &ty, &s(&[&[], &[]], &[]), &s(&[&[], &["tp"]], &[]), &Target::default());
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("slice", 0));
-        let r = reshard(&m, &ty, &s(&[&["tp"], &[]], &[]), &s(&[&[], &["tp"]], &[]), Target::default());
+        let r = reshard(&m, &ty, &s(&[&["tp"], &[]], &[]), &s(&[&[], &["tp"]], &[]), &Target::default());
         assert_eq!(r.collective, "all-to-all");
         // A pending sum over dp scattered onto dim 0: each device gets its [4, 16] piece.
-        let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), Target::default());
+        let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), &Target::default());
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("reduce-scatter", 256));
         let cpu = Target { reduce_scatter: false, ..Target::default() };
-        let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), cpu);
+        let r = reshard(&m, &ty, &s(&[&[], &[]], &["dp"]), &s(&[&["dp"], &[]], &[]), &cpu);
         assert_eq!((r.collective.as_str(), r.bytes_per_device), ("all-reduce", 512));
     }
 }

@@ -72,7 +72,7 @@ fn choose(v: &OpView<'_>, candidates: Vec<Decision>) -> Decision {
     let cost = |c: &Decision| {
         let (mut user, mut total) = (0u64, 0u64);
         for (i, want) in c.operands.iter().enumerate() {
-            let bytes = reshard(v.mesh, v.types[i], &v.layouts[i], want, v.target).bytes_per_device;
+            let bytes = reshard(v.mesh, v.types[i], &v.layouts[i], want, &v.target).bytes_per_device;
             total += bytes;
             if v.layouts[i].origin == Origin::User && !v.layouts[i].same_layout(want) {
                 user += bytes.max(1);

@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::mem::size_of;
 use std::sync::OnceLock;
 
+use super::aten::{self, HostDtype, HostTensor, TRANSPOSE_A, TRANSPOSE_B};
 use super::int8_matmul::{self, Int8Matmul, RowDot4, Shape};
 use super::xla_ffi::*;
 
@@ -54,6 +55,71 @@ unsafe fn int8_matmul_frame(frame: *mut CallFrame) -> Result<(), String> {
     };
     Int8Matmul::new(shape, x, w, scale)?.run(out, row_dot());
     Ok(())
+}
+
+/// `torchtpu_aten_matmul_*(a, b) -> a @ b`, rank 2 or 3 (a batch), `FLAGS` saying which operand
+/// comes transposed: ATen's kernel through the device shim's table (`aten::matmul`).
+///
+/// # Safety
+/// Called by XLA with a call frame that lives for the call.
+pub(super) unsafe extern "C" fn aten_matmul<const FLAGS: u32>(frame: *mut CallFrame) -> *mut c_void {
+    // SAFETY: XLA owns the frame for this synchronous call.
+    let outcome = std::panic::catch_unwind(|| unsafe { aten_matmul_frame(frame, FLAGS) });
+    match outcome {
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(message)) => unsafe { error(frame, ERROR_INVALID_ARGUMENT, &message) },
+        Err(_) => unsafe { error(frame, ERROR_INTERNAL, "torchtpu_aten_matmul panicked") },
+    }
+}
+
+unsafe fn aten_matmul_frame(frame: *mut CallFrame, flags: u32) -> Result<(), String> {
+    // SAFETY (whole function): as `int8_matmul_frame`: every pointer is XLA's, checked first.
+    let f = unsafe { frame.as_ref() }.ok_or("null XLA FFI call frame")?;
+    if f.struct_size < size_of::<CallFrame>() {
+        return Err(format!("XLA FFI call frame of {} bytes, expected {}", f.struct_size, size_of::<CallFrame>()));
+    }
+    if unsafe { answer_metadata(f.extension_start) } || f.stage != STAGE_EXECUTE {
+        return Ok(());
+    }
+    let [a, b] = unsafe { buffers::<2>(&f.args, "operands")? };
+    let [out] = unsafe { buffers::<1>(&f.rets, "results")? };
+    let (da, db, dout) = unsafe { (dims(a)?, dims(b)?, dims(out)?) };
+    let dtype = host_dtype(a.dtype)?;
+    if b.dtype != a.dtype || out.dtype != a.dtype {
+        return Err(format!("operand and result dtypes differ: {}, {}, {}", a.dtype, b.dtype, out.dtype));
+    }
+    let rank = da.len();
+    if !(2..=3).contains(&rank) || db.len() != rank || dout.len() != rank {
+        return Err(format!("matmul of ranks {}, {} -> {} (2 or 3, all equal)", da.len(), db.len(), dout.len()));
+    }
+    let swap = |d: &[i64], t: bool| if t { (d[rank - 1], d[rank - 2]) } else { (d[rank - 2], d[rank - 1]) };
+    let ((m, k), (k_b, n)) = (swap(da, flags & TRANSPOSE_A != 0), swap(db, flags & TRANSPOSE_B != 0));
+    let batch_ok = rank == 2 || (da[0] == db[0] && da[0] == dout[0]);
+    if k != k_b || (dout[rank - 2], dout[rank - 1]) != (m, n) || !batch_ok {
+        return Err(format!("matmul shapes do not agree: {da:?} x {db:?} -> {dout:?} (flags {flags})"));
+    }
+    for (what, buffer) in [("a", a), ("b", b), ("the result", out)] {
+        if buffer.data.is_null() && unsafe { dims(buffer) }?.iter().product::<i64>() > 0 {
+            return Err(format!("{what}: null data"));
+        }
+    }
+    let tensor = |buffer: &Buffer, d: &[i64]| HostTensor {
+        data: buffer.data,
+        dtype: dtype as i32,
+        rank: rank as i32,
+        dims: d.as_ptr(),
+    };
+    aten::matmul(flags, &tensor(a, da), &tensor(b, db), &tensor(out, dout))
+}
+
+fn host_dtype(dtype: c_int) -> Result<HostDtype, String> {
+    match dtype {
+        DTYPE_F32 => Ok(HostDtype::F32),
+        DTYPE_F64 => Ok(HostDtype::F64),
+        DTYPE_BF16 => Ok(HostDtype::BF16),
+        DTYPE_F16 => Ok(HostDtype::F16),
+        other => Err(format!("matmul of XLA dtype {other} (f32, f64, bf16, f16 only)")),
+    }
 }
 
 /// Answers XLA's registration-time question (a metadata extension in the frame): the API

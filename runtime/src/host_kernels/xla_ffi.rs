@@ -70,7 +70,10 @@ pub const ERROR_INTERNAL: c_int = 13;
 
 /// `XLA_FFI_DataType` values the kernels read.
 pub const DTYPE_S8: c_int = 2;
+pub const DTYPE_F16: c_int = 10;
 pub const DTYPE_F32: c_int = 11;
+pub const DTYPE_F64: c_int = 12;
+pub const DTYPE_BF16: c_int = 16;
 /// `XLA_FFI_ArgType_BUFFER` / `XLA_FFI_RetType_BUFFER`.
 pub const BUFFER: c_int = 1;
 /// `XLA_FFI_ExecutionStage_EXECUTE`.

@@ -5,6 +5,7 @@ pub mod collective;
 pub mod elementwise;
 pub mod factory;
 pub mod fft;
+pub mod host_matmul;
 pub mod indexing;
 pub mod layout;
 pub mod linalg;

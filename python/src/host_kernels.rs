@@ -1,0 +1,46 @@
+//! ATen's kernels for XLA programs (`torchtpu_runtime::host_kernels::aten`): the device shim's
+//! table handed to the runtime, and the engine's measured choices read back for the stats.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use crate::{default_engine, guarded, py_error};
+
+const CAPSULE_NAME: &std::ffi::CStr = c"torchtpu._device_guard.host_kernel_api";
+
+/// Installs the device shim's table of ATen kernels (`_device_guard.host_kernel_api()`), so
+/// that programs compiled with `choose_kernels=True` may call them. The capsule is kept for
+/// the process: the runtime holds its pointer.
+#[pyfunction]
+pub fn install_host_kernels(py: Python<'_>, capsule: Bound<'_, PyCapsule>) -> PyResult<()> {
+    let ptr = capsule.pointer_checked(Some(CAPSULE_NAME))?;
+    // SAFETY: the shim's capsule points at a static table; the capsule is leaked below, so the
+    // pointer outlives every program.
+    unsafe { torchtpu_runtime::host_kernels::aten::install(ptr.as_ptr()) }
+        .map_err(|why| py_error(py, "plugin", &why, &[]))?;
+    std::mem::forget(capsule.unbind());
+    Ok(())
+}
+
+/// Every matmul shape the default engine measured for its choice between XLA's dot and ATen's
+/// GEMM: `[{"shape", "xla_us", "aten_us", "kernel", "note"}]`.
+#[pyfunction]
+pub fn kernel_choices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    guarded(py, "compile", || {
+        let engine = default_engine(py)?;
+        engine
+            .kernel_choices()
+            .into_iter()
+            .map(|m| {
+                let d = PyDict::new(py);
+                d.set_item("op", if m.shape.batch.is_some() { "bmm" } else { "mm" })?;
+                d.set_item("shape", m.shape.to_string())?;
+                d.set_item("xla_us", m.xla_seconds * 1e6)?;
+                d.set_item("aten_us", m.aten_seconds * 1e6)?;
+                d.set_item("kernel", if m.aten { "aten" } else { "xla" })?;
+                d.set_item("note", m.note)?;
+                Ok(d)
+            })
+            .collect()
+    })
+}
