@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
-use crate::{default_engine, guarded, py_error};
+use crate::{guarded, py_error};
 
 const CAPSULE_NAME: &std::ffi::CStr = c"torchtpu._device_guard.host_kernel_api";
 
@@ -23,11 +23,15 @@ pub fn install_host_kernels(py: Python<'_>, capsule: Bound<'_, PyCapsule>) -> Py
 }
 
 /// Every matmul shape the default engine measured for its choice between XLA's dot and ATen's
-/// GEMM: `[{"shape", "xla_us", "aten_us", "kernel", "note"}]`.
+/// GEMM: `[{"shape", "xla_us", "aten_us", "kernel", "note"}]`; empty without an engine (one
+/// that could not start measured nothing: `torchtpu.stats()` works without a plugin).
 #[pyfunction]
 pub fn kernel_choices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    if torchtpu_runtime::in_forked_child() || !torchtpu_engine::engine_started() {
+        return Ok(Vec::new());
+    }
     guarded(py, "compile", || {
-        let engine = default_engine(py)?;
+        let Ok(engine) = torchtpu_engine::default_engine() else { return Ok(Vec::new()) };
         engine
             .kernel_choices()
             .into_iter()
