@@ -13,6 +13,9 @@ def _fresh() -> dict:
         "graphs_seen": 0,  # Dynamo graphs handed to the backend (graph breaks make several)
         "graphs_compiled": 0,  # ATen graphs (or partitions of them) compiled to PJRT programs
         "graphs_fallback": 0,  # ATen graphs that ran (wholly or partly) in eager
+        # Compiled graphs rebuilt from a saved artifact, without tracing: AOTAutograd's cache or
+        # an aot_compile'd function loaded (warm_start.py); each also counts in graphs_compiled.
+        "graphs_loaded": 0,
         # New input signatures of graphs with symbolic shapes, each exported for its sizes
         # and compiled (or found in a cache): one per new sequence length under generate().
         "specialisations": 0,

@@ -19,7 +19,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from torchtpu import _C, _stats, flex_attention
+from torchtpu import _C, _stats, flex_attention, warm_start
 from torchtpu import sharding as _sharding
 from torchtpu._dynamo_skips import skip_device_kernels
 from torchtpu._log import warn_once
@@ -288,6 +288,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
         return boxed(args)
 
     call._boxed_call = True
+    call.torchtpu_transforms = (transforms, boxed)  # what warm_start.describe saves
     return call
 
 
@@ -305,7 +306,10 @@ def _compile_static(gm, opts: Options, kind: str, name: str, binding, link):
     if compiled is None:
         _stats.bump("graphs_fallback")
         return make_boxed_func(gm.forward)
-    return make_boxed_func(compiled)
+    boxed = make_boxed_func(compiled)
+    if isinstance(compiled, CompiledGraph):
+        boxed.torchtpu_graph = compiled  # what warm_start.describe saves
+    return boxed
 
 
 def _min_cut(joint, joint_inputs, **kwargs):
@@ -390,6 +394,9 @@ def _inference_without_wrapper(gm: torch.fx.GraphModule, example_inputs, opts: O
     graph.recompile()
     boxed = compile_aten_graph(graph, example_inputs, opts, "inference")
 
+    if warm_start.saving_ahead():  # aot_compile or caching_precompile: a callable they can save
+        return warm_start.direct(gm, boxed, bool(single))
+
     def run(*args):
         out = boxed(list(args))
         return out[0] if single else out
@@ -440,7 +447,8 @@ def _trace_and_compile(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     _stats.bump("graphs_seen")
     # flex_attention's subgraphs become ATen ops before tracing (torchtpu/flex_attention.py).
     flex_attention.decompose(gm)
-    if opts.skip_aot_wrapper:
+    cached = warm_start.takes_part(opts)  # AOTAutograd's cache keeps this graph's programs
+    if opts.skip_aot_wrapper and (not cached or warm_start.saving_ahead()):
         direct = _inference_without_wrapper(gm, example_inputs, opts)
         if direct is not None:
             return direct
@@ -456,13 +464,23 @@ def _trace_and_compile(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
     def inference(g, inputs):
         return compile_aten_graph(g, inputs, opts, "inference")
 
-    return aot_autograd(
-        fw_compiler=fw,
-        bw_compiler=bw,
-        inference_compiler=inference,
-        decompositions=decomposition_table(),
-        partition_fn=_partition(opts),
-    )(gm, example_inputs)
+    if not cached:
+        return aot_autograd(
+            fw_compiler=fw,
+            bw_compiler=bw,
+            inference_compiler=inference,
+            decompositions=decomposition_table(),
+            partition_fn=_partition(opts),
+        )(gm, example_inputs)
+    # AOTAutograd's cache keeps the compiled graphs (docs/cache.md, "Warm start without tracing").
+    with warm_start.taking_part(opts):
+        return aot_autograd(
+            fw_compiler=warm_start.cacheable(fw, "forward"),
+            bw_compiler=warm_start.cacheable(bw, "backward"),
+            inference_compiler=warm_start.cacheable(inference, "inference"),
+            decompositions=decomposition_table(),
+            partition_fn=_partition(opts),
+        )(gm, example_inputs)
 
 
 __all__ = ["torchtpu_backend", "compile_aten_graph"]

@@ -62,6 +62,14 @@ class Options:
     # time (host_kernels.py, docs/performance.md "Host kernels"). TORCHTPU_HOST_KERNELS=0
     # turns every host kernel off.
     host_kernels: bool = True
+    # Take part in PyTorch's AOTAutograd cache (torch._functorch.config.enable_autograd_cache):
+    # a later process on the same caches skips AOTAutograd's tracing of this model's graphs;
+    # inference graphs then go through AOTAutograd's wrapper (skip_aot_wrapper does not apply)
+    # and backward graphs compile with their forward. Off by default: the cache's key costs a
+    # process about 1 s (Inductor's imports, hashes of torch and triton), more than it saves on
+    # small models (docs/cache.md, "Warm start without tracing"). aot_compile and
+    # caching_precompile use it whatever this says.
+    autograd_cache: bool = False
 
     @staticmethod
     def from_dict(options: dict | None) -> Options:
@@ -92,6 +100,7 @@ class Options:
             "skip_aot_wrapper",
             "check_indices",
             "host_kernels",
+            "autograd_cache",
         ):
             # Only real booleans: "no" or "false" would be truthy. (donate=None is the default:
             # the compile asks the platform, `_C.donates_by_default`.)
