@@ -139,47 +139,67 @@ def main() -> None:
         print(f"{name}: done", file=sys.stderr)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-    ways = ("plain", "autograd_cache", "caching_precompile", "aot_compile")
-    print(
-        "First call, median of",
-        args.reps,
-        "rounds (cold / warm; warm as a share of plain cold):",
-    )
-    print()
-    print("| model | " + " | ".join(ways) + " |")
-    print("|---" * (len(ways) + 1) + "|")
+    print("\n".join(markdown(results, args.reps)))
+
+
+WAYS = ("plain", "autograd_cache", "caching_precompile", "aot_compile")
+
+
+def markdown(results: dict, reps: int | None = None) -> list[str]:
+    """The tables as a docs/performance.md section (`performance.py` includes it from
+    benches/results/cache_warm_start.json)."""
+    reps = reps or min(len(r) for r in results.values())
+    lines = [
+        "## Warm start (`benches/cache_warm_start.py`)",
+        "",
+        (
+            f"First call of a fresh process, median of {reps} rounds, cold / warm (warm as a share of the plain cold "
+            "first call): plain `torch.compile`; with AOTAutograd's cache (`autograd_cache`); with Dynamo's "
+            "`caching_precompile`; and `aot_compile` saved then loaded with `torch.compiler.load_compiled_function` "
+            '(docs/cache.md, "Warm start without tracing").'
+        ),
+        "",
+        "| model | " + " | ".join(WAYS) + " |",
+        "|---" * (len(WAYS) + 1) + "|",
+    ]
     for name, rounds in results.items():
         base = median(rounds, "plain", "cold")
         cells = []
-        for way in ways:
+        for way in WAYS:
             cold, warm = median(rounds, way, "cold"), median(rounds, way, "warm")
             cells.append(f"{cold:.2f} / {warm:.2f} s ({warm / base:.0%})")
-        print(f"| {name} | " + " | ".join(cells) + " |")
-    print()
-    print(
-        "The warm processes of the last round: graphs handed to the backend (traced), rebuilt from artifacts, "
-    )
-    print("programs read from the disk cache, XLA compiles, Dynamo frames compiled:")
-    print()
-    print("| model | " + " | ".join(ways) + " |")
-    print("|---" * (len(ways) + 1) + "|")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        (
+            "The warm processes of the last round: graphs handed to the backend (traced), rebuilt from artifacts, "
+            "programs read from the disk cache, XLA compiles, Dynamo frames compiled:"
+        ),
+        "",
+        "| model | " + " | ".join(WAYS) + " |",
+        "|---" * (len(WAYS) + 1) + "|",
+    ]
     for name, rounds in results.items():
         cells = []
-        for way in ways:
+        for way in WAYS:
             w = rounds[-1][way]["warm"]
             cells.append(
                 f"{w['graphs_seen']} traced, {w['graphs_loaded']} loaded, {w['disk_hits']} disk, "
                 f"{w['compiles']} compiles, {w['frames']} frames"
             )
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     errors = [
         r[way][which]["error"]
         for rounds in results.values()
         for r in rounds
-        for way in ways
+        for way in WAYS
         for which in r[way]
     ]
-    print(f"\nLargest difference from eager over every process: {max(errors):.1e}")
+    lines += [
+        "",
+        f"Largest difference from eager over every process: {max(errors):.1e}.",
+    ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -325,12 +325,13 @@ def ms(s: dict) -> str:
 
 
 def other_benches() -> list[str]:
-    """The sections of the benches that keep their own results (generate.py, train_step.py:
+    """The sections of the benches that keep their own results (generate.py, train_step.py,
+    cache_warm_start.py:
     each has a `markdown(results)`), from benches/results/NAME.json where it exists."""
     import importlib
 
     lines = []
-    for name in ("generate", "train_step"):
+    for name in ("generate", "train_step", "cache_warm_start"):
         path = ROOT / "benches" / "results" / f"{name}.json"
         if path.exists():
             lines += importlib.import_module(name).markdown(json.loads(path.read_text())) + [""]
@@ -411,6 +412,18 @@ def report(results: dict, images: list[str]) -> str:
         for name in ("perf_first_call.png", "perf_memory.png"):
             if name in images:
                 lines += [f"![{name[5:-4]}](img/{name})", ""]
+    kc = results.get("kernel_choices")
+    if kc:
+        aten = sum(c["kernel"] == "aten" for c in kc)
+        lines += ["## Host kernels: ATen's GEMM inside the program (option `host_kernels`)", "",
+                  f"Every matmul shape of the runs above ({len(kc)}), timed at compile time in XLA's dot and in "
+                  "ATen's CPU GEMM (MKL / oneDNN, a typed XLA FFI custom call on XLA's buffers) as one-op programs, "
+                  f"fastest of interleaved runs; the faster runs in the program: ATen's for {aten}, XLA's for "
+                  f"{len(kc) - aten}. The 25 slowest shapes (`[batch x] [m x k] @ [k x n]`, T: read transposed):", "",
+                  "| shape | XLA us | ATen us | chosen |", "|---|---|---|---|"]
+        for c in sorted(kc, key=lambda c: -max(c["xla_us"], c["aten_us"]))[:25]:
+            lines.append(f"| {c['shape']} | {c['xla_us']:.0f} | {c['aten_us']:.0f} | {c['kernel']} |")
+        lines.append("")
     oh = results.get("overhead")
     if oh:
         lines += ["## Per-call overhead of a tiny graph (`benches/call_overhead.py`)", "",
@@ -582,6 +595,9 @@ def main() -> int:
                 v = results["steady"][key]
                 print(f"{key:34s} " + "  ".join(f"{b} {v[b]['median_ms']:8.3f} ms" for b in BACKENDS)
                       + f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+    import torchtpu
+
+    results["kernel_choices"] = torchtpu.stats()["kernel_choices"]
     if not a.quick:
         for name in models:
             t0 = time.perf_counter()
