@@ -162,6 +162,15 @@ impl Engine {
     }
 }
 
+/// Whether the lowered graph calls one of ATen's kernels (`tpu.matmul {form = "aten"}`).
+fn calls_host_matmul(g: &Graph) -> bool {
+    use torchtpu_compiler::registry::attrs::{matmul_form, FORM};
+    g.petgraph().node_weights().any(|n| {
+        n.op().is_some_and(|o| o.is("tpu", "matmul"))
+            && matches!(n.attr(FORM), Some(torchtpu_compiler::ir::Attr::Str(f)) if f == matmul_form::ATEN)
+    })
+}
+
 /// A graph as StableHLO bytecode and its analyses, from the graph cache or the driver
 /// (`Engine::lowered`).
 pub(crate) struct Lowered {
@@ -196,9 +205,22 @@ impl Engine {
             return Ok(Lowered { code, analyses, graph_cache_hit: true });
         }
         // A miss, or an entry whose analyses do not read back: lower again and store both.
-        let c = with_driver(|cx| {
-            cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
-        })?;
+        let lower = |options: &Options| {
+            with_driver(|cx| {
+                cx.compile_graph(graph.clone(), &options.driver(Some(Format::Bytecode)), &mut std::io::sink())
+            })
+        };
+        let mut c = lower(options)?;
+        if calls_host_matmul(&c.graph) {
+            // ATen's kernels won their products alone; the program is kept only if it beats
+            // the all-XLA one on the real shapes too (fusions lost, threads: `kernel_choice.rs`).
+            let mut xla = options.clone();
+            xla.compiler.target.kernel_choice = None;
+            let alternative = lower(&xla)?;
+            if !self.kernels.keep_host_kernels(&self.cache, &c, &alternative, options, &graph.name) {
+                c = alternative;
+            }
+        }
         let seconds = c.timings.total().as_secs_f64();
         timings.stages.extend(c.timings.stages);
         timings.passes = c.timings.passes;

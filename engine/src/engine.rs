@@ -10,7 +10,7 @@ use crate::{distributed, element_type, Distributed, EngineError, GraphCache, Opt
 use torchtpu_compiler::target::{KernelChoice, Target};
 use torchtpu_runtime::host_kernels::aten;
 
-use crate::kernel_choice::{MeasuredKernels, Measurement};
+use crate::kernel_choice::{MeasuredKernels, Measurement, ProgramMeasurement};
 
 /// `TORCHTPU_MALLOC_TUNING=0` leaves the process's allocator as it was (see `Engine::new`).
 pub const MALLOC_TUNING_ENV: &str = "TORCHTPU_MALLOC_TUNING";
@@ -150,6 +150,11 @@ impl Engine {
     /// Every matmul shape measured for the choice between kernels, with its timings.
     pub fn kernel_choices(&self) -> Vec<Measurement> {
         self.kernels.choices()
+    }
+
+    /// Every program raced with ATen's kernels against all XLA's (`kernel_choice.rs`).
+    pub fn kernel_programs(&self) -> Vec<ProgramMeasurement> {
+        self.kernels.programs()
     }
 
     /// `(node_id, num_nodes)` when the client spans processes.

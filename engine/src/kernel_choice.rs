@@ -11,17 +11,21 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
+use torchtpu_compiler::driver::Compiled;
 use torchtpu_compiler::driver::{self, Format};
 use torchtpu_compiler::ir::{Attr, DType, Dim, Graph, OpName, TensorType, Value};
 use torchtpu_compiler::registry::attrs::matmul_form::{ATEN, XLA};
 use torchtpu_compiler::registry::attrs::{FORM, TRANSPOSE_A, TRANSPOSE_B};
 use torchtpu_compiler::target::{ChooseKernel, MatmulShape};
-use torchtpu_runtime::{Buffer, Client, CompileOptions, Executable};
+use torchtpu_runtime::{Buffer, Client, CompileOptions, Executable, ExecutableCache};
 
 use crate::program::element_type;
+use crate::Options;
 
 /// How long the timed runs of one variant take in all, at most (after one warm-up run).
 const BUDGET: Duration = Duration::from_millis(30);
+/// How long the timed runs of a whole program's two forms take in all, at most.
+const PROGRAM_BUDGET: Duration = Duration::from_millis(200);
 /// Timed runs per variant: at least, at most.
 const RUNS: (usize, usize) = (3, 25);
 /// Largest relative difference between the two kernels' results (max |d| / max |xla|) for
@@ -42,9 +46,21 @@ pub struct Measurement {
     pub note: Option<String>,
 }
 
+/// One program's measurement: lowered with ATen's kernels where they won alone, against all
+/// XLA's, on the real shapes.
+#[derive(Clone, Debug)]
+pub struct ProgramMeasurement {
+    pub graph: String,
+    pub xla_seconds: f64,
+    pub aten_seconds: f64,
+    pub aten: bool,
+    pub note: Option<String>,
+}
+
 pub struct MeasuredKernels {
     client: Client,
     measured: Mutex<BTreeMap<MatmulShape, Measurement>>,
+    programs: Mutex<Vec<ProgramMeasurement>>,
 }
 
 // The graph cache key holds the target's Debug: one stable name, not the measurements.
@@ -61,12 +77,98 @@ thread_local! {
 
 impl MeasuredKernels {
     pub fn new(client: Client) -> MeasuredKernels {
-        MeasuredKernels { client, measured: Mutex::default() }
+        MeasuredKernels { client, measured: Mutex::default(), programs: Mutex::default() }
     }
 
     /// Every shape measured so far, in shape order.
     pub fn choices(&self) -> Vec<Measurement> {
         self.measured.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// Every program measured so far, in order.
+    pub fn programs(&self) -> Vec<ProgramMeasurement> {
+        self.programs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether `with_aten` (a graph lowered with ATen's kernels where each product won alone)
+    /// runs faster than `all_xla` (the same graph with XLA's dot everywhere): both compiled as
+    /// the engine compiles (through its executable cache, with the graph's XLA options) and
+    /// run interleaved on zero-filled inputs of the graph's types, fastest runs compared.
+    /// A product's own race misses what the whole program pays: fusions XLA can no longer make
+    /// around a custom call, and ATen's time on one thread. On any failure, XLA's is kept.
+    pub fn keep_host_kernels(
+        &self,
+        cache: &ExecutableCache,
+        with_aten: &Compiled,
+        all_xla: &Compiled,
+        options: &Options,
+        name: &str,
+    ) -> bool {
+        let outcome = self.race(cache, with_aten, all_xla, options);
+        let m = match outcome {
+            Ok((aten_seconds, xla_seconds)) => ProgramMeasurement {
+                graph: name.to_string(),
+                xla_seconds,
+                aten_seconds,
+                aten: aten_seconds < xla_seconds,
+                note: None,
+            },
+            Err(why) => ProgramMeasurement {
+                graph: name.to_string(),
+                xla_seconds: f64::NAN,
+                aten_seconds: f64::NAN,
+                aten: false,
+                note: Some(format!("not measured: {why}")),
+            },
+        };
+        let keep = m.aten;
+        self.programs.lock().unwrap_or_else(|p| p.into_inner()).push(m);
+        keep
+    }
+
+    fn race(
+        &self,
+        cache: &ExecutableCache,
+        with_aten: &Compiled,
+        all_xla: &Compiled,
+        options: &Options,
+    ) -> Result<(f64, f64), String> {
+        let compile_options = CompileOptions::portable().with_xla_options(options.xla_options.clone());
+        let exe = |c: &Compiled| -> Result<std::sync::Arc<Executable>, String> {
+            let code = &c.hlo.as_ref().ok_or("no module")?.code;
+            cache
+                .lookup_or_compile(&self.client, code, &compile_options, None)
+                .map(|(e, _)| e)
+                .map_err(|e| e.to_string())
+        };
+        let (aten, xla) = (exe(with_aten)?, exe(all_xla)?);
+        let device = self.client.first_device().map_err(|e| e.to_string())?;
+        let g = &with_aten.graph;
+        let inputs = g
+            .inputs()
+            .iter()
+            .map(|&i| {
+                let ty = &g.node(i).results[0];
+                let dims = ty.static_dims().ok_or("an input of symbolic shape")?;
+                let bytes = vec![0u8; dims.iter().product::<i64>() as usize * ty.dtype.size_bytes()];
+                self.client.buffer_from_host(&bytes, element_type(ty.dtype), &dims, &device).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<Buffer>, String>>()?;
+        let args: Vec<&Buffer> = inputs.iter().collect();
+        let keep: Vec<i64> = (0..args.len() as i64).collect();
+        let run = |e: &Executable| -> Result<f64, String> {
+            let t = Instant::now();
+            e.execute_on(&args, &keep, &device, true).map_err(|e| e.to_string())?;
+            Ok(t.elapsed().as_secs_f64())
+        };
+        let first = run(&aten)?.max(run(&xla)?);
+        let rounds = ((PROGRAM_BUDGET.as_secs_f64() / 2.0 / first.max(1e-6)) as usize).clamp(RUNS.0, RUNS.1);
+        let (mut a, mut x) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..rounds {
+            a = a.min(run(&aten)?);
+            x = x.min(run(&xla)?);
+        }
+        Ok((a, x))
     }
 
     fn measure(&self, shape: &MatmulShape) -> Result<Measurement, String> {

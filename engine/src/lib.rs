@@ -39,7 +39,7 @@ pub use engine::{default_engine, Engine, CPU_DEVICES_ENV, HOST_KERNELS_ENV, MALL
 pub use error::{EngineError, ErrorKind, TextFault};
 pub use graph_cache::{graph_key, GraphCache, GraphCacheStats, GraphClaim, GraphEntry};
 pub use host_tensor::HostTensor;
-pub use kernel_choice::Measurement;
+pub use kernel_choice::{Measurement, ProgramMeasurement};
 pub use options::{MeshAnnotation, Options, DEFAULT_MAX_TENSOR_BYTES};
 pub use platform::Platform;
 pub use program::{element_type, CompiledGraph, HostOutput, PartitionShapes};

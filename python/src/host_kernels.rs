@@ -23,7 +23,9 @@ pub fn install_host_kernels(py: Python<'_>, capsule: Bound<'_, PyCapsule>) -> Py
 }
 
 /// Every matmul shape the default engine measured for its choice between XLA's dot and ATen's
-/// GEMM: `[{"shape", "xla_us", "aten_us", "kernel", "note"}]`; empty without an engine (one
+/// GEMM: `[{"op", "shape", "xla_us", "aten_us", "kernel", "note"}]`, then each program raced
+/// with ATen's kernels against all XLA's (`op` "program", `shape` the graph's name, `kernel`
+/// the program kept); empty without an engine (one
 /// that could not start measured nothing: `torchtpu.stats()` works without a plugin).
 #[pyfunction]
 pub fn kernel_choices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
@@ -32,19 +34,24 @@ pub fn kernel_choices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
     }
     guarded(py, "compile", || {
         let Ok(engine) = torchtpu_engine::default_engine() else { return Ok(Vec::new()) };
-        engine
-            .kernel_choices()
+        let entry = |op: &str, shape: String, xla: f64, aten: f64, chosen: bool, note: Option<String>| {
+            let d = PyDict::new(py);
+            d.set_item("op", op)?;
+            d.set_item("shape", shape)?;
+            d.set_item("xla_us", xla * 1e6)?;
+            d.set_item("aten_us", aten * 1e6)?;
+            d.set_item("kernel", if chosen { "aten" } else { "xla" })?;
+            d.set_item("note", note)?;
+            Ok(d)
+        };
+        let shapes = engine.kernel_choices().into_iter().map(|m| {
+            let op = if m.shape.batch.is_some() { "bmm" } else { "mm" };
+            entry(op, m.shape.to_string(), m.xla_seconds, m.aten_seconds, m.aten, m.note)
+        });
+        let programs = engine
+            .kernel_programs()
             .into_iter()
-            .map(|m| {
-                let d = PyDict::new(py);
-                d.set_item("op", if m.shape.batch.is_some() { "bmm" } else { "mm" })?;
-                d.set_item("shape", m.shape.to_string())?;
-                d.set_item("xla_us", m.xla_seconds * 1e6)?;
-                d.set_item("aten_us", m.aten_seconds * 1e6)?;
-                d.set_item("kernel", if m.aten { "aten" } else { "xla" })?;
-                d.set_item("note", m.note)?;
-                Ok(d)
-            })
-            .collect()
+            .map(|p| entry("program", p.graph, p.xla_seconds, p.aten_seconds, p.aten, p.note));
+        shapes.chain(programs).collect()
     })
 }

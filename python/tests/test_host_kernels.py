@@ -4,8 +4,9 @@ kernel each matmul got.
 
 - Forced (`host-matmul{kernel=aten}` in the pipeline): every mm / bmm / addmm runs ATen's
   kernel on XLA's buffers; the IR after the passes (dump_dir) shows `tpu.matmul {form = "aten"}`.
-- Measured (the default): each new shape is timed in both kernels at compile time and the
-  choice, with its timings, is in `torchtpu.stats()["kernel_choices"]`.
+- Measured (the default): each new shape is timed in both kernels at compile time; a program
+  where ATen's won some is raced whole against the all-XLA program and the faster kept; the
+  choices, with their timings, are in `torchtpu.stats()["kernel_choices"]`.
 
 Tolerances: f32 rtol 1e-5 / atol 1e-5 (the same products summed in another order), bf16 2e-2.
 """
@@ -87,6 +88,11 @@ def test_measured_choice_is_recorded_and_correct():
     assert choice["op"] == "mm" and choice["note"] is None
     assert choice["xla_us"] > 0 and choice["aten_us"] > 0
     assert choice["kernel"] == ("aten" if choice["aten_us"] < choice["xla_us"] else "xla")
+    # Where ATen's won the product alone, the whole program raced the all-XLA one too.
+    programs = [c for c in torchtpu.stats()["kernel_choices"] if c["op"] == "program"]
+    if choice["kernel"] == "aten":
+        assert programs and all(p["xla_us"] > 0 and p["aten_us"] > 0 for p in programs), programs
+        assert programs[-1]["kernel"] == ("aten" if programs[-1]["aten_us"] < programs[-1]["xla_us"] else "xla")
 
 
 def test_off_keeps_xla_everywhere():
