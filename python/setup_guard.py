@@ -12,8 +12,12 @@ setup(
     ext_modules=[
         CppExtension(
             "torchtpu._device_guard",
-            ["torchtpu/csrc/device_guard.cpp", "torchtpu/csrc/autocast.cpp", "torchtpu/csrc/dispatch.cpp",
-             "torchtpu/csrc/host_kernels.cpp"],
+            [
+                "torchtpu/csrc/device_guard.cpp",
+                "torchtpu/csrc/autocast.cpp",
+                "torchtpu/csrc/dispatch.cpp",
+                "torchtpu/csrc/host_kernels.cpp",
+            ],
             extra_compile_args=["-O2"],
         )
     ],
