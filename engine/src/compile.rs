@@ -217,7 +217,7 @@ impl Engine {
             let mut xla = options.clone();
             xla.compiler.target.kernel_choice = None;
             let alternative = lower(&xla)?;
-            if !self.kernels.keep_host_kernels(&self.cache, &c, &alternative, options, &graph.name) {
+            if !self.kernels.keep_host_kernels(&c, &alternative, options, &graph.name) {
                 c = alternative;
             }
         }

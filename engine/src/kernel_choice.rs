@@ -17,7 +17,7 @@ use torchtpu_compiler::ir::{Attr, DType, Dim, Graph, OpName, TensorType, Value};
 use torchtpu_compiler::registry::attrs::matmul_form::{ATEN, XLA};
 use torchtpu_compiler::registry::attrs::{FORM, TRANSPOSE_A, TRANSPOSE_B};
 use torchtpu_compiler::target::{ChooseKernel, MatmulShape};
-use torchtpu_runtime::{Buffer, Client, CompileOptions, Executable, ExecutableCache};
+use torchtpu_runtime::{Buffer, Client, CompileOptions, Executable};
 
 use crate::program::element_type;
 use crate::Options;
@@ -92,20 +92,12 @@ impl MeasuredKernels {
 
     /// Whether `with_aten` (a graph lowered with ATen's kernels where each product won alone)
     /// runs faster than `all_xla` (the same graph with XLA's dot everywhere): both compiled as
-    /// the engine compiles (through its executable cache, with the graph's XLA options) and
+    /// the engine compiles (portable, with the graph's XLA options; outside the executable cache) and
     /// run interleaved on zero-filled inputs of the graph's types, fastest runs compared.
     /// A product's own race misses what the whole program pays: fusions XLA can no longer make
     /// around a custom call, and ATen's time on one thread. On any failure, XLA's is kept.
-    pub fn keep_host_kernels(
-        &self,
-        cache: &ExecutableCache,
-        with_aten: &Compiled,
-        all_xla: &Compiled,
-        options: &Options,
-        name: &str,
-    ) -> bool {
-        let outcome = self.race(cache, with_aten, all_xla, options);
-        let m = match outcome {
+    pub fn keep_host_kernels(&self, with_aten: &Compiled, all_xla: &Compiled, options: &Options, name: &str) -> bool {
+        let m = match self.race(with_aten, all_xla, options) {
             Ok((aten_seconds, xla_seconds)) => ProgramMeasurement {
                 graph: name.to_string(),
                 xla_seconds,
@@ -126,20 +118,13 @@ impl MeasuredKernels {
         keep
     }
 
-    fn race(
-        &self,
-        cache: &ExecutableCache,
-        with_aten: &Compiled,
-        all_xla: &Compiled,
-        options: &Options,
-    ) -> Result<(f64, f64), String> {
+    fn race(&self, with_aten: &Compiled, all_xla: &Compiled, options: &Options) -> Result<(f64, f64), String> {
+        // Compiled here, outside the executable cache: the loser must not be stored, and the
+        // engine compiles the winner through the cache as it compiles every program.
         let compile_options = CompileOptions::portable().with_xla_options(options.xla_options.clone());
-        let exe = |c: &Compiled| -> Result<std::sync::Arc<Executable>, String> {
+        let exe = |c: &Compiled| -> Result<Executable, String> {
             let code = &c.hlo.as_ref().ok_or("no module")?.code;
-            cache
-                .lookup_or_compile(&self.client, code, &compile_options, None)
-                .map(|(e, _)| e)
-                .map_err(|e| e.to_string())
+            self.client.compile_bytes(code, &compile_options).map_err(|e| e.to_string())
         };
         let (aten, xla) = (exe(with_aten)?, exe(all_xla)?);
         let device = self.client.first_device().map_err(|e| e.to_string())?;

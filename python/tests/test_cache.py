@@ -175,10 +175,12 @@ def test_ranks_of_a_host_compile_each_program_once_and_the_others_wait_and_read(
                 p.wait()
     assert all(r["graphs_compiled"] == 1 and r["lock_timeouts"] == 0 for r in results), results
     # One PJRT compile in total; every other rank read it from disk, most after waiting for
-    # the compile in flight (a rank that reached it late finds the entry already written).
+    # the compile in flight (a rank that reached it late finds the entry already written). The
+    # wait is for the executable, or for the graph when its lowering compiled the program to
+    # race host kernels (docs/backend.md, "Host kernels").
     assert sum(r["cache_misses"] for r in results) == 1, results
     assert sum(r["disk_hits"] for r in results) == ranks - 1, results
-    assert sum(r["disk_hits_after_wait"] for r in results) >= 1, results
+    assert sum(r["disk_hits_after_wait"] + r["graph_disk_hits_after_wait"] for r in results) >= 1, results
     # The graph level too: lowered once.
     assert sum(r["graph_misses"] for r in results) == 1, results
     # No lock file is left, and what the cache wrote is private to this user.

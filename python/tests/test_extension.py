@@ -39,6 +39,7 @@ def test_passes_are_listed_from_the_rust_registry():
         "fuse-matmuls",
         "quantized-linear",
         "quantized-embedding",
+        "host-matmul",
         "form-regions",
         "assign-layouts",
         "propagate-sharding",

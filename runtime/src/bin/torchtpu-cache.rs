@@ -369,6 +369,10 @@ fn verify(out: &mut dyn Write, cache: &DiskCache, checksums_only: bool, json: bo
     } else {
         let plugin =
             Plugin::load_default().context("cannot load the PJRT plugin to verify entries (try --checksums-only)")?;
+        // Programs that call torchtpu's host kernels load only where the handlers are
+        // registered, as they are in the processes that compiled them (a plugin without an FFI
+        // extension has none, and its programs call none).
+        let _ = plugin.host_kernels();
         Some(Client::new(plugin).context("cannot create a PJRT client to verify entries")?)
     };
     let report = cache.verify(client.as_ref())?;
