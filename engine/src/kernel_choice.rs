@@ -6,7 +6,7 @@
 //! (`torchtpu.stats()["kernel_choices"]`).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,8 @@ pub struct MeasuredKernels {
     client: Client,
     measured: Mutex<BTreeMap<MatmulShape, Measurement>>,
     programs: Mutex<Vec<ProgramMeasurement>>,
+    /// Race outcomes by `race_key`.
+    raced: Mutex<HashMap<u64, bool>>,
 }
 
 // The graph cache key holds the target's Debug: one stable name, not the measurements.
@@ -77,7 +79,7 @@ thread_local! {
 
 impl MeasuredKernels {
     pub fn new(client: Client) -> MeasuredKernels {
-        MeasuredKernels { client, measured: Mutex::default(), programs: Mutex::default() }
+        MeasuredKernels { client, measured: Mutex::default(), programs: Mutex::default(), raced: Mutex::default() }
     }
 
     /// Every shape measured so far, in shape order.
@@ -96,7 +98,13 @@ impl MeasuredKernels {
     /// run interleaved on zero-filled inputs of the graph's types, fastest runs compared.
     /// A product's own race misses what the whole program pays: fusions XLA can no longer make
     /// around a custom call, and ATen's time on one thread. On any failure, XLA's is kept.
+    /// A race is decided once per pair of modules (and XLA options): the same graph lowered again
+    /// (a graph-cache miss, e.g. under another name) gets the same program, not a re-run race.
     pub fn keep_host_kernels(&self, with_aten: &Compiled, all_xla: &Compiled, options: &Options, name: &str) -> bool {
+        let key = race_key(with_aten, all_xla, options);
+        if let Some(&keep) = self.raced.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return keep;
+        }
         let m = match self.race(with_aten, all_xla, options) {
             Ok((aten_seconds, xla_seconds)) => ProgramMeasurement {
                 graph: name.to_string(),
@@ -115,6 +123,7 @@ impl MeasuredKernels {
         };
         let keep = m.aten;
         self.programs.lock().unwrap_or_else(|p| p.into_inner()).push(m);
+        self.raced.lock().unwrap_or_else(|p| p.into_inner()).insert(key, keep);
         keep
     }
 
@@ -238,6 +247,17 @@ impl ChooseKernel for MeasuredKernels {
         self.measured.lock().unwrap_or_else(|p| p.into_inner()).insert(*shape, m);
         aten
     }
+}
+
+/// The two modules and the XLA options they compile with.
+fn race_key(with_aten: &Compiled, all_xla: &Compiled, options: &Options) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for c in [with_aten, all_xla] {
+        c.hlo.as_ref().map(|m| m.code.as_slice()).hash(&mut h);
+    }
+    format!("{:?}", options.xla_options).hash(&mut h);
+    h.finish()
 }
 
 fn fastest(xs: &[f64]) -> f64 {
