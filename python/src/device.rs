@@ -164,7 +164,7 @@ impl DeviceBuffer {
 
     /// Waits until the contents are computed; a failed asynchronous execution raises here
     /// (`torchtpu.errors.ExecutionError`).
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn wait(&self, py: Python<'_>) -> PyResult<()> {
         self.check_usable(py)?;
         guarded(py, "execute", || {
             py.detach(|| self.buffer.wait_ready()).map_err(|e| engine_error(py, &EngineError::Execute(e)))

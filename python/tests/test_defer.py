@@ -96,6 +96,44 @@ def test_same_structure_hits_the_region_cache_and_a_change_names_the_difference(
     del keep
 
 
+def test_a_hit_is_found_and_run_natively_and_clear_forgets_it(monkeypatch):
+    """A cached region's cut runs in Rust (python/src/eager/cut.rs): key, lookup, run and
+    write-back; none of `_region`'s Python runs for it. Its key id is the miss's, and the id
+    `_region.key_id` gives the Python form of the key."""
+    a, w = torch.randn(8, 8), torch.randn(8, 8)
+    at, wt = a.to(TPU), w.to(TPU)
+
+    def step():
+        y = (at @ wt).tanh()
+        wt.add_(y, alpha=0.1)  # an input updated in place: donated
+        return y.sum().item()
+
+    with E.mode("defer_and_fuse"):
+        step()
+        (key,) = _region._programs
+        assert _region.key_id(key) == _regions()[0]["key"]
+
+        def no_python(*args):
+            raise AssertionError("a cached region went through _region's Python")
+
+        monkeypatch.setattr(_region, "compile_region", no_python)
+        monkeypatch.setattr(_region, "describe_miss", no_python)
+        got = [step() for _ in range(3)]
+        monkeypatch.undo()
+        _region.clear()
+        step()  # a miss again: the native programs were forgotten too
+    recs = _regions()
+    assert [r["hit"] for r in recs] == [False, True, True, True, False]
+    assert len({r["key"] for r in recs}) == 1 and all(r["donated"] == 1 for r in recs)
+    ref_w, want = w.clone(), []
+    ref_w += (a @ ref_w).tanh() * 0.1  # the first step
+    for _ in range(3):
+        y = (a @ ref_w).tanh()
+        ref_w += y * 0.1
+        want.append(y.sum().item())
+    assert got == pytest.approx(want, rel=1e-5)
+
+
 def test_inplace_views_and_aliasing_match_cpu():
     base = torch.randn(6, 5)
     t = base.to(TPU)

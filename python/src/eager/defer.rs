@@ -11,6 +11,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
+use super::cut::Token;
+
 /// A value of the open region: output `index` of its recorded programs. `buffer` is the device
 /// buffer once the region ran (storages holding the Pending then use it).
 #[pyclass(module = "torchtpu._C", freelist = 1024)]
@@ -27,6 +29,11 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Gives it the buffer its region computed.
+    pub(super) fn set_computed(&mut self, buffer: Py<PyAny>) {
+        self.buffer = Some(buffer);
+    }
+
     /// The device buffer its region computed, if it ran.
     pub fn computed(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.buffer.as_ref().map(|b| b.clone_ref(py))
@@ -87,23 +94,25 @@ impl Pending {
 pub struct Region {
     /// The tpu device the region's program runs on.
     #[pyo3(get)]
-    device: usize,
+    pub(super) device: usize,
     /// (program, wiring, first value index) per recorded program. The wiring names each input:
     /// an earlier value (>= 0) or the k-th distinct external buffer (-1 - k).
     #[pyo3(get, set)]
-    records: Option<Py<PyList>>,
+    pub(super) records: Option<Py<PyList>>,
     /// (program serial, wiring) per recorded program: the key's op part.
     #[pyo3(get, set)]
-    tokens: Option<Py<PyList>>,
+    pub(super) tokens: Option<Py<PyList>>,
     /// Per value, its Pending. The region's reference is not counted as use: a value is live
     /// when something else (a storage, a Python variable) holds it.
     #[pyo3(get, set)]
-    values: Option<Py<PyList>>,
+    pub(super) values: Option<Py<PyList>>,
     /// The device buffers read, in first-use order.
     #[pyo3(get, set)]
-    externals: Option<Py<PyList>>,
+    pub(super) externals: Option<Py<PyList>>,
     /// An external's address -> its index (the list keeps each alive, so addresses are stable).
     ext_index: HashMap<usize, usize>,
+    /// `tokens` as the native cut hashes them (`cut::RegionKey`).
+    pub(super) key_tokens: Vec<Token>,
     started: Instant,
     /// Why compiling or running the region failed, for its values' readers.
     #[pyo3(get, set)]
@@ -125,6 +134,7 @@ impl Region {
             values: Some(PyList::empty(py).unbind()),
             externals: Some(PyList::empty(py).unbind()),
             ext_index: HashMap::new(),
+            key_tokens: Vec::new(),
             started: Instant::now(),
             error: None,
             closed: false,
@@ -144,7 +154,7 @@ impl Region {
     /// Forgets the externals (the region held the last references to what it donates).
     fn drop_externals(&mut self) {
         self.externals = None;
-        self.ext_index.clear();
+        self.forget_externals();
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -161,7 +171,15 @@ impl Region {
         self.values = None;
         self.externals = None;
         self.ext_index.clear();
+        self.key_tokens.clear();
         self.error = None;
+    }
+}
+
+impl Region {
+    /// The external buffers' index (with the list: `cut::run` takes that).
+    pub(super) fn forget_externals(&mut self) {
+        self.ext_index.clear();
     }
 }
 
@@ -233,6 +251,7 @@ pub fn record<'py>(
         };
         wiring.push(-1 - k as i64);
     }
+    let wiring_ids = wiring.clone();
     let wiring = PyTuple::new(py, wiring)?;
     let base = values.len();
     let owner = region.clone().unbind();
@@ -247,6 +266,7 @@ pub fn record<'py>(
     }
     records.append((what.program, &wiring, base))?;
     tokens.append((what.serial, &wiring))?;
+    r.key_tokens.push((what.serial, wiring_ids.into_boxed_slice()));
     let n = records.len();
     drop(r);
     Ok(Some((region, outs, n)))

@@ -10,6 +10,7 @@
 
 mod abi;
 mod cache;
+mod cut;
 mod defer;
 mod key;
 mod path;
@@ -224,6 +225,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<defer::Pending>()?;
     m.add_class::<defer::Region>()?;
     m.add_function(wrap_pyfunction!(defer::defer_record, m)?)?;
+    m.add_function(wrap_pyfunction!(cut::defer_cut, m)?)?;
+    m.add_function(wrap_pyfunction!(cut::defer_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cut::defer_keep, m)?)?;
+    m.add_function(wrap_pyfunction!(cut::defer_forget, m)?)?;
+    m.add_function(wrap_pyfunction!(cut::defer_key_id, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_defer, m)?)?;
     m.add_function(wrap_pyfunction!(eager_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(eager_zeros, m)?)?;

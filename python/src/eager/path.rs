@@ -509,7 +509,7 @@ fn execute<'py>(
 
 /// `execute`, donating the inputs at `donate`, whose buffers (`donated`) are marked so before
 /// the outputs count: a donated input's memory may be an output's now.
-fn execute_donating<'py>(
+pub(super) fn execute_donating<'py>(
     py: Python<'py>,
     compiled: &torchtpu_engine::CompiledGraph,
     inputs: &[&Buffer],

@@ -34,7 +34,7 @@ import time
 import torch
 
 from torchtpu import _C, _stats
-from torchtpu.device import _buffers, _region, _state, _trace
+from torchtpu.device import _region, _state, _trace
 from torchtpu.device._frames import first_user_frame
 
 # Why a region was cut (the `reason` of each record).
@@ -205,9 +205,6 @@ def flush(reason: str = "explicit", detail: str | None = None, region=None) -> d
         where, line = _main_thread_frame()
     else:
         where, line = _user_frame()
-    live = tuple(_live(r.values))
-    dead = _region.dead_externals(r.externals)
-    key = (tuple(r.tokens), live, dead)
     rec = {
         "region": _trace.count(),
         "reason": reason,
@@ -215,66 +212,49 @@ def flush(reason: str = "explicit", detail: str | None = None, region=None) -> d
         "where": where,
         "line": line,
         "ops": len(r.records),
-        "outputs": len(live),
         "inputs": len(r.externals),
-        "key": _region.key_id(key),
         "record_ms": r.record_ms(),
     }
+    wait = state.mode == "debug"  # a cut made in debug mode (leaving the mode) waits, as its ops do
     try:
-        program = _run_region(r, key, live, rec, reason, where)
+        # Native (python/src/eager/cut.rs): the key, and on a hit the run and every live
+        # value's buffer.
+        key_id, live, dead, program, run_ms = _C.defer_cut(r, wait)
+        rec["key"] = key_id
+        rec["hit"] = program is not None
+        if program is None:
+            program, run_ms = _compile_and_run(r, (tuple(r.tokens), live, dead), rec, reason, where, wait)
     except BaseException as e:
         r.error = e  # its Pendings' readers get this error, not a missing value
         raise
+    if rec["hit"]:
+        rec["compile_ms"] = 0.0
+        _stats.bump("eager_region_hits")
+    _stats.bump("eager_regions")
+    _stats.bump("eager_ops_deferred", rec["ops"])
+    rec["outputs"] = len(live)
+    rec["run_ms"] = run_ms
     rec["donated"] = len(program.donate)
-    rec["bytes_in"] = program.memory["input_bytes"]
-    rec["bytes_out"] = program.memory["output_bytes"]
-    rec["bytes_peak"] = program.memory["peak_bytes"]
+    memory = program.memory
+    rec["bytes_in"] = memory["input_bytes"]
+    rec["bytes_out"] = memory["output_bytes"]
+    rec["bytes_peak"] = memory["peak_bytes"]
     _trace.remember(rec)
     return rec
 
 
-def _run_region(r: Region, key, live: tuple, rec: dict, reason: str, where):
-    """Finds or compiles the region's program, runs it, and gives each live Pending its
-    buffer."""
-    program = _region.lookup(key)
-    rec["hit"] = program is not None
+def _compile_and_run(r: Region, key, rec: dict, reason: str, where, wait: bool):
+    """A miss: compiles the region's program (kept under `key` for the next cut), runs it and
+    gives each live Pending its buffer. Returns the program and its run's milliseconds."""
     t0 = time.perf_counter()
-    if program is None:
-        rec["differs"] = _region.describe_miss(r, key)
-        check_compile_allowed(
-            f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}"
-        )
-        program = _region.compile_region(r, key)
-        rec["executable"] = program.compiled.source  # "compiled", or found in a cache ("memory", "disk")
-        _stats.bump("eager_regions_compiled")
-        _stats.bump("eager_programs_compiled")
-    else:
-        _stats.bump("eager_region_hits")
-    rec["compile_ms"] = 0.0 if rec["hit"] else (time.perf_counter() - t0) * 1e3
-    _stats.bump("eager_regions")
-    _stats.bump("eager_ops_deferred", len(r.records))
-    inputs = [r.externals[v] if k == "ext" else _buffers.on_device(v, r.device) for k, v in program.sources]
-    # The region held the last references to what it donates: nothing reads them afterwards.
-    r.drop_externals()
-    wait = state.mode == "debug"  # a cut made in debug mode (leaving the mode) waits, as its ops do
-    t1 = time.perf_counter()
-    outs = program.compiled.run_device(inputs, wait, program.donate, device=r.device)
-    rec["run_ms"] = (time.perf_counter() - t1) * 1e3
-    if not wait:
-        _buffers.mark_last(outs)  # what `torch.tpu.synchronize()` waits for
-    values = r.values
-    for value, spec in zip(program.live, program.outputs):
-        if spec.kind == "ir":
-            values[value].buffer = outs[spec.index]
-        elif spec.kind == "input":
-            values[value].buffer = inputs[spec.index]
-        else:
-            from torchtpu.errors import InternalError
-
-            raise InternalError(f"region output of kind {spec.kind}", stage="execute")
-    del inputs
-    r.records = r.values = r.tokens = None  # a resolved Pending keeps its region: keep it small
-    return program
+    rec["differs"] = _region.describe_miss(r, key)
+    check_compile_allowed(f"region {rec['key']} ({len(r.records)} ops, cut by {reason} at {where}): {rec['differs']}")
+    program = _region.compile_region(r, key)
+    rec["executable"] = program.compiled.source  # "compiled", or found in a cache ("memory", "disk")
+    rec["compile_ms"] = (time.perf_counter() - t0) * 1e3
+    _stats.bump("eager_regions_compiled")
+    _stats.bump("eager_programs_compiled")
+    return program, _C.defer_run(r, program, wait)
 
 
 # ---------------------------------------------------------------- cache-only and warm-up

@@ -1,12 +1,11 @@
 """A DeferAndFuse region's program (`_defer.py` records and cuts; this compiles): the
 recorded programs' FX graphs spliced into one graph whose placeholders are the buffers the
 region read and whose outputs are the values still referenced, exported as IR and compiled
-through the whole pipeline; kept by the region's structural key. On a miss, `describe_miss`
-says what differs from the nearest cached key."""
+through the whole pipeline; kept by the region's structural key, here and natively
+(`python/src/eager/cut.rs`, which finds and runs it at the next cut with no Python). On a miss,
+`describe_miss` says what differs from the nearest cached key."""
 
 from __future__ import annotations
-
-import sys
 
 import torch
 
@@ -41,15 +40,12 @@ _names: dict = {}  # program serial -> a description, for key diffs
 REGION_LIMIT = 1024
 
 
-def lookup(key):
-    return _programs.get(key)
-
-
 def clear() -> None:
     """Forgets every region program (the engine's caches still hold the executables), so
     the next region of each key is a miss again."""
     _programs.clear()
     _by_length.clear()
+    _C.defer_forget()
 
 
 def _remember_names(r) -> None:
@@ -61,13 +57,14 @@ def _remember_names(r) -> None:
 
 def compile_region(r, key) -> RegionProgram:
     """Compiles region `r` (a `_defer.Region`, its miss described first: `describe_miss`)
-    under `key` and keeps it."""
+    under `key` and keeps it, here and for the native cut."""
     program = _compile(r, key[1], key)
     if len(_programs) >= REGION_LIMIT:
         clear()  # bounded: region shapes that change at every step would grow it without end
         _names.clear()
         _stats.bump("eager_cache_resets")
     _programs[key] = program
+    _C.defer_keep(key, program)
     _by_length.setdefault(len(r.records), []).append(key)
     return program
 
@@ -78,16 +75,9 @@ def describe_miss(r, key) -> str:
     return nearest_difference(key)
 
 
-def dead_externals(externals: list) -> tuple:
-    """The externals only the region still references (no storage, Pending, cache or Python
-    variable holds them): they can be donated to the region's program. A parameter updated in
-    place is one: its storage holds the Pending of its new value."""
-    # References: the list's, and getrefcount's argument.
-    return tuple(k for k in range(len(externals)) if sys.getrefcount(externals[k]) <= 2)
-
-
 def key_id(key) -> str:
-    return f"{hash(key) & 0xFFFFFFFFFFFF:012x}"
+    """The id the native cut gives `key` (explain records name regions by it)."""
+    return _C.defer_key_id(key)
 
 
 def _describe(token) -> str:
