@@ -417,14 +417,14 @@ def main() -> None:
     print(f"| {rec['record_us_per_op']:.2f} | {rec['with_cut_us_per_op']:.2f} | {rec['cpu_us_per_op']:.2f} |")
     print(f"\n{rec['ops']} ops per region.\n")
 
-    training = [measure_training("MLP 64-256-64, batch 32", mlp_case, rounds=5 if q else 50, debug=True)]
+    training = [measure_training("MLP 64-256-64, batch 32", mlp_case, rounds=5 if q else 400, debug=True)]
     if not args.no_llama:
         global ARANGE_OK
         arange_error = probe_arange()
         ARANGE_OK = arange_error is None
         results["llama_position_ids_workaround"] = arange_error
         training.append(measure_training("zoo Llama (2 layers, d32, seq 8, batch 2)", llama_case,
-                                         rounds=3 if q else 30, debug=False))
+                                         rounds=3 if q else 100, debug=False))
     results["training"] = training
     print("## Training step (forward, loss, backward, AdamW, zero_grad, loss.item())\n")
     print("| model | path | step (ms, median) | vs CPU eager | step (ms, min) | first step (s) | programs, step 1 | programs per step after | CPU fallbacks per step | peak device KiB per step | regions per step |")
