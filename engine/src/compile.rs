@@ -84,7 +84,7 @@ impl Engine {
         if fault_injected("lower") {
             return Err(DriverError::Injected { stage: "lower" }.into());
         }
-        let Lowered { code, analyses: GraphAnalyses { memory, sharding }, graph_cache_hit } =
+        let Lowered { code, analyses: GraphAnalyses { memory, sharding, .. }, graph_cache_hit } =
             self.lowered(graph, options, &mut timings)?;
         let spmd = match &graph.mesh {
             None => None,
@@ -192,17 +192,23 @@ impl Engine {
         let t = Instant::now();
         let key = graph_key(&print_graph(graph), &options.cache_component());
         let usable = |e: &GraphEntry| Some((e.code.clone(), GraphAnalyses::from_meta(&e.meta)?));
+        let hit = |code, analyses: GraphAnalyses| {
+            if let Some(m) = &analyses.kernel_race {
+                self.kernels.note_cached(&graph.name, m);
+            }
+            Ok(Lowered { code, analyses, graph_cache_hit: true })
+        };
         let cached = self.graphs.get_entry(&key).as_ref().and_then(usable);
         if let Some((code, analyses)) = cached {
             timings.record("graph_cache", t.elapsed());
-            return Ok(Lowered { code, analyses, graph_cache_hit: true });
+            return hit(code, analyses);
         }
         // Another process (a rank of this host) may be lowering the same graph: wait for its
         // entry, or hold the key's lock until ours is stored (the claim is dropped on return).
         let claim = self.graphs.claim(&key);
         timings.record("graph_cache", t.elapsed());
         if let Some((code, analyses)) = claim.entry().and_then(usable) {
-            return Ok(Lowered { code, analyses, graph_cache_hit: true });
+            return hit(code, analyses);
         }
         // A miss, or an entry whose analyses do not read back: lower again and store both.
         let lower = |options: &Options| {
@@ -211,20 +217,24 @@ impl Engine {
             })
         };
         let mut c = lower(options)?;
+        let mut kernel_race = None;
         if calls_host_matmul(&c.graph) {
             // ATen's kernels won their products alone; the program is kept only if it beats
             // the all-XLA one on the real shapes too (fusions lost, threads: `kernel_choice.rs`).
             let mut xla = options.clone();
             xla.compiler.target.kernel_choice = None;
             let alternative = lower(&xla)?;
-            if !self.kernels.keep_host_kernels(&c, &alternative, options, &graph.name) {
+            let race = self.kernels.keep_host_kernels(&c, &alternative, options, &graph.name);
+            if !race.aten {
                 c = alternative;
             }
+            kernel_race = Some(race).filter(|m| m.note.is_none()); // measured (JSON has no NaN)
         }
         let seconds = c.timings.total().as_secs_f64();
         timings.stages.extend(c.timings.stages);
         timings.passes = c.timings.passes;
-        let analyses = GraphAnalyses { memory: c.analyses.memory.unwrap_or_default(), sharding: c.analyses.sharding };
+        let analyses =
+            GraphAnalyses { memory: c.analyses.memory.unwrap_or_default(), sharding: c.analyses.sharding, kernel_race };
         let code = c.hlo.expect("the driver lowers when asked to emit").code;
         let entry = self.graphs.put_entry_named(&key, code, &analyses.to_meta(), Some(&graph.name), seconds);
         drop(claim);

@@ -18,6 +18,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
+
+use crate::kernel_choice::ProgramMeasurement;
 use torchtpu_compiler::driver::{MemorySummary, ShardingPlan};
 use torchtpu_runtime::store::{
     fingerprint, named_digest, sha256_hex, Claim, Components, KeyLock, NewEntry, Read, Slot, StoreError,
@@ -49,6 +51,10 @@ pub struct GraphCacheStats {
 pub struct GraphAnalyses {
     pub memory: MemorySummary,
     pub sharding: Option<ShardingPlan>,
+    /// Where the program raced ATen's kernels against XLA's (`kernel_choice.rs`): the race, so
+    /// that a hit lists the choice in `torchtpu.stats()["kernel_choices"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_race: Option<ProgramMeasurement>,
 }
 
 impl GraphAnalyses {
@@ -347,8 +353,19 @@ mod tests {
                 collectives: vec![],
                 total_bytes_per_device: 48,
             }),
+            kernel_race: Some(ProgramMeasurement {
+                graph: "inference_3".into(),
+                xla_seconds: 2e-4,
+                aten_seconds: 1e-4,
+                aten: true,
+                note: None,
+            }),
         };
-        assert_eq!(GraphAnalyses::from_meta(&a.to_meta()), Some(a));
+        assert_eq!(GraphAnalyses::from_meta(&a.to_meta()), Some(a.clone()));
+        // A sidecar written before races were kept reads back without one.
+        let older = a.to_meta().replace(r#","kernel_race":{"graph":"inference_3","xla_seconds":0.0002,"aten_seconds":0.0001,"aten":true,"note":null}"#, "");
+        assert_ne!(older, a.to_meta());
+        assert_eq!(GraphAnalyses::from_meta(&older), Some(GraphAnalyses { kernel_race: None, ..a }));
         // v1 sidecars were `key=value;` pairs: not analyses, so the graph is lowered again.
         assert_eq!(GraphAnalyses::from_meta("peak_bytes=1;"), None);
         assert_eq!(GraphAnalyses::from_meta(""), None);

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
+use serde::{Deserialize, Serialize};
 use torchtpu_compiler::driver::Compiled;
 use torchtpu_compiler::driver::{self, Format};
 use torchtpu_compiler::ir::{Attr, DType, Dim, Graph, OpName, TensorType, Value};
@@ -47,8 +48,9 @@ pub struct Measurement {
 }
 
 /// One program's measurement: lowered with ATen's kernels where they won alone, against all
-/// XLA's, on the real shapes.
-#[derive(Clone, Debug)]
+/// XLA's, on the real shapes. Kept with the program in the graph cache (`GraphAnalyses`), so a
+/// later process that finds the program there lists the choice too (`note_cached`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgramMeasurement {
     pub graph: String,
     pub xla_seconds: f64,
@@ -62,7 +64,7 @@ pub struct MeasuredKernels {
     measured: Mutex<BTreeMap<MatmulShape, Measurement>>,
     programs: Mutex<Vec<ProgramMeasurement>>,
     /// Race outcomes by `race_key`.
-    raced: Mutex<HashMap<u64, bool>>,
+    raced: Mutex<HashMap<u64, ProgramMeasurement>>,
 }
 
 // The graph cache key holds the target's Debug: one stable name, not the measurements.
@@ -100,10 +102,17 @@ impl MeasuredKernels {
     /// around a custom call, and ATen's time on one thread. On any failure, XLA's is kept.
     /// A race is decided once per pair of modules (and XLA options): the same graph lowered again
     /// (a graph-cache miss, e.g. under another name) gets the same program, not a re-run race.
-    pub fn keep_host_kernels(&self, with_aten: &Compiled, all_xla: &Compiled, options: &Options, name: &str) -> bool {
+    /// Returns the race's measurement; its `aten` says which program to keep.
+    pub fn keep_host_kernels(
+        &self,
+        with_aten: &Compiled,
+        all_xla: &Compiled,
+        options: &Options,
+        name: &str,
+    ) -> ProgramMeasurement {
         let key = race_key(with_aten, all_xla, options);
-        if let Some(&keep) = self.raced.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return keep;
+        if let Some(m) = self.raced.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return m.clone();
         }
         let m = match self.race(with_aten, all_xla, options) {
             Ok((aten_seconds, xla_seconds)) => ProgramMeasurement {
@@ -121,10 +130,24 @@ impl MeasuredKernels {
                 note: Some(format!("not measured: {why}")),
             },
         };
-        let keep = m.aten;
-        self.programs.lock().unwrap_or_else(|p| p.into_inner()).push(m);
-        self.raced.lock().unwrap_or_else(|p| p.into_inner()).insert(key, keep);
-        keep
+        self.programs.lock().unwrap_or_else(|p| p.into_inner()).push(m.clone());
+        self.raced.lock().unwrap_or_else(|p| p.into_inner()).insert(key, m.clone());
+        m
+    }
+
+    /// Lists the race of a program found in the graph cache (`m`, measured when it was
+    /// compiled, perhaps by another process) under `name`, the graph that found it; once per
+    /// name and measurement.
+    pub fn note_cached(&self, name: &str, m: &ProgramMeasurement) {
+        let cached = ProgramMeasurement {
+            graph: name.to_string(),
+            note: Some(format!("found in the graph cache; raced when {} was compiled", m.graph)),
+            ..m.clone()
+        };
+        let mut programs = self.programs.lock().unwrap_or_else(|p| p.into_inner());
+        if !programs.contains(&cached) {
+            programs.push(cached);
+        }
     }
 
     fn race(&self, with_aten: &Compiled, all_xla: &Compiled, options: &Options) -> Result<(f64, f64), String> {

@@ -14,6 +14,7 @@ Tolerances: f32 rtol 1e-5 / atol 1e-5 (the same products summed in another order
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -93,6 +94,43 @@ def test_measured_choice_is_recorded_and_correct():
     if choice["kernel"] == "aten":
         assert programs and all(p["xla_us"] > 0 and p["aten_us"] > 0 for p in programs), programs
         assert programs[-1]["kernel"] == ("aten" if programs[-1]["aten_us"] < programs[-1]["xla_us"] else "xla")
+
+
+def test_a_program_found_in_the_graph_cache_lists_its_race(tmp_path):
+    """A later process that finds a raced program in the graph cache (no race of its own) still
+    lists the choice, with the timings measured when it was compiled."""
+    code = (
+        "import json, torch, torchtpu\n"
+        "from models.small import MLP\n"
+        "torch.manual_seed(0)\n"
+        "m = MLP().eval()\n"
+        f"c = torch.compile(m, backend='torchtpu', options={{**{FORCED!r}, 'strict': True}})\n"
+        "x = torch.randn(6, 12)\n"
+        "with torch.no_grad():\n"
+        "    torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)\n"
+        "s = torchtpu.stats()\n"
+        "print(json.dumps([s['disk_hits'], [k for k in s['kernel_choices'] if k['op'] == 'program']]))\n"
+    )
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(
+        os.environ, TORCHTPU_CACHE_DIR=str(tmp_path), PYTHONPATH=tests + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    _, (raced,) = run()
+    assert raced["note"] is None and raced["xla_us"] > 0 and raced["aten_us"] > 0
+    hits, (listed,) = run()
+    assert hits >= 1
+    assert "found in the graph cache" in listed["note"] and raced["shape"] in listed["note"]
+    assert (listed["xla_us"], listed["aten_us"], listed["kernel"]) == (
+        raced["xla_us"],
+        raced["aten_us"],
+        raced["kernel"],
+    )
 
 
 def test_off_keeps_xla_everywhere():

@@ -130,11 +130,7 @@ fn kept(key: &RegionKey) -> Option<Arc<Kept>> {
 /// (`_region.RegionProgram`) and the milliseconds its run took: its live values have their
 /// buffers then, and the region holds nothing more. Without one (a miss), nothing ran.
 #[pyfunction]
-pub fn defer_cut<'py>(
-    py: Python<'py>,
-    region: &Bound<'py, Region>,
-    wait: bool,
-) -> PyResult<Cut<'py>> {
+pub fn defer_cut<'py>(py: Python<'py>, region: &Bound<'py, Region>, wait: bool) -> PyResult<Cut<'py>> {
     let key = {
         let mut r = region.borrow_mut();
         let (Some(values), Some(externals)) = (r.values.as_ref(), r.externals.as_ref()) else {
