@@ -403,3 +403,32 @@ def test_an_in_place_update_of_a_large_tensor_donates_its_buffer():
         want[8:].index_copy_(0, torch.arange(2) + step, src[:2] * (step + 10))
     assert _native.stats()["donated"] > done
     torch.testing.assert_close(cache.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
+def test_an_in_place_op_needs_one_buffer_of_its_target_from_the_first_call(mode):
+    """As on CUDA, `empty(n).fill_(1)` peaks at n bytes: the first call (the Python path,
+    debug mode's only path) donates the target's old buffer to the op's program too, and a
+    DeferAndFuse region writes it in place. Shapes no other test uses, so the first call is a
+    miss here."""
+    n = 1 << 20 | 8  # 4 MiB and 32 bytes of f32
+    with torchtpu.eager.mode(mode):
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        a = torch.empty(n, device=TPU).fill_(1)
+        b = torch.empty(2 * n, device=TPU).fill_(2)
+        torch.tpu.synchronize()
+        filled = torch.tpu.max_memory_allocated() - base  # before: 20 MiB, a second b while it filled
+        c = torch.arange(2 * n, dtype=torch.float32).to(TPU)
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        held = torch.tpu.memory_allocated()
+        b.add_(c)  # reads its target: donated as well
+        torch.tpu.synchronize()
+        added = torch.tpu.max_memory_allocated() - held
+        torch.testing.assert_close(a.cpu(), torch.ones(n), rtol=0, atol=0)
+        torch.testing.assert_close(b.cpu(), torch.arange(2 * n, dtype=torch.float32) + 2, rtol=0, atol=0)
+        del a, b, c
+    assert filled == 3 * n * 4, filled / 2**20
+    assert added < 2**20, added / 2**20  # no second b (8 MiB)

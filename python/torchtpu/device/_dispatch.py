@@ -29,7 +29,7 @@ import torch
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
-from torchtpu.device import _modes, _native, _programs, _storage
+from torchtpu.device import _defer, _modes, _native, _programs, _storage
 from torchtpu.device._frames import first_user_frame
 from torchtpu.device._guard import guard as _guard
 from torchtpu.errors import (
@@ -425,12 +425,53 @@ def _run(info: OpInfo, op, args, kwargs):
         leaves = leaves + [_programs.float_buffer(f, dev) for f in floats]
     native = _modes.state.mode != "debug"  # strict and DeferAndFuse take the native path
     out_shapes = _out_shapes(info, kwargs) if native and info.kind == "out" else ()
-    outs = program.run(leaves, not native, dev)  # debug mode waits for each op
+    donate = _donations(info, program, args, kwargs, leaves) if info.kind in ("inplace", "out") else ()
+    outs = program.run(leaves, not native, dev, donate)  # debug mode waits for each op
     result = _results(info, args, kwargs, program, outs, leaves)
     if native and tensor_leaves:
         # A native miss waits for how this ran (`_native.py`).
         _teach_native(info, program, tensor_leaves, len(floats), baked, args, kwargs, out_shapes)
     return result
+
+
+# Below this size an in-place target is not donated: a copy costs less than compiling the
+# program's donating variant (the native path's `DONATE_MIN_BYTES`, python/src/eager/path.rs).
+DONATE_MIN_BYTES = 1 << 20
+
+
+def _donations(info: OpInfo, program, args, kwargs, leaves: list) -> list:
+    """The IR inputs to donate when an in-place or out= op replaces all of a target's storage
+    (`x.add_(y)` arrives as `add.out(x, y, out=x)`): the target's buffer, read by the program
+    as exactly one input, held by nothing but the storage's slot and `leaves` (no other
+    storage, pending value or Python variable). Then the result may take its memory, as the
+    native path donates (`path.rs`, `donations`), so `x.fill_(1)` needs one buffer of `x`, not
+    two. A target the program scatters into (`write_base`: a view), of another shape (resized)
+    or of another dtype than its storage is not donated."""
+    if _defer.state.active:
+        return []
+    if info.kind == "inplace":
+        targets = args[0] if args and isinstance(args[0], (list, tuple)) else args[:1]
+    else:
+        targets = [kwargs.get(a.name) for a in (info.op._schema.arguments[i] for i in info.written)]
+    bases = program.write_base or ()
+    donate = []
+    for k, t in enumerate(targets):
+        if not isinstance(t, torch.Tensor) or (k < len(bases) and bases[k] is not None):
+            continue
+        if info.kind == "out" and tuple(t.shape) != program.out_types[k][1]:
+            continue  # resized first: another buffer
+        slot = _storage.tensor_slot(t)
+        if slot is None or t.dtype is not slot.dtype or not _storage.is_whole(t, slot):
+            continue
+        buffer = slot.buffer
+        if type(buffer) is not _C.DeviceBuffer or buffer.nbytes < DONATE_MIN_BYTES:
+            continue
+        at = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
+        held = sum(1 for b in leaves if b is buffer)
+        # References: the slot, each in `leaves`, `buffer` here and getrefcount's argument.
+        if len(at) == 1 and at[0] not in donate and sys.getrefcount(buffer) == 1 + held + 2:
+            donate.append(at[0])
+    return donate
 
 
 def _out_shapes(info: OpInfo, kwargs) -> list | None:

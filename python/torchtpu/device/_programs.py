@@ -89,6 +89,7 @@ class Program:
 
     __slots__ = (
         "_compiled",
+        "_donating",
         "text",
         "sources",
         "outputs",
@@ -111,6 +112,7 @@ class Program:
     ):
         self.text = text
         self._compiled = compiled
+        self._donating = None  # compiled with outputs aliased to inputs (`run`'s `donate`)
         self.sources = sources  # per IR input: ("leaf", i) or ("const", DeviceBuffer)
         self.outputs = outputs  # exporter OutputSpecs
         self.out_types = out_types  # per output spec: (dtype, shape); (None, ()) for "none"
@@ -148,12 +150,13 @@ class Program:
             self._compiled = _compile(self.text)
         return self._compiled
 
-    def run(self, leaves: list, wait: bool = True, device: int = 0) -> list:
+    def run(self, leaves: list, wait: bool = True, device: int = 0, donate: list = ()) -> list:
         """Executes on `leaves` (device buffers on tpu:`device`, in flattening order); returns
-        the device buffers of the IR outputs, on that device. In DeferAndFuse mode a traced
-        program is recorded instead and its outputs are pending values (`_defer.Pending`). The
-        index checks' flag, if any, is not among them: it goes to the pending checks
-        (`_checks.py`)."""
+        the device buffers of the IR outputs, on that device. `donate`: IR inputs nothing reads
+        after the run (an in-place target's old buffer, `_dispatch._donations`), whose memory
+        the results may take. In DeferAndFuse mode a traced program is recorded instead and its
+        outputs are pending values (`_defer.Pending`). The index checks' flag, if any, is not
+        among them: it goes to the pending checks (`_checks.py`)."""
         if _defer.state.active and self.gm is not None:
             outs = _defer.record(self, leaves, device)
         else:
@@ -161,7 +164,12 @@ class Program:
             # is computed first.
             leaves = _defer.resolved(leaves, self.name)
             inputs = [leaves[v] if k == "leaf" else on_device(v, device) for k, v in self.sources]
-            outs = self.program.run_device(inputs, wait, device=device)
+            if donate:
+                if self._donating is None:
+                    self._donating = _compile(self.text, donate=True)
+                outs = self._donating.run_device(inputs, wait, list(donate), device=device)
+            else:
+                outs = self.program.run_device(inputs, wait, device=device)
             if not wait:
                 mark_last(outs)
         if self.checks is not None:
@@ -173,10 +181,10 @@ class Program:
 _serials = itertools.count()
 
 
-def _compile(text: str):
+def _compile(text: str, donate: bool = False):
     _defer.check_compile_allowed("a one-op program")
     start = time.perf_counter()
-    compiled = _C.compile(text, donate=False)
+    compiled = _C.compile(text, donate=donate)
     _count(compiled, time.perf_counter() - start)
     return compiled
 
