@@ -42,6 +42,9 @@ def _fresh() -> dict:
         # buckets, those kept exact with the reason, and programs compiled per bucket
         # ("s0=8,s1=5": each size symbol's value in the program).
         "buckets": {},
+        # Each recompile, named (recompiles.py): kind ("dynamo": a frame Dynamo compiled again;
+        # "signature": a new program for new sizes of a symbolic graph), graph, what changed.
+        "recompiles": [],
         # The eager tpu device (docs/eager.md): ops dispatched, one-op programs compiled
         # (each key once), and ops that ran on the CPU for want of a program (op -> count).
         "eager_ops": 0,
@@ -144,6 +147,16 @@ def record_buckets(name: str, plan, buckets: tuple) -> None:
         )
 
 
+RECOMPILES_KEPT = 1000  # the newest recompile records kept
+
+
+def record_recompile(rec: dict) -> None:
+    with _lock:
+        recs = _stats["recompiles"]
+        recs.append(rec)
+        del recs[:-RECOMPILES_KEPT]
+
+
 def count_bucket_program(name: str, label: str) -> None:
     with _lock:
         programs = _stats["buckets"].setdefault(name, {"programs": {}})["programs"]
@@ -168,6 +181,7 @@ def stats() -> dict:
         snap["fallback_kinds"] = dict(_stats["fallback_kinds"])
         snap["eager_cpu_fallbacks"] = dict(_stats["eager_cpu_fallbacks"])
         snap["graphs"] = {k: dict(v) for k, v in _stats["graphs"].items()}
+        snap["recompiles"] = [dict(r) for r in _stats["recompiles"]]
         snap["buckets"] = {
             k: {**v, "programs": dict(v["programs"]), "exact": dict(v.get("exact", {}))}
             for k, v in _stats["buckets"].items()

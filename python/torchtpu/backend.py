@@ -19,7 +19,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from torchtpu import _C, _stats, flex_attention, warm_start
+from torchtpu import _C, _stats, flex_attention, recompiles, warm_start
 from torchtpu import sharding as _sharding
 from torchtpu._dynamo_skips import skip_device_kernels
 from torchtpu._log import warn_once
@@ -169,6 +169,8 @@ class _PerShape:
         if fn is not None:
             _SPECIALISED.move_to_end((self.fingerprint, key))
             return fn
+        seen = [k for fp, k in _SPECIALISED if fp == self.fingerprint]
+        recompiles.new_signature(self.name, seen, key, label)
         if masked:
             from torchtpu.buckets import masked_graph
 
@@ -445,6 +447,7 @@ def _trace_and_compile(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
             f"torchtpu ignores mode={mode!r}: it has one compilation mode (settings go in options=, see docs/backend.md)",
         )
     _stats.bump("graphs_seen")
+    recompiles.frame_compiled(example_inputs, opts)  # a frame Dynamo compiled before: why again
     # flex_attention's subgraphs become ATen ops before tracing (torchtpu/flex_attention.py).
     flex_attention.decompose(gm)
     cached = warm_start.takes_part(opts)  # AOTAutograd's cache keeps this graph's programs
