@@ -7,7 +7,10 @@ sum (XLA adds in another order)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -55,3 +58,16 @@ def test_a_new_program_for_new_sizes_names_them_and_its_bucket():
     assert len(recs) == 1, torchtpu.stats()["recompiles"]
     # The rows' size went from bucket 8 to 16 (the columns' 7 is padded to a bucket too).
     assert re.search(r"shape \[8, 8\] -> \[16, 8\]", recs[0]["what"]) and "bucket" in recs[0]["what"], recs[0]
+
+
+def test_torch_logs_turns_the_log_line_on():
+    # TORCH_LOGS takes the qualified logger name; a new process, as a user sets it.
+    code = (
+        "import torch, torchtpu\n"
+        "f = torch.compile(lambda x: x + 1, backend='torchtpu', dynamic=False)\n"
+        "f(torch.randn(2)); f(torch.randn(3))\n"
+    )
+    env = dict(os.environ, TORCH_LOGS="torchtpu.recompiles")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "torchtpu recompiled frame" in out.stderr and "shape [2] -> [3]" in out.stderr, out.stderr[-2000:]

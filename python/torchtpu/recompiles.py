@@ -7,8 +7,9 @@ names a region's recompile (`device/_region.py`, `describe_miss`). Two sources:
 - a graph with symbolic sizes meets a new input signature (`backend._PerShape`): a new program,
   named by the sizes that changed and the bucket it runs in.
 
-Each recompile is one line on the `torchtpu.recompiles` logger (INFO; `TORCH_LOGS=torchtpu_recompiles`
-turns it on, as `TORCH_LOGS=recompiles` does Dynamo's) and one record in
+Each recompile is one line on the `torchtpu.recompiles` logger (INFO; `TORCH_LOGS=torchtpu.recompiles`
+turns it on, a qualified logger name as TORCH_LOGS takes them, next to Dynamo's `recompiles`: an
+alias registered at import would come after `import torch` has parsed TORCH_LOGS) and one record in
 `torchtpu.stats()["recompiles"]`: `kind` ("dynamo" or "signature"), `graph`, `what`.
 """
 
@@ -22,13 +23,6 @@ import torch
 from torchtpu import _stats
 
 log = logging.getLogger("torchtpu.recompiles")
-
-try:  # TORCH_LOGS=torchtpu_recompiles, next to Dynamo's own `recompiles`
-    from torch._logging._internal import register_log
-
-    register_log("torchtpu_recompiles", "torchtpu.recompiles")
-except (ImportError, AttributeError):  # an older torch: the logger works with logging's own setup
-    pass
 
 # Dynamo's frame id -> (input signature, options) of that frame's last compile here.
 _frames: dict = {}
