@@ -61,6 +61,8 @@ pub struct DeviceBuffer {
     // Given to an execution (`Program.run_device(donate=...)`): its memory is the output's
     // now, so it no longer counts as live and must not be read.
     donated: AtomicBool,
+    /// Its entry in the live buffers' list (`memory.rs`).
+    id: u64,
 }
 
 impl DeviceBuffer {
@@ -69,12 +71,14 @@ impl DeviceBuffer {
     pub(crate) fn new(buffer: Buffer, dtype: DType, device: usize) -> DeviceBuffer {
         let nbytes = torchtpu_runtime::dense_byte_size(buffer.element_type(), buffer.dims()).unwrap_or(0);
         counters()[device].add(nbytes);
-        DeviceBuffer { buffer, device, dtype, nbytes, donated: AtomicBool::new(false) }
+        let id = crate::memory::register(device, nbytes, buffer.dims(), dtype);
+        DeviceBuffer { buffer, device, dtype, nbytes, donated: AtomicBool::new(false), id }
     }
 
     pub(crate) fn mark_donated(&self) {
         if !self.donated.swap(true, Ordering::Relaxed) {
             counters()[self.device].remove(self.nbytes);
+            crate::memory::forget(self.id);
         }
     }
 
@@ -95,8 +99,14 @@ impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if !self.donated.load(Ordering::Relaxed) {
             counters()[self.device].remove(self.nbytes);
+            crate::memory::forget(self.id);
         }
     }
+}
+
+/// Bytes of live buffers on tpu:`device` now.
+pub(crate) fn live_bytes(device: usize) -> usize {
+    counters().get(device).map_or(0, |c| c.live.load(Ordering::Relaxed))
 }
 
 /// The IR dtype of a PJRT element type (None for the unsigned types the IR lacks).
@@ -204,6 +214,9 @@ pub fn device_put(py: Python<'_>, tensor: Bound<'_, PyAny>, device: usize) -> Py
         let data = view.dense_bytes(ty, &dims).map_err(|why| bad(format!("{} ({why})", view.describe())))?;
         let engine = default_engine(py)?;
         check_device(py, engine, device)?;
+        crate::memory::check_room(py, device, live_bytes(device), data.len(), || {
+            format!("a copy to the device of {} {:?}", dtype.name(), dims)
+        })?;
         let buffer = py.detach(|| engine.upload_to(data, dtype, &dims, device)).map_err(|e| engine_error(py, &e))?;
         Ok(DeviceBuffer::new(buffer, dtype, device))
     })
@@ -290,6 +303,8 @@ pub fn run_device(
         let engine = default_engine(py)?;
         check_device(py, engine, target)?;
         let on = engine.device(target).map_err(|e| engine_error(py, &e))?;
+        let donated_bytes = donate.iter().filter_map(|&i| inputs.get(i)).map(|b| b.nbytes).sum();
+        crate::memory::check_program(py, &program.compiled, target, donated_bytes)?;
         let refs: Vec<&Buffer> = inputs.iter().map(|b| &b.buffer).collect();
         let outs = py
             .detach(|| program.compiled.execute_buffers_on(&refs, donate, wait, on))

@@ -15,6 +15,7 @@ mod distributed;
 mod dlpack;
 mod eager;
 mod host_kernels;
+mod memory;
 mod registry;
 mod replicated;
 mod sharding;
@@ -624,6 +625,9 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(donates_by_default, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_put, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::set_device_memory_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::device_memory_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(device::reset_device_peak, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_memory_counters, m)?)?;

@@ -519,6 +519,7 @@ pub(super) fn execute_donating<'py>(
 ) -> PyResult<Vec<Bound<'py, DeviceBuffer>>> {
     let engine = default_engine(py)?;
     let on = engine.device(device).map_err(|e| engine_error(py, &e))?;
+    crate::memory::check_program(py, compiled, device, donated.iter().map(|b| b.nbytes).sum())?;
     let outs =
         py.detach(|| compiled.execute_buffers_on(inputs, donate, false, on)).map_err(|e| engine_error(py, &e))?;
     for b in donated {

@@ -425,7 +425,7 @@ def _run(info: OpInfo, op, args, kwargs):
         leaves = leaves + [_programs.float_buffer(f, dev) for f in floats]
     native = _modes.state.mode != "debug"  # strict and DeferAndFuse take the native path
     out_shapes = _out_shapes(info, kwargs) if native and info.kind == "out" else ()
-    donate = _donations(info, program, args, kwargs, leaves) if info.kind in ("inplace", "out") else ()
+    donate = _donations(info, program, args, kwargs, leaves, tensor_leaves) if info.kind in ("inplace", "out") else ()
     outs = program.run(leaves, not native, dev, donate)  # debug mode waits for each op
     result = _results(info, args, kwargs, program, outs, leaves)
     if native and tensor_leaves:
@@ -439,11 +439,12 @@ def _run(info: OpInfo, op, args, kwargs):
 DONATE_MIN_BYTES = 1 << 20
 
 
-def _donations(info: OpInfo, program, args, kwargs, leaves: list) -> list:
+def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: list) -> list:
     """The IR inputs to donate when an in-place or out= op replaces all of a target's storage
     (`x.add_(y)` arrives as `add.out(x, y, out=x)`): the target's buffer, read by the program
     as exactly one input, held by nothing but the storage's slot and `leaves` (no other
-    storage, pending value or Python variable). Then the result may take its memory, as the
+    storage, pending value or Python variable; `flattened`, the leaves before floats were
+    appended, holds it too where it is another list). Then the result may take its memory, as the
     native path donates (`path.rs`, `donations`), so `x.fill_(1)` needs one buffer of `x`, not
     two. A target the program scatters into (`write_base`: a view), of another shape (resized)
     or of another dtype than its storage is not donated."""
@@ -468,7 +469,9 @@ def _donations(info: OpInfo, program, args, kwargs, leaves: list) -> list:
             continue
         at = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
         held = sum(1 for b in leaves if b is buffer)
-        # References: the slot, each in `leaves`, `buffer` here and getrefcount's argument.
+        if flattened is not leaves:
+            held += sum(1 for b in flattened if b is buffer)
+        # References: the slot, each in the leaves' lists, `buffer` here and getrefcount's argument.
         if len(at) == 1 and at[0] not in donate and sys.getrefcount(buffer) == 1 + held + 2:
             donate.append(at[0])
     return donate

@@ -60,3 +60,11 @@ def first_user_frame(frame):
             return f"{name}:{frame.f_lineno}", linecache.getline(name, frame.f_lineno).strip()
         frame = frame.f_back
     return None, ""
+
+
+def user_site() -> str | None:
+    """The user's `file:line` on the calling thread's stack (what made a large device buffer,
+    `python/src/memory.rs`), or None."""
+    import sys
+
+    return first_user_frame(sys._getframe(1))[0]

@@ -11,6 +11,7 @@ import types
 import torch
 
 from torchtpu import _C
+from torchtpu.device import _memory
 
 # Opts in (1) or out (0) of the tpu device counting as the machine's accelerator; unset, it
 # counts only where the PJRT plugin is an accelerator's (not the CPU plugin).
@@ -193,6 +194,18 @@ class TpuModule:
         return memory_info(_stat_index(device))
 
     @staticmethod
+    def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+        """As CUDA's: this process may hold at most `fraction` of the device's memory (its
+        total as `mem_get_info` says, or TORCHTPU_DEVICE_MEMORY's); past it an allocation
+        raises `torch.OutOfMemoryError` naming the largest live buffers (`_memory.py`)."""
+        index = _stat_index(device)
+        _memory.set_fraction(fraction, index, memory_info(index)[1])
+
+    @staticmethod
+    def get_per_process_memory_fraction(device=None) -> float:
+        return _memory.get_fraction(_stat_index(device))
+
+    @staticmethod
     def empty_cache() -> None:
         """Nothing to release: torchtpu holds no cache of freed device memory."""
 
@@ -289,6 +302,9 @@ def memory_info(index: int) -> tuple[int, int]:
     host's memory, so theirs is the host's. Another plugin's would come from
     `PJRT_Device_MemoryStats`, which torchtpu does not bind yet: it says so."""
     check_index(index)
+    emulated = _memory.emulated_total()
+    if emulated is not None:  # TORCHTPU_DEVICE_MEMORY: an accelerator's memory, emulated
+        return max(0, emulated - _C.device_memory(index)[0]), emulated
     platform = _C.platform_name()
     if platform == "cpu":
         return host_memory()
