@@ -628,6 +628,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::set_device_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::device_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::live_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::record_memory_history, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::memory_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(device::reset_device_peak, m)?)?;
     m.add_function(wrap_pyfunction!(device::device_memory_counters, m)?)?;

@@ -4,11 +4,15 @@
 //! program runs or an upload is made, `check_room` compares what it will add with what is free
 //! and raises `torch.OutOfMemoryError` naming the largest live buffers
 //! (`torchtpu.device._memory.out_of_memory` writes the message). Every `DeviceBuffer` is listed
-//! here while it lives, with the user's line that made it where it is large.
+//! here while it lives, with the user's line that made it where it is large. With
+//! `torch.tpu.memory._record_memory_history()` on, each buffer keeps its Python stack and every
+//! allocation, free and refusal is an event, for `_snapshot()` in the format of
+//! pytorch.org/memory_viz (`device/_memory.py` shapes it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
 use torchtpu_engine::DType;
@@ -17,13 +21,56 @@ use torchtpu_engine::DType;
 /// few microseconds: nothing next to the buffer's own cost).
 pub const SITE_MIN_BYTES: usize = 1 << 20;
 
-/// One live buffer, as an out-of-memory message names it.
+/// A Python frame as memory_viz shows it: file, line, function.
+type Frame = (String, i64, String);
+type Stack = Arc<Vec<Frame>>;
+
+/// One live buffer, as an out-of-memory message and a snapshot name it.
 struct Live {
     device: usize,
     nbytes: usize,
     dims: Vec<i64>,
     dtype: DType,
     site: Option<String>,
+    /// Its Python stack, where history was being recorded when it was made.
+    stack: Option<Stack>,
+}
+
+/// One recorded event: "alloc", "free_completed" or "oom" (memory_viz's actions).
+struct Event {
+    action: &'static str,
+    id: u64,
+    device: usize,
+    size: usize,
+    stack: Option<Stack>,
+    time_us: u64,
+}
+
+/// `_record_memory_history`: on, and how many events are kept (the newest).
+static HISTORY: AtomicBool = AtomicBool::new(false);
+static MAX_EVENTS: AtomicUsize = AtomicUsize::new(100_000);
+static EVENTS: Mutex<VecDeque<Event>> = Mutex::new(VecDeque::new());
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+fn push_event(action: &'static str, id: u64, device: usize, size: usize, stack: Option<Stack>) {
+    let mut events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    events.push_back(Event { action, id, device, size, stack, time_us: now_us() });
+    let max = MAX_EVENTS.load(Ordering::Relaxed);
+    while events.len() > max {
+        events.pop_front();
+    }
+}
+
+/// The calling thread's Python stack (`torchtpu.device._memory.stack`), innermost first.
+fn python_stack() -> Option<Stack> {
+    Python::attach(|py| -> PyResult<Vec<Frame>> {
+        py.import("torchtpu.device._memory")?.getattr("stack")?.call0()?.extract()
+    })
+    .ok()
+    .map(Arc::new)
 }
 
 static LIVE: Mutex<Option<HashMap<u64, Live>>> = Mutex::new(None);
@@ -57,15 +104,20 @@ fn configured(py: Python<'_>) -> PyResult<()> {
 pub fn register(device: usize, nbytes: usize, dims: &[i64], dtype: DType) -> u64 {
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let site = (nbytes >= SITE_MIN_BYTES).then(user_site).flatten();
-    let live = Live { device, nbytes, dims: dims.to_vec(), dtype, site };
+    let stack = if HISTORY.load(Ordering::Relaxed) { python_stack() } else { None };
+    if stack.is_some() {
+        push_event("alloc", id, device, nbytes, stack.clone());
+    }
+    let live = Live { device, nbytes, dims: dims.to_vec(), dtype, site, stack };
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(id, live);
     id
 }
 
 /// Takes a buffer off the list (freed, or donated to an execution).
 pub fn forget(id: u64) {
-    if let Some(map) = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        map.remove(&id);
+    let gone = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|map| map.remove(&id));
+    if let Some(live) = gone.filter(|_| HISTORY.load(Ordering::Relaxed)) {
+        push_event("free_completed", id, live.device, live.nbytes, live.stack);
     }
 }
 
@@ -91,6 +143,9 @@ pub fn check_room(
     let limit = limits().get(device).map_or(0, |l| l.load(Ordering::Relaxed));
     if limit == 0 || live.saturating_add(asking) <= limit {
         return Ok(());
+    }
+    if HISTORY.load(Ordering::Relaxed) {
+        push_event("oom", 0, device, asking, python_stack());
     }
     let module = py.import("torchtpu.device._memory")?;
     let error = module.getattr("out_of_memory")?.call1((device, asking, what(), live, limit))?;
@@ -158,4 +213,37 @@ pub fn live_buffers(device: usize, count: usize) -> Vec<(usize, Vec<i64>, &'stat
     let mut list: Vec<&Live> = map.values().filter(|l| l.device == device).collect();
     list.sort_by_key(|l| std::cmp::Reverse(l.nbytes));
     list.into_iter().take(count).map(|l| (l.nbytes, l.dims.clone(), l.dtype.name(), l.site.clone())).collect()
+}
+
+/// Turns the history on (keeping the newest `max_entries` events) or off (forgetting them).
+#[pyfunction]
+pub fn record_memory_history(enabled: bool, max_entries: usize) {
+    MAX_EVENTS.store(max_entries, Ordering::Relaxed);
+    HISTORY.store(enabled, Ordering::Relaxed);
+    if !enabled {
+        EVENTS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// A buffer as a snapshot lists it: (id, device, bytes, its stack or None).
+type SnapshotBuffer = (u64, usize, usize, Option<Vec<Frame>>);
+/// An event as a snapshot lists it: (action, id, device, bytes, stack, microseconds).
+type SnapshotEvent = (&'static str, u64, usize, usize, Vec<Frame>, u64);
+
+/// What `_snapshot` is made of: every live buffer and the recorded events, oldest first.
+#[pyfunction]
+pub fn memory_snapshot() -> (Vec<SnapshotBuffer>, Vec<SnapshotEvent>) {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut buffers: Vec<SnapshotBuffer> = live
+        .as_ref()
+        .map(|map| map.iter().map(|(&id, l)| (id, l.device, l.nbytes, l.stack.as_ref().map(|s| s.to_vec()))).collect())
+        .unwrap_or_default();
+    drop(live);
+    buffers.sort_by_key(|b| b.0);
+    let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let events = events
+        .iter()
+        .map(|e| (e.action, e.id, e.device, e.size, e.stack.as_ref().map_or_else(Vec::new, |s| s.to_vec()), e.time_us))
+        .collect();
+    (buffers, events)
 }

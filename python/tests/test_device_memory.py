@@ -93,3 +93,38 @@ def test_the_fraction_api_limits_the_process_in_every_mode(limited, mode):
 def test_fraction_is_checked_like_cuda():
     with pytest.raises(ValueError, match="Allowed range: 0~1"):
         torch.tpu.set_per_process_memory_fraction(1.5)
+
+
+def _made_here(n):
+    return torch.ones(n, device=TPU)
+
+
+def test_memory_history_and_a_snapshot_memory_viz_reads(tmp_path):
+    import pickle
+
+    from torch.cuda import _memory_viz
+
+    torch.tpu.memory._record_memory_history(max_entries=10_000)
+    try:
+        kept = _made_here(1 << 20)  # 4 MiB, live at the snapshot
+        gone = torch.randn(64, 64).to(TPU)  # 16 KiB, freed before it
+        del gone
+        snap = torch.tpu.memory._snapshot()
+        torch.tpu.memory._dump_snapshot(str(tmp_path / "snap.pickle"))
+    finally:
+        torch.tpu.memory._record_memory_history(enabled=None)
+    # The live 4 MiB buffer is a segment whose block's stack names the function that made it.
+    blocks = [b for seg in snap["segments"] for b in seg["blocks"] if b["size"] == 4 * MiB]
+    assert any(any(f["name"] == "_made_here" for f in b["frames"]) for b in blocks), blocks
+    events = snap["device_traces"][0]
+    sizes = {(e["action"], e["size"]) for e in events}
+    assert ("alloc", 4 * MiB) in sizes and ("alloc", 16 * 1024) in sizes and ("free_completed", 16 * 1024) in sizes
+    assert sum(seg["allocated_size"] for seg in snap["segments"]) == torch.tpu.memory_allocated()
+    # PyTorch's own reader of CUDA snapshots (what pytorch.org/memory_viz shows) takes it.
+    assert "<html>" in _memory_viz.trace_plot(snap).lower() or "html" in _memory_viz.trace_plot(snap).lower()
+    assert "total_allocated" in _memory_viz.segsum(snap)
+    assert pickle.loads((tmp_path / "snap.pickle").read_bytes())["segments"]
+    # Off: nothing more is recorded.
+    _made_here(8)
+    assert torch.tpu.memory._snapshot()["device_traces"] in ([], [[]])
+    torch.testing.assert_close(kept.cpu(), torch.ones(1 << 20), rtol=0, atol=0)

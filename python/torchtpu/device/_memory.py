@@ -94,3 +94,108 @@ def out_of_memory(device: int, asked: int, what: str, live: int, limit: int) -> 
             made = f"made at {site}" if site else "(below 1 MiB: no line recorded)"
             lines.append(f"  {_size(nbytes)}: {dtype}[{', '.join(map(str, shape))}] {made}")
     return torch.OutOfMemoryError("\n".join(lines))
+
+
+# ---------------------------------------------------------------- history and snapshots
+
+_MAX_DEPTH = 64  # Python frames kept per stack
+
+
+def stack() -> list:
+    """The calling thread's Python stack, innermost first: (file, line, function) per frame,
+    what memory_viz shows for an allocation (`python/src/memory.rs` asks, history on)."""
+    import sys
+
+    frame, out = sys._getframe(1), []
+    while frame is not None and len(out) < _MAX_DEPTH:
+        out.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return out
+
+
+def record_memory_history(enabled="all", context="all", stacks="all", max_entries=100_000, device=None, **_) -> None:
+    """`torch.tpu.memory._record_memory_history`, as CUDA's: `enabled` "all" or "state" turns the
+    recording of each buffer's Python stack and of alloc / free / oom events on (None: off,
+    forgetting them); `max_entries` bounds the events kept. The C++ stacks CUDA can add
+    (`stacks="all"`) do not exist here: the Python frames are the whole story."""
+    if enabled not in (None, "all", "state", True, False):
+        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
+    _C.record_memory_history(enabled not in (None, False), int(min(max_entries, 1 << 62)))
+
+
+def _frames(stack) -> list:
+    return [{"filename": f, "line": line, "name": name} for f, line, name in stack or ()]
+
+
+def _address(buffer_id: int) -> int:
+    # Device buffers have no address PyTorch could use: each gets a synthetic, unique one.
+    return buffer_id << 12
+
+
+def snapshot(device=None) -> dict:
+    """`torch.tpu.memory._snapshot()`: CUDA's format (`torch.cuda.memory._snapshot`'s docstring),
+    which pytorch.org/memory_viz and `torch.cuda._memory_viz` read. Each live buffer is a segment
+    of one active block (there is no caching allocator to split segments), with its Python stack
+    where history was on when it was made; `device_traces` holds the recorded events per device
+    (a free's frames are its allocation's)."""
+    buffers, events = _C.memory_snapshot()
+    count = max([d for _, d, _, _ in buffers] + [e[2] for e in events] + [0]) + 1
+    segments = []
+    for buffer_id, dev, nbytes, stack_ in buffers:
+        if device is not None and dev != device:
+            continue
+        address = _address(buffer_id)
+        block = {
+            "address": address,
+            "size": nbytes,
+            "requested_size": nbytes,
+            "state": "active_allocated",
+            "frames": _frames(stack_),
+        }
+        segments.append(
+            {
+                "device": dev,
+                "address": address,
+                "total_size": nbytes,
+                "stream": 0,
+                "segment_type": "large" if nbytes > (1 << 20) else "small",
+                "segment_pool_id": (0, 0),
+                "allocated_size": nbytes,
+                "active_size": nbytes,
+                "requested_size": nbytes,
+                "blocks": [block],
+            }
+        )
+    traces: list = [[] for _ in range(count)]
+    for action, buffer_id, dev, nbytes, stack_, time_us in events:
+        entry = {
+            "action": action,
+            "addr": _address(buffer_id),
+            "size": nbytes,
+            "stream": 0,
+            "frames": _frames(stack_),
+            "time_us": time_us,
+        }
+        if action == "oom":
+            del entry["addr"]
+            free, _ = _device_memory_info(dev)
+            entry["device_free"] = free
+        traces[dev].append(entry)
+    return {"segments": segments, "device_traces": traces}
+
+
+def _device_memory_info(index: int) -> tuple[int, int]:
+    from torchtpu.device.module import memory_info
+
+    try:
+        return memory_info(index)
+    except NotImplementedError:
+        return 0, 0
+
+
+def dump_snapshot(filename="dump_snapshot.pickle") -> None:
+    """`torch.tpu.memory._dump_snapshot`: the snapshot pickled, for pytorch.org/memory_viz."""
+    import pickle
+
+    with open(filename, "wb") as f:
+        pickle.dump(snapshot(), f)

@@ -828,4 +828,35 @@ def as_module() -> types.ModuleType:
     for name in dir(TpuModule):
         if not name.startswith("__"):
             setattr(tpu, name, getattr(TpuModule, name))
+    tpu.memory = _memory_module()
     return tpu
+
+
+_MEMORY_FUNCTIONS = (
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats",
+    "memory_stats",
+    "mem_get_info",
+    "empty_cache",
+    "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",
+)
+
+
+def _memory_module() -> types.ModuleType:
+    """`torch.tpu.memory`, as `torch.cuda.memory`: the memory functions, and the history and
+    snapshots TorchTitan's memory profiler and pytorch.org/memory_viz use (`_memory.py`)."""
+    import sys
+
+    memory = types.ModuleType("torch.tpu.memory", _memory_module.__doc__)
+    for name in _MEMORY_FUNCTIONS:
+        setattr(memory, name, getattr(TpuModule, name))
+    memory._record_memory_history = _memory.record_memory_history
+    memory._snapshot = _memory.snapshot
+    memory._dump_snapshot = _memory.dump_snapshot
+    sys.modules.setdefault("torch.tpu.memory", memory)
+    return memory
