@@ -44,6 +44,8 @@ struct Event {
     size: usize,
     stack: Option<Stack>,
     time_us: u64,
+    /// For "oom": the bytes the device had free under its limit.
+    free: usize,
 }
 
 /// `_record_memory_history`: on, and how many events are kept (the newest).
@@ -55,9 +57,9 @@ fn now_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
-fn push_event(action: &'static str, id: u64, device: usize, size: usize, stack: Option<Stack>) {
+fn push_event(action: &'static str, id: u64, device: usize, size: usize, stack: Option<Stack>, free: usize) {
     let mut events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
-    events.push_back(Event { action, id, device, size, stack, time_us: now_us() });
+    events.push_back(Event { action, id, device, size, stack, time_us: now_us(), free });
     let max = MAX_EVENTS.load(Ordering::Relaxed);
     while events.len() > max {
         events.pop_front();
@@ -106,7 +108,7 @@ pub fn register(device: usize, nbytes: usize, dims: &[i64], dtype: DType) -> u64
     let site = (nbytes >= SITE_MIN_BYTES).then(user_site).flatten();
     let stack = if HISTORY.load(Ordering::Relaxed) { python_stack() } else { None };
     if stack.is_some() {
-        push_event("alloc", id, device, nbytes, stack.clone());
+        push_event("alloc", id, device, nbytes, stack.clone(), 0);
     }
     let live = Live { device, nbytes, dims: dims.to_vec(), dtype, site, stack };
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(id, live);
@@ -117,7 +119,7 @@ pub fn register(device: usize, nbytes: usize, dims: &[i64], dtype: DType) -> u64
 pub fn forget(id: u64) {
     let gone = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|map| map.remove(&id));
     if let Some(live) = gone.filter(|_| HISTORY.load(Ordering::Relaxed)) {
-        push_event("free_completed", id, live.device, live.nbytes, live.stack);
+        push_event("free_completed", id, live.device, live.nbytes, live.stack, 0);
     }
 }
 
@@ -145,7 +147,7 @@ pub fn check_room(
         return Ok(());
     }
     if HISTORY.load(Ordering::Relaxed) {
-        push_event("oom", 0, device, asking, python_stack());
+        push_event("oom", 0, device, asking, python_stack(), limit.saturating_sub(live));
     }
     let module = py.import("torchtpu.device._memory")?;
     let error = module.getattr("out_of_memory")?.call1((device, asking, what(), live, limit))?;
@@ -227,8 +229,9 @@ pub fn record_memory_history(enabled: bool, max_entries: usize) {
 
 /// A buffer as a snapshot lists it: (id, device, bytes, its stack or None).
 type SnapshotBuffer = (u64, usize, usize, Option<Vec<Frame>>);
-/// An event as a snapshot lists it: (action, id, device, bytes, stack, microseconds).
-type SnapshotEvent = (&'static str, u64, usize, usize, Vec<Frame>, u64);
+/// An event as a snapshot lists it: (action, id, device, bytes, stack, microseconds, free bytes
+/// for an "oom").
+type SnapshotEvent = (&'static str, u64, usize, usize, Vec<Frame>, u64, usize);
 
 /// What `_snapshot` is made of: every live buffer and the recorded events, oldest first.
 #[pyfunction]
@@ -243,7 +246,10 @@ pub fn memory_snapshot() -> (Vec<SnapshotBuffer>, Vec<SnapshotEvent>) {
     let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
     let events = events
         .iter()
-        .map(|e| (e.action, e.id, e.device, e.size, e.stack.as_ref().map_or_else(Vec::new, |s| s.to_vec()), e.time_us))
+        .map(|e| {
+            let stack = e.stack.as_ref().map_or_else(Vec::new, |s| s.to_vec());
+            (e.action, e.id, e.device, e.size, stack, e.time_us, e.free)
+        })
         .collect();
     (buffers, events)
 }

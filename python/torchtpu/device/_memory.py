@@ -167,7 +167,7 @@ def snapshot(device=None) -> dict:
             }
         )
     traces: list = [[] for _ in range(count)]
-    for action, buffer_id, dev, nbytes, stack_, time_us in events:
+    for action, buffer_id, dev, nbytes, stack_, time_us, free in events:
         entry = {
             "action": action,
             "addr": _address(buffer_id),
@@ -178,19 +178,9 @@ def snapshot(device=None) -> dict:
         }
         if action == "oom":
             del entry["addr"]
-            free, _ = _device_memory_info(dev)
-            entry["device_free"] = free
+            entry["device_free"] = free  # under the limit, when it was refused
         traces[dev].append(entry)
     return {"segments": segments, "device_traces": traces}
-
-
-def _device_memory_info(index: int) -> tuple[int, int]:
-    from torchtpu.device.module import memory_info
-
-    try:
-        return memory_info(index)
-    except NotImplementedError:
-        return 0, 0
 
 
 def dump_snapshot(filename="dump_snapshot.pickle") -> None:
