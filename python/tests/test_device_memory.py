@@ -119,12 +119,14 @@ def test_memory_history_and_a_snapshot_memory_viz_reads(tmp_path):
     events = snap["device_traces"][0]
     sizes = {(e["action"], e["size"]) for e in events}
     assert ("alloc", 4 * MiB) in sizes and ("alloc", 16 * 1024) in sizes and ("free_completed", 16 * 1024) in sizes
-    assert sum(seg["allocated_size"] for seg in snap["segments"]) == torch.tpu.memory_allocated()
+    # Exact, device by device (another test in this process may hold buffers on tpu:1).
+    on_0 = sum(seg["allocated_size"] for seg in snap["segments"] if seg["device"] == 0)
+    assert on_0 == torch.tpu.memory_allocated(0)
     # PyTorch's own reader of CUDA snapshots (what pytorch.org/memory_viz shows) takes it.
     assert "<html>" in _memory_viz.trace_plot(snap).lower() or "html" in _memory_viz.trace_plot(snap).lower()
     assert "total_allocated" in _memory_viz.segsum(snap)
     assert pickle.loads((tmp_path / "snap.pickle").read_bytes())["segments"]
     # Off: nothing more is recorded.
     _made_here(8)
-    assert torch.tpu.memory._snapshot()["device_traces"] in ([], [[]])
+    assert not any(torch.tpu.memory._snapshot()["device_traces"])
     torch.testing.assert_close(kept.cpu(), torch.ones(1 << 20), rtol=0, atol=0)
