@@ -91,7 +91,8 @@ fn limits() -> &'static [AtomicUsize] {
 /// Reads `TORCHTPU_DEVICE_MEMORY` into the limits once, at the first check (not at import: a
 /// program that never uses tpu starts no engine); a malformed value is a ValueError then.
 fn configured(py: Python<'_>) -> PyResult<()> {
-    if CONFIGURED.swap(true, Ordering::Relaxed) {
+    // A plain load first: this runs before every execution, a swap would write each time.
+    if CONFIGURED.load(Ordering::Relaxed) || CONFIGURED.swap(true, Ordering::Relaxed) {
         return Ok(());
     }
     let applied = py.import("torchtpu.device._memory").and_then(|m| m.getattr("configure")?.call1((limits().len(),)));

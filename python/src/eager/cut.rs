@@ -137,8 +137,8 @@ pub fn defer_cut<'py>(py: Python<'py>, region: &Bound<'py, Region>, wait: bool) 
             return Err(crate::internal(py, "execute", "a region was cut twice"));
         };
         // References besides the region's list and the one `get_item` takes.
-        let live = referenced(values.bind(py), |n| n > 2)?;
-        let dead = referenced(externals.bind(py), |n| n <= 2)?;
+        let live = referenced(values.bind(py), |n| n > 2);
+        let dead = referenced(externals.bind(py), |n| n <= 2);
         RegionKey { tokens: std::mem::take(&mut r.key_tokens), live, dead }
     };
     let id = key.id();
@@ -149,14 +149,8 @@ pub fn defer_cut<'py>(py: Python<'py>, region: &Bound<'py, Region>, wait: bool) 
 }
 
 /// Indices of `list`'s items whose reference count (with the one this takes) passes `keep`.
-fn referenced(list: &Bound<'_, PyList>, keep: impl Fn(isize) -> bool) -> PyResult<Vec<usize>> {
-    let mut out = Vec::new();
-    for (i, item) in list.iter().enumerate() {
-        if keep(item.get_refcnt()) {
-            out.push(i);
-        }
-    }
-    Ok(out)
+fn referenced(list: &Bound<'_, PyList>, keep: impl Fn(isize) -> bool) -> Vec<usize> {
+    list.iter().enumerate().filter(|(_, item)| keep(item.get_refcnt())).map(|(i, _)| i).collect()
 }
 
 /// Keeps `program` (`_region.RegionProgram`) for `key` (`_region`'s Python form of it).
