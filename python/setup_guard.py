@@ -2,8 +2,10 @@
 torchtpu/_device_guard*.so against the installed torch: `scripts/setup.sh` runs
 `python setup_guard.py build_ext --inplace` from python/ (never compiled at import)."""
 
+import os
+
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 
 setup(
     name="torchtpu-device-guard",
@@ -17,8 +19,11 @@ setup(
                 "torchtpu/csrc/autocast.cpp",
                 "torchtpu/csrc/dispatch.cpp",
                 "torchtpu/csrc/host_kernels.cpp",
+                "torchtpu/csrc/profiler.cpp",
             ],
-            extra_compile_args=["-O2"],
+            # Kineto's headers (the profiler bridge) live beside torch's; torch is built with it.
+            include_dirs=[os.path.join(include_paths()[0], "kineto")],
+            extra_compile_args=["-O2", "-DUSE_KINETO"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},

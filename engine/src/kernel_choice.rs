@@ -154,11 +154,13 @@ impl MeasuredKernels {
         // Compiled here, outside the executable cache: the loser must not be stored, and the
         // engine compiles the winner through the cache as it compiles every program.
         let compile_options = CompileOptions::portable().with_xla_options(options.xla_options.clone());
-        let exe = |c: &Compiled| -> Result<Executable, String> {
+        let exe = |c: &Compiled, label: &str| -> Result<Executable, String> {
             let code = &c.hlo.as_ref().ok_or("no module")?.code;
-            self.client.compile_bytes(code, &compile_options).map_err(|e| e.to_string())
+            let exe = self.client.compile_bytes(code, &compile_options).map_err(|e| e.to_string())?;
+            exe.set_label(label);
+            Ok(exe)
         };
-        let (aten, xla) = (exe(with_aten)?, exe(all_xla)?);
+        let (aten, xla) = (exe(with_aten, "kernel race: with ATen")?, exe(all_xla, "kernel race: all XLA")?);
         let device = self.client.first_device().map_err(|e| e.to_string())?;
         let g = &with_aten.graph;
         let inputs = g
@@ -250,7 +252,9 @@ impl MeasuredKernels {
             d.get_or_insert_with(driver::Context::new).compile_graph(g, &options, &mut std::io::sink())
         });
         let code = compiled.map_err(|e| e.to_string())?.hlo.ok_or("no module")?.code;
-        self.client.compile_bytes(&code, &CompileOptions::default()).map_err(|e| e.to_string())
+        let exe = self.client.compile_bytes(&code, &CompileOptions::default()).map_err(|e| e.to_string())?;
+        exe.set_label(&format!("kernel choice: matmul {form}"));
+        Ok(exe)
     }
 }
 

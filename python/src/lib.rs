@@ -16,6 +16,7 @@ mod dlpack;
 mod eager;
 mod host_kernels;
 mod memory;
+mod profiler;
 mod registry;
 mod replicated;
 mod sharding;
@@ -640,5 +641,6 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replicated::ReplicatedProgram>()?;
     m.add_function(wrap_pyfunction!(replicated::compile_replicated, m)?)?;
     distributed::register(m)?;
+    profiler::register(m)?;
     Ok(())
 }

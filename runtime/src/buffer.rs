@@ -6,6 +6,7 @@ use crate::client::{Client, ClientInner, Device};
 use crate::error::{Result, RuntimeError};
 use crate::ffi::{self, Args};
 use crate::plugin::pjrt_call;
+use crate::trace;
 
 /// Element types a buffer can hold (the array types of `PJRT_Buffer_Type` we model).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -190,6 +191,7 @@ impl Buffer {
     pub fn read_host_memory(&self) -> Result<Vec<u8>> {
         let bytes = dense_byte_size(self.element_type, &self.dims)?;
         self.wait_ready()?;
+        let started = trace::enabled().then(trace::now_ns);
         if bytes == 0 {
             return Ok(Vec::new());
         }
@@ -204,6 +206,9 @@ impl Buffer {
         // after that (PJRT buffers are immutable unless donated, and a donated one is refused
         // before this is reached).
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(address as *const u8, bytes) });
+        if let Some(t) = started {
+            self.record_to_host(t, bytes);
+        }
         Ok(out)
     }
 
@@ -211,10 +216,16 @@ impl Buffer {
     /// ([`Executable::execute_async`](crate::Executable::execute_async)) reports the
     /// execution's error here.
     pub fn wait_ready(&self) -> Result<()> {
+        let event = self.ready_event()?;
+        self.client.plugin.await_event("PJRT_LoadedExecutable_Execute", event)
+    }
+
+    /// An event that fires when the buffer's contents are computed; the caller owns it.
+    pub(crate) fn ready_event(&self) -> Result<*mut ffi::PJRT_Event> {
         let mut args = ffi::PJRT_Buffer_ReadyEvent_Args::new();
         args.buffer = self.raw;
         pjrt_call!(self.client.plugin, PJRT_Buffer_ReadyEvent, &mut args)?;
-        self.client.plugin.await_event("PJRT_LoadedExecutable_Execute", args.event)
+        Ok(args.event)
     }
 
     /// Whether the buffer lives on `device` (`PJRT_Buffer_Device`).
@@ -236,8 +247,18 @@ impl Buffer {
         let mut args = ffi::PJRT_Buffer_CopyToDevice_Args::new();
         args.buffer = self.raw;
         args.dst_device = device.raw;
+        let launched = trace::enabled().then(trace::now_ns);
         pjrt_call!(self.client.plugin, PJRT_Buffer_CopyToDevice, &mut args)?;
-        Buffer::from_raw(&self.client, args.dst_buffer)
+        let copy = Buffer::from_raw(&self.client, args.dst_buffer)?;
+        if let Some(t) = launched {
+            let bytes = dense_byte_size(self.element_type, &self.dims).unwrap_or(0) as u64;
+            let launch = trace::Launch::of(trace::ActivityKind::DeviceToDevice, "Memcpy DtoD", device.id(), t, bytes);
+            match copy.ready_event() {
+                Ok(event) => launch.finish_when_ready(&self.client.plugin, event),
+                Err(_) => launch.finish(),
+            }
+        }
+        Ok(copy)
     }
 
     /// Copies the buffer to host memory (dense, row-major), waiting for the copy.
@@ -266,10 +287,25 @@ impl Buffer {
         args.src = self.raw;
         args.dst = dst.as_mut_ptr().cast();
         args.dst_size = dst.len();
+        let started = trace::enabled().then(trace::now_ns);
         pjrt_call!(plugin, PJRT_Buffer_ToHostBuffer, &mut args)?;
         // `dst` must stay alive until the copy's event fires.
         plugin.await_event("PJRT_Buffer_ToHostBuffer", args.event)?;
+        if let Some(t) = started {
+            self.record_to_host(t, dst.len());
+        }
         Ok(())
+    }
+
+    /// Records a device-to-host copy of `bytes` that began at `started` and ends now.
+    fn record_to_host(&self, started: i64, bytes: usize) {
+        let mut args = ffi::PJRT_Buffer_Device_Args::new();
+        args.buffer = self.raw;
+        let device = match pjrt_call!(self.client.plugin, PJRT_Buffer_Device, &mut args) {
+            Ok(()) => trace::device_id(args.device),
+            Err(_) => -1,
+        };
+        trace::record(trace::ActivityKind::DeviceToHost, "Memcpy DtoH", device, started, bytes as u64);
     }
 }
 
@@ -277,11 +313,15 @@ impl Client {
     /// Copies a dense, row-major host array of `ty` and shape `dims` to `device`.
     /// `data.len()` must equal the element count times `ty.byte_size()`.
     pub fn buffer_from_host(&self, data: &[u8], ty: ElementType, dims: &[i64], device: &Device) -> Result<Buffer> {
+        let started = trace::enabled().then(trace::now_ns);
         let args = self.start_from_host(data, ty, dims, device, ffi::HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL)?;
         let plugin = &self.inner.plugin;
         // Own the buffer first so an event failure still frees it.
         let done = plugin.await_event("PJRT_Client_BufferFromHostBuffer", args.done_with_host_buffer);
         let buffer = Buffer::from_raw(&self.inner, args.buffer)?;
+        if let Some(t) = started {
+            trace::record(trace::ActivityKind::HostToDevice, "Memcpy HtoD", device.id(), t, data.len() as u64);
+        }
         done.map(|()| buffer)
     }
 
@@ -300,6 +340,7 @@ impl Client {
         dims: &[i64],
         device: &Device,
     ) -> Result<(Buffer, bool)> {
+        let started = trace::enabled().then(trace::now_ns);
         let args = self.start_from_host(data, ty, dims, device, ffi::HOST_BUFFER_IMMUTABLE_ZERO_COPY)?;
         let plugin = &self.inner.plugin;
         let buffer = match Buffer::from_raw(&self.inner, args.buffer) {
@@ -315,6 +356,9 @@ impl Client {
             plugin.destroy_event(args.done_with_host_buffer)?;
         } else {
             plugin.await_event("PJRT_Client_BufferFromHostBuffer", args.done_with_host_buffer)?;
+            if let Some(t) = started {
+                trace::record(trace::ActivityKind::HostToDevice, "Memcpy HtoD", device.id(), t, data.len() as u64);
+            }
         }
         Ok((buffer, aliased))
     }

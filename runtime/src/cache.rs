@@ -160,8 +160,23 @@ impl ExecutableCache {
         self.lookup_or_compile(client, mlir.as_ref(), options, graph_name).map(|(exe, _)| exe)
     }
 
-    /// [`ExecutableCache::get_or_compile_named`], saying where the executable came from.
+    /// [`ExecutableCache::get_or_compile_named`], saying where the executable came from. The
+    /// graph's name labels the executable in profiles (`trace`).
     pub fn lookup_or_compile(
+        &self,
+        client: &Client,
+        mlir: &[u8],
+        options: &CompileOptions,
+        graph_name: Option<&str>,
+    ) -> Result<(Arc<Executable>, CacheSource)> {
+        let found = self.find_or_compile(client, mlir, options, graph_name);
+        if let (Ok((exe, _)), Some(name)) = (&found, graph_name) {
+            exe.set_label(name);
+        }
+        found
+    }
+
+    fn find_or_compile(
         &self,
         client: &Client,
         mlir: &[u8],

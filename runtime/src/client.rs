@@ -284,6 +284,7 @@ impl Device {
         // SAFETY: the kind string is owned by the device, which the client keeps alive.
         let kind = unsafe { plugin_string(kind.device_kind, kind.device_kind_size) };
 
+        crate::trace::register_device(raw, id.id);
         Ok(Device { client: Arc::clone(client), raw, id: id.id, kind })
     }
 

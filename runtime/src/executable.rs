@@ -1,6 +1,6 @@
 //! Compiling StableHLO text into a loaded executable, and running it on device buffers.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::buffer::Buffer;
 use crate::client::{Client, ClientInner, Device};
@@ -8,6 +8,7 @@ use crate::error::{Result, RuntimeError};
 use crate::ffi::{self, Args};
 use crate::options::CompileOptions;
 use crate::plugin::pjrt_call;
+use crate::trace;
 
 /// A program compiled and loaded on a client. Keeps its client alive; freed on drop.
 pub struct Executable {
@@ -16,6 +17,8 @@ pub struct Executable {
     num_outputs: usize,
     /// Loaded from serialized bytes rather than compiled (see [`Executable::serialize`]).
     deserialized: bool,
+    /// What a profile calls this program ([`Executable::set_label`]).
+    label: OnceLock<String>,
 }
 
 // SAFETY: PJRT loaded executables are thread-safe (concurrent Execute calls are allowed);
@@ -62,7 +65,11 @@ impl Client {
         args.program = &program;
         args.compile_options = serialized.as_ptr().cast();
         args.compile_options_size = serialized.len();
+        let started = trace::enabled().then(trace::now_ns);
         pjrt_call!(plugin, PJRT_Client_Compile, &mut args)?;
+        if let Some(t) = started {
+            trace::record(trace::ActivityKind::Compile, "XLA compile", -1, t, module.len() as u64);
+        }
         if args.executable.is_null() {
             return Err(RuntimeError::Pjrt {
                 call: "PJRT_Client_Compile",
@@ -82,9 +89,21 @@ impl Executable {
         raw: *mut ffi::PJRT_LoadedExecutable,
         deserialized: bool,
     ) -> Result<Executable> {
-        let mut exe = Executable { client: Arc::clone(client), raw, num_outputs: 0, deserialized };
+        let mut exe =
+            Executable { client: Arc::clone(client), raw, num_outputs: 0, deserialized, label: OnceLock::new() };
         exe.num_outputs = exe.query_num_outputs()?;
         Ok(exe)
+    }
+
+    /// Names the program in profiles (`trace`); the first label given stays (a cached
+    /// executable is shared by every graph that compiles to it).
+    pub fn set_label(&self, label: &str) {
+        let _ = self.label.set(label.to_string());
+    }
+
+    /// The program's label, "program" if none was given.
+    pub fn label(&self) -> &str {
+        self.label.get().map_or("program", String::as_str)
     }
 
     /// The plugin this executable was loaded by.
@@ -176,7 +195,7 @@ impl Executable {
                 device.id()
             )));
         }
-        let mut outs = self.launch_on(&[args.to_vec()], keep, wait, device.raw)?;
+        let mut outs = self.launch_on(&[args.to_vec()], keep, wait, Some(device))?;
         Ok(outs.pop().unwrap_or_default())
     }
 
@@ -189,16 +208,16 @@ impl Executable {
 
     /// Enqueues one execution; with `wait`, blocks until every partition has finished.
     fn launch(&self, args: &[Vec<&Buffer>], keep: &[i64], wait: bool) -> Result<Vec<Vec<Buffer>>> {
-        self.launch_on(args, keep, wait, std::ptr::null_mut())
+        self.launch_on(args, keep, wait, None)
     }
 
-    /// `launch`, on `device` where not null (a portable executable's one execution).
+    /// `launch`, on `device` where given (a portable executable's one execution).
     fn launch_on(
         &self,
         args: &[Vec<&Buffer>],
         keep: &[i64],
         wait: bool,
-        device: *mut ffi::PJRT_Device,
+        device: Option<&Device>,
     ) -> Result<Vec<Vec<Buffer>>> {
         let num_args = args.first().map_or(0, Vec::len);
         if args.is_empty() || args.iter().any(|row| row.len() != num_args) {
@@ -237,8 +256,16 @@ impl Executable {
         exec.output_lists = output_lists.as_ptr();
         // Without completion events PJRT tracks the work through the output buffers.
         exec.device_complete_events = if wait { complete.as_mut_ptr() } else { std::ptr::null_mut() };
-        exec.execute_device = device;
+        exec.execute_device = device.map_or(std::ptr::null_mut(), |d| d.raw);
+        let launched = trace::enabled().then(trace::now_ns);
         pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
+        // Partition `d` runs on the executable's d-th device: device `d` for the programs the
+        // engine compiles (its meshes take the first devices).
+        let launches: Vec<trace::Launch> = launched.map_or_else(Vec::new, |t| {
+            let first = device.map_or(0, Device::id);
+            trace::record(trace::ActivityKind::Launch, self.label(), first, t, 0);
+            (0..args.len()).map(|d| trace::Launch::new(self.label(), device.map_or(d as i32, Device::id), t)).collect()
+        });
 
         // Take ownership of every output before anything else can fail.
         let owned: Vec<Vec<Result<Buffer>>> =
@@ -251,6 +278,13 @@ impl Executable {
             }
         }
         waited?;
-        owned.into_iter().map(|row| row.into_iter().collect()).collect()
+        let outs: Vec<Vec<Buffer>> = owned.into_iter().map(|row| row.into_iter().collect()).collect::<Result<_>>()?;
+        for (launch, row) in launches.into_iter().zip(&outs) {
+            match row.first().filter(|_| !wait).map(Buffer::ready_event) {
+                Some(Ok(event)) => launch.finish_when_ready(&self.client.plugin, event),
+                _ => launch.finish(),
+            }
+        }
+        Ok(outs)
     }
 }

@@ -89,7 +89,7 @@ pub struct PJRT_Api {
     pub PJRT_Event_IsReady: Unused,
     pub PJRT_Event_Error: Unused,
     pub PJRT_Event_Await: PjrtFn<PJRT_Event_Await_Args>,
-    pub PJRT_Event_OnReady: Unused,
+    pub PJRT_Event_OnReady: PjrtFn<PJRT_Event_OnReady_Args>,
 
     pub PJRT_Client_Create: PjrtFn<PJRT_Client_Create_Args>,
     pub PJRT_Client_Destroy: PjrtFn<PJRT_Client_Destroy_Args>,
@@ -209,6 +209,19 @@ pub struct PJRT_Event_Await_Args {
     pub struct_size: usize,
     pub extension_start: *mut PJRT_Extension_Base,
     pub event: *mut PJRT_Event,
+}
+
+/// Called once when an event is ready, with its error (owned by the callback; null on
+/// success) and the registered `user_arg`.
+pub type PJRT_Event_OnReadyCallback = Option<extern "C" fn(error: *mut PJRT_Error, user_arg: *mut c_void)>;
+
+#[repr(C)]
+pub struct PJRT_Event_OnReady_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub event: *mut PJRT_Event,
+    pub callback: PJRT_Event_OnReadyCallback,
+    pub user_arg: *mut c_void,
 }
 
 // ---------------------------------------------------------------- client
@@ -625,6 +638,7 @@ impl_args!(
     PJRT_Plugin_Initialize_Args,
     PJRT_Event_Destroy_Args,
     PJRT_Event_Await_Args,
+    PJRT_Event_OnReady_Args,
     PJRT_Buffer_ReadyEvent_Args,
     PJRT_NamedValue,
     PJRT_Client_Create_Args,

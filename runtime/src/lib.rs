@@ -25,6 +25,7 @@ mod plugin_file;
 mod plugin_search;
 mod serialize;
 pub mod store;
+pub mod trace;
 
 pub use buffer::{dense_byte_size, Buffer, ElementType};
 pub use cache::{CacheSource, CacheStats, ExecutableCache};

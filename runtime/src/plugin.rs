@@ -330,7 +330,7 @@ impl Plugin {
         Err(RuntimeError::Pjrt { call, code, message })
     }
 
-    fn destroy_error(&self, err: *mut ffi::PJRT_Error) {
+    pub(crate) fn destroy_error(&self, err: *mut ffi::PJRT_Error) {
         let mut args = ffi::PJRT_Error_Destroy_Args::new();
         args.error = err;
         // SAFETY: `err` is a live error that nobody else owns.

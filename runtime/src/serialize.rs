@@ -76,7 +76,11 @@ impl Client {
         args.client = self.inner.raw;
         args.serialized_executable = bytes.as_ptr().cast();
         args.serialized_executable_size = bytes.len();
+        let started = crate::trace::enabled().then(crate::trace::now_ns);
         pjrt_call!(self.inner.plugin, PJRT_Executable_DeserializeAndLoad, &mut args)?;
+        if let Some(t) = started {
+            crate::trace::record(crate::trace::ActivityKind::Compile, "XLA load", -1, t, bytes.len() as u64);
+        }
         if args.loaded_executable.is_null() {
             return Err(RuntimeError::Pjrt {
                 call: "PJRT_Executable_DeserializeAndLoad",

@@ -600,6 +600,7 @@ bool register_guard() {
 bool register_autocast();                  // autocast.cpp
 void init_dispatch(pybind11::module& m);      // dispatch.cpp
 void init_host_kernels(pybind11::module& m);  // host_kernels.cpp
+void init_profiler(pybind11::module& m);      // profiler.cpp
 
 PYBIND11_MODULE(_device_guard, m) {
   m.doc() = "The tpu device's native PrivateUse1 device guard and hooks (torchtpu.device).";
@@ -628,4 +629,5 @@ PYBIND11_MODULE(_device_guard, m) {
   m.def("create_empty_tensor", &create_empty_tensor);
   init_dispatch(m);
   init_host_kernels(m);
+  init_profiler(m);
 }

@@ -67,6 +67,7 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(NAME, module.as_module(), module.Hooks(), module.Guard())
         _register_allocator(module)
         _register_autocast()
+        _register_profiler()
     _register_kernels()
     module.patch_accelerator()
     module.patch_module_conversion()
@@ -126,6 +127,17 @@ def _register_allocator(module) -> None:
     guard.set_memory_hook(module.memory_hook)
     if not guard.register_allocator():
         raise RuntimeError("torchtpu: another PrivateUse1 allocator is registered; the tpu device cannot use its own")
+
+
+def _register_profiler() -> None:
+    """`torch.profiler` with `ProfilerActivity.PrivateUse1`: the device's program runs, copies and
+    compiles as Kineto activities (csrc/profiler.cpp, reading the runtime's record through
+    `_C.profiler_api`; docs/debugging.md). A profile that does not ask for the device records
+    nothing."""
+    from torchtpu import _C
+    from torchtpu.device._guard import guard
+
+    guard.install_profiler(_C.profiler_api())
 
 
 def _register_autocast() -> None:
