@@ -226,6 +226,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<defer::Region>()?;
     m.add_function(wrap_pyfunction!(defer::defer_record, m)?)?;
     m.add_function(wrap_pyfunction!(cut::defer_cut, m)?)?;
+    m.add_function(wrap_pyfunction!(path::eager_donate_min_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(path::eager_set_donate_min_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cut::defer_run, m)?)?;
     m.add_function(wrap_pyfunction!(cut::defer_keep, m)?)?;
     m.add_function(wrap_pyfunction!(cut::defer_forget, m)?)?;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
@@ -303,9 +303,22 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
     }
 }
 
-/// Below this size an in-place op's target is not donated: copying it costs less than
-/// compiling the program's donating variant.
-const DONATE_MIN_BYTES: usize = 1 << 20;
+/// Below this size (bytes) an in-place op's target is not donated: copying it costs less than
+/// compiling the program's donating variant. Both paths read it (`_dispatch._donations` through
+/// `_C.eager_donate_min_bytes`); `benches/inplace_peak.py` moves it to measure donation.
+static DONATE_MIN_BYTES: AtomicUsize = AtomicUsize::new(1 << 20);
+
+/// The smallest in-place target an op's program donates, in bytes.
+#[pyfunction]
+pub fn eager_donate_min_bytes() -> usize {
+    DONATE_MIN_BYTES.load(Ordering::Relaxed)
+}
+
+/// Sets `eager_donate_min_bytes` (0: every target; a huge value: none), returning the old one.
+#[pyfunction]
+pub fn eager_set_donate_min_bytes(bytes: usize) -> usize {
+    DONATE_MIN_BYTES.swap(bytes, Ordering::Relaxed)
+}
 
 /// The program inputs (positions in `recipe.sources`) to donate: the buffer of each target an
 /// in-place or out= op replaces whole (`Write::Whole`, or `Write::Base`: its storage's buffer,
@@ -344,7 +357,7 @@ fn donations(recipe: &Recipe, flat: &Flat<'_, '_>, leaves: &[Bound<'_, DeviceBuf
 /// leaves (no other storage, as a copy_ shares buffers, no pending value, no Python variable).
 fn donatable(buffer: &Bound<'_, DeviceBuffer>, local: usize, flat: &Flat<'_, '_>) -> bool {
     let keyed = flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer: b } if b.is(buffer))).count();
-    buffer.get().nbytes >= DONATE_MIN_BYTES && buffer.get_refcnt() as usize == 1 + local + keyed
+    buffer.get().nbytes >= eager_donate_min_bytes() && buffer.get_refcnt() as usize == 1 + local + keyed
 }
 
 /// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as

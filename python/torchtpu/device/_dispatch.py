@@ -434,10 +434,6 @@ def _run(info: OpInfo, op, args, kwargs):
     return result
 
 
-# Below this size an in-place target is not donated: a copy costs less than compiling the
-# program's donating variant (the native path's `DONATE_MIN_BYTES`, python/src/eager/path.rs).
-DONATE_MIN_BYTES = 1 << 20
-
 
 def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: list) -> list:
     """The IR inputs to donate when an in-place or out= op replaces all of a target's storage
@@ -465,7 +461,8 @@ def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: lis
         if slot is None or t.dtype is not slot.dtype or not _storage.is_whole(t, slot):
             continue
         buffer = slot.buffer
-        if type(buffer) is not _C.DeviceBuffer or buffer.nbytes < DONATE_MIN_BYTES:
+        # Below the native path's size an in-place target is not donated (python/src/eager/path.rs).
+        if type(buffer) is not _C.DeviceBuffer or buffer.nbytes < _C.eager_donate_min_bytes():
             continue
         at = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
         held = sum(1 for b in leaves if b is buffer)
