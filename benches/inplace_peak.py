@@ -24,9 +24,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python" / "tests"))
 
-import torchtpu  # noqa: E402
-import torchtpu.eager  # noqa: E402
-from torchtpu import _C  # noqa: E402
+import torchtpu
+import torchtpu.eager
+from torchtpu import _C
 
 MiB = 1 << 20
 SETTINGS = {"none": 1 << 62, "default (>= 1 MiB)": 1 << 20, "every target": 0}
