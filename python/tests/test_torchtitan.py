@@ -177,8 +177,8 @@ def test_resume_from_checkpoint_gives_the_later_losses_of_the_run_that_did_not_s
 
 @pytest.mark.slow
 def test_profiler_writes_its_trace(tmp_path, assets):
-    """`--profiler.enable-profiling` runs and writes TorchTitan's per-rank trace (what it shows of
-    tpu work is docs/distributed.md's "not yet")."""
+    """`--profiler.enable-profiling` runs and writes TorchTitan's per-rank trace, with the tpu
+    device's programs and their device time (the example's `TpuProfiler`, docs/debugging.md)."""
     import gzip
     import json
 
@@ -190,4 +190,8 @@ def test_profiler_writes_its_trace(tmp_path, assets):
     assert traces, f"no trace under {tmp_path}"
     opener = gzip.open if traces[0].suffix == ".gz" else open
     with opener(traces[0], "rt") as f:
-        assert json.load(f)["traceEvents"], traces[0]
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert kernels and all(e["dur"] > 0 for e in kernels), traces[0]
+    ops = {e["args"]["External id"] for e in events if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    assert all(k["args"].get("External id") in ops for k in kernels), "a device event not linked to its op"

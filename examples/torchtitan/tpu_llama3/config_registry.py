@@ -10,7 +10,9 @@ Start from `torchtitan.models.llama3.config_registry.llama3_debugmodel` (6 layer
   compiled by the default backend, which sends tpu graphs to torchtpu);
 - fp32 parameters (`mixed_precision_param float32`): no bf16 autocast/FSDP casts;
 - no validation, checkpoint or profiler unless asked (`--checkpoint.enable`,
-  `--profiler.enable-profiling`), dumps under examples/torchtitan/outputs.
+  `--profiler.enable-profiling`), dumps under examples/torchtitan/outputs;
+- the profiler asks for the tpu device's activity too (`profiler.py`: TorchTitan asks for CUDA
+  or XPU only), so its trace has the device's programs and their device time.
 Every field stays overridable from the command line (`--help` lists them).
 """
 
@@ -19,6 +21,8 @@ from pathlib import Path
 import make_assets
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.trainer import Trainer
+
+from tpu_llama3.profiler import tpu_profiler_config
 
 HERE = Path(__file__).resolve().parent.parent  # examples/torchtitan
 ASSETS = HERE / "assets"
@@ -47,6 +51,7 @@ def llama3_debug_tpu() -> Trainer.Config:
     config.validator.enable = False
     config.checkpoint.enable = False
     config.checkpoint.interval = 5
+    config.profiler = tpu_profiler_config(config.profiler)
     config.profiler.enable_profiling = False
     config.profiler.profile_freq = 5
     return config
