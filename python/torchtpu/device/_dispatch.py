@@ -434,7 +434,6 @@ def _run(info: OpInfo, op, args, kwargs):
     return result
 
 
-
 def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: list) -> list:
     """The IR inputs to donate when an in-place or out= op replaces all of a target's storage
     (`x.add_(y)` arrives as `add.out(x, y, out=x)`): the target's buffer, read by the program
