@@ -14,6 +14,11 @@ DTYPES = (torch.float32, torch.int64, torch.bool, torch.complex64, torch.bfloat1
 # intermediates in f32 where eager rounds them (or the other way round).
 TOLERANCES = {torch.bfloat16: (2e-2, 2e-2)}
 DEFAULT_TOLERANCE = (1e-4, 1e-4)
+# Where a bfloat16 result is not within those of eager's, both are measured against the op in
+# float64: torchtpu's passes if its largest error is no larger than eager's plus the absolute
+# tolerance. Eager's own bfloat16 error depends on the CPU (oneDNN's kernels differ with and
+# without AVX-512 BF16): a sum of products of values near 200 is one bfloat16 step (1.0) off.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 # Ops whose outputs are not comparable with eager: uninitialised memory or random numbers.
 # They are left out of the harness (neither passes nor failures).
@@ -126,7 +131,31 @@ def run_case(case: Case):
             compiled = torch.compile(fn, backend="torchtpu", fullgraph=True, options={"strict": True})
             got = compiled(s.input, *s.args)
         rtol, atol = TOLERANCES.get(case.dtype, DEFAULT_TOLERANCE)
-        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        try:
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError:
+            if case.dtype not in LOW_PRECISION or not _as_close_to_float64_as_eager(fn, s, got, want, atol):
+                raise
     except Exception as e:  # noqa: BLE001 - every failure is a reported result
         return short_reason(e)
     return None
+
+
+def _as_close_to_float64_as_eager(fn, s, got, want, atol: float) -> bool:
+    """Whether torchtpu's low-precision tensor result is no farther from the op computed in
+    float64 than eager's is (plus `atol`)."""
+    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and want.is_floating_point()):
+        return False
+
+    def wide(v):
+        return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    try:
+        exact = fn(wide(s.input), *[wide(a) for a in s.args])
+    except Exception:  # noqa: BLE001 - no float64 kernel: nothing to measure against
+        return False
+    if not isinstance(exact, torch.Tensor) or exact.shape != want.shape:
+        return False
+    ours = (got.cpu().double() - exact).abs().max().item()
+    eagers = (want.double() - exact).abs().max().item()
+    return ours <= eagers + atol
