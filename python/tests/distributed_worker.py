@@ -406,20 +406,9 @@ def tensor_parallel(out_dir: str) -> None:
 
 
 def llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from models import tiny_llama  # the script's directory is on sys.path
 
-    cfg = LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg)
+    return tiny_llama.model(seed=0, hidden_size=64, intermediate_size=128, attn_implementation="eager")
 
 
 def llama_data(steps: int = 2, batch: int = 4, seq: int = 16) -> list:

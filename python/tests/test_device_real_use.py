@@ -15,6 +15,7 @@ import threading
 
 import pytest
 import torch
+from models import tiny_llama
 
 import torchtpu
 from torchtpu.errors import DeviceForkError, OpArgumentError, OptionsError
@@ -70,16 +71,7 @@ def test_to_tpu_of_a_weakly_referenced_parameter_still_converts():
 
 def test_hf_tied_embeddings_stay_tied_train_like_cpu_and_save_pretrained(tmp_path):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        max_position_embeddings=64,
-    )
+    cfg = tiny_llama.config(vocab_size=64, tie_word_embeddings=True)
     torch.manual_seed(0)
     m = transformers.LlamaForCausalLM(cfg)
     ref = transformers.LlamaForCausalLM(cfg)

@@ -15,6 +15,7 @@ import math
 
 import pytest
 import torch
+from models import tiny_llama
 
 import torchtpu
 
@@ -178,18 +179,8 @@ def test_a_generator_of_ones_own_is_refused_with_what_to_use():
 def test_hf_sampling_generate_on_tpu_without_fallback_and_reproducible(mode):
     """`generate(do_sample=True, top_k, top_p)`: transformers' sampling (softmax, top-k/top-p
     filtering, multinomial) stays on the device; the same seed gives the same tokens."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval().to(TPU)
+    pytest.importorskip("transformers")
+    model = tiny_llama.model(seed=0, hidden_size=64, intermediate_size=128).eval().to(TPU)
     ids = torch.randint(0, 128, (2, 5)).to(TPU)
 
     def sample(seed):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 
+import models
 import pytest
 
 pytest.importorskip("accelerate")
@@ -25,16 +26,9 @@ os.environ["TORCHTPU_DEVICE"] = "1"
 import torch, torchtpu, transformers
 from accelerate.state import AcceleratorState, PartialState
 
-out_dir, workers = sys.argv[1], int(sys.argv[2])
-cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+from models import tiny_llama
 
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 16
-    def __getitem__(self, i):
-        ids = torch.randint(3, 128, (8,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
+out_dir, workers = sys.argv[1], int(sys.argv[2])
 
 class Recording(transformers.Trainer):
     seen = set()
@@ -45,13 +39,12 @@ class Recording(transformers.Trainer):
 def train(device):
     AcceleratorState._reset_state(reset_partial_state=True)
     Recording.seen = set()
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg)
+    model = tiny_llama.model(seed=0)
     args = transformers.TrainingArguments(
         output_dir=os.path.join(out_dir, device), per_device_train_batch_size=4, num_train_epochs=1,
         learning_rate=1e-3, report_to=[], use_cpu=device == "cpu", seed=0, logging_steps=1,
         save_strategy="no", dataloader_num_workers=workers, disable_tqdm=True)
-    trainer = Recording(model=model, args=args, train_dataset=Tokens())
+    trainer = Recording(model=model, args=args, train_dataset=tiny_llama.Tokens(n=16, length=8))
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return trainer, model, losses, {
@@ -84,7 +77,7 @@ def test_trainer_trains_on_tpu_like_cpu_and_saves(tmp_path, workers):
         [sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path), str(workers)],
         capture_output=True,
         text=True,
-        env=env,
+        env=models.importable(env),
         timeout=600,
     )
     assert r.returncode == 0, r.stderr[-4000:]

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import textwrap
 
+import models
 import pytest
 import torch
+from models import tiny_llama
 
 import torchtpu
 
@@ -23,7 +25,11 @@ def _run(code: str, timeout: int = 240) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("TORCHTPU_DEVICE", None)
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=models.importable(env),
+        timeout=timeout,
     )
 
 
@@ -87,18 +93,8 @@ def test_tpu_backend_name_with_a_mode(mode):
 def test_hf_static_cache_generate_on_tpu_matches_cpu_with_at_most_two_compiles():
     """transformers compiles a tpu model's decoding step with `backend="tpu", mode="default"`
     (`PreTrainedModel._default_compile_config`)."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    pytest.importorskip("transformers")
+    model = tiny_llama.model(seed=0, hidden_size=64, intermediate_size=128).eval()
     ids = torch.randint(0, 128, (1, 5))
     ref = model.generate(ids, max_new_tokens=6, do_sample=False)
     torch._dynamo.reset()
@@ -243,12 +239,8 @@ def test_device_map_auto_and_tpu_place_every_parameter_on_tpu(tmp_path):
         import os
         os.environ["TORCHTPU_DEVICE"] = "1"
         import torch, torchtpu, transformers
-        cfg = transformers.LlamaConfig(
-            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        )
-        torch.manual_seed(0)
-        transformers.LlamaForCausalLM(cfg).save_pretrained({str(tmp_path)!r})
+        from models import tiny_llama
+        tiny_llama.model(seed=0, hidden_size=64, intermediate_size=128).save_pretrained({str(tmp_path)!r})
         ref = transformers.LlamaForCausalLM.from_pretrained({str(tmp_path)!r}, device_map="cpu").eval()
         ids = torch.randint(0, 128, (1, 5))
         want = ref.generate(ids, max_new_tokens=4, do_sample=False)

@@ -25,6 +25,7 @@ import warnings
 
 import pytest
 import torch
+from models import tiny_llama
 
 import torchtpu
 
@@ -44,22 +45,9 @@ def _quiet():
 
 
 def _quantized(config: str) -> torch.nn.Module:
-    import transformers
-
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
 
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = tiny_llama.model(seed=0, hidden_size=64, intermediate_size=128, use_cache=False).eval()
     if config == "int8_everything":
         # The embedding too (int8, one scale per row: torchao's IntxWeightOnlyConfig), as a user
         # shrinking a model to fit does; the linear layers as int8_weight_only.

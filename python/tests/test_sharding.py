@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 import torch
+from models import tiny_llama
 
 import torchtpu
 from torchtpu import sharding as S
@@ -349,19 +350,8 @@ def test_a_graph_with_a_constraint_called_on_tpu_tensors_is_a_clear_error():
 
 
 def _llama():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg).eval()
+    pytest.importorskip("transformers")
+    return tiny_llama.model(seed=0, use_cache=False).eval()
 
 
 MEGATRON = {

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
+from models import tiny_llama
 
 import torchtpu
 from torchtpu.errors import FallbackError, OptionsError
@@ -149,18 +150,8 @@ def test_sdpa_gqa_dropout_statistics():
 def test_llama_gqa_default_attention_no_mask():
     """LlamaForCausalLM with grouped-query attention and transformers' default (SDPA)
     attention, called without an attention mask: SDPA gets `enable_gqa=True`."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    cfg.use_cache = False
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    pytest.importorskip("transformers")
+    model = tiny_llama.model(seed=0, use_cache=False).eval()
     ids = torch.randint(3, 128, (1, 7))
     with torch.no_grad():
         want = model(ids).logits

@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
+from models import tiny_llama
 
 import torchtpu
 from torchtpu.exporter import export
@@ -21,23 +22,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 TRAIN = dict(rtol=1e-4, atol=1e-5)
-VOCAB = 128
+VOCAB = tiny_llama.VOCAB
 
 
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 
 
-_DEC = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    max_position_embeddings=64,
-)
 DECODERS = {
     # Grouped-query attention (2 KV heads for 4 query heads) with rotary embeddings.
-    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, **_DEC)),
+    "llama": lambda: transformers.LlamaForCausalLM(tiny_llama.config()),
     # Learned positions, multi-head attention, a fused QKV projection.
     "gpt2": lambda: transformers.GPT2LMHeadModel(
         transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
@@ -144,9 +137,7 @@ def test_dynamic_true_lm_over_five_lengths():
 
 
 def _train_setup():
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, **_DEC))
-    model.config.use_cache = False
+    model = tiny_llama.model(seed=0, use_cache=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)  # foreach by default
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
     return model, opt, sched
