@@ -78,6 +78,18 @@ def test_import_torch_does_not_import_dynamo():
 # ---------------------------------------------------------------- tensors and memory
 
 
+def test_every_kernel_in_the_table_is_registered_for_tpu_and_resolves():
+    """`_kernel_table.KERNELS` is the one list of the device's own kernels: each op in it has a
+    PrivateUse1 kernel, and each names a function that exists."""
+    from torchtpu.device import _kernel_table
+
+    for name in _kernel_table.KERNELS:
+        assert callable(_kernel_table.resolve(name)), name
+        op, _, overload = name.partition(".")
+        schema = getattr(getattr(torch.ops.aten, op), overload or "default").name()
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(schema, "PrivateUse1"), name
+
+
 def test_round_trips_and_host_reads():
     a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     t = a.to(TPU)

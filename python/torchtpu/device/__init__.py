@@ -37,6 +37,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
+from torchtpu.device import _kernel_table  # noqa: E402
 from torchtpu.device._frames import user_facing  # noqa: E402
 
 NAME = "tpu"
@@ -79,13 +80,22 @@ def register() -> None:
     _accelerate.install()  # device_map="auto" (accelerate's get_max_memory) where tpu is the accelerator
     from torchtpu.device import _serialization
 
-    _serialization.register()  # torch.load of tpu storages (a fresh process loads a tpu checkpoint)
+    _serialization.register(_load)  # torch.load of tpu storages (a fresh process loads a tpu checkpoint)
     _registered = True
     # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
     # finds it when tpu is the accelerator.
     from torchtpu import distributed
 
     distributed.register()
+
+
+def _distributed_entry_point() -> None:
+    """The `torch.distributed.backends` entry point of `tpu_dist` (pyproject.toml):
+    `init_process_group("tpu_dist")` (or "cpu:gloo,tpu:tpu_dist") in a process that has not
+    registered the device yet (TORCH_DEVICE_BACKEND_AUTOLOAD=0) registers it, and with it the
+    backend. Here, not in `torchtpu.distributed`, which imports nothing of the device package's
+    root: the device registers the backend, not the other way round."""
+    register()
 
 
 def _register_guard(module) -> None:
@@ -157,63 +167,6 @@ def _resize_storage(storage, nbytes: int) -> None:
     _storage.resize_storage(storage, nbytes)
 
 
-# The ops with kernels of their own (`_kernels.KERNELS`); everything else reaches the fallback.
-KERNEL_NAMES = (
-    "empty.memory_format",
-    "empty_strided",
-    "copy_",
-    "_copy_from",
-    "_copy_from_and_resize",
-    "_local_scalar_dense",
-    "resize_",
-    "as_strided_",
-    "_to_copy",
-    "equal",
-    "set_.source_Storage_storage_offset",
-    "set_.source_Storage",
-    "convolution_overrideable",
-    "convolution_backward_overrideable",
-    "normal_",
-    "uniform_",
-    "random_",
-    "random_.to",
-    "random_.from",
-    "bernoulli_.float",
-    "bernoulli_.Tensor",
-    "bernoulli",
-    "native_dropout",
-    "bernoulli.p",
-    "exponential_",
-    "geometric_",
-    "cauchy_",
-    "log_normal_",
-    "normal.Tensor_Tensor",
-    "normal.Tensor_float",
-    "normal.float_Tensor",
-    "multinomial",
-    "randperm.generator_out",
-    "nonzero",
-    "masked_select",
-    "index.Tensor",
-    "index_put_",
-    "_index_put_impl_",
-    "index_put",
-    "record_stream",
-    "native_batch_norm",
-    "_native_batch_norm_legit",
-    "_batch_norm_with_update",
-    "_batch_norm_no_update",
-    "_fused_adam_",
-    "_fused_adam_.tensor_lr",
-    "_fused_adamw_",
-    "_fused_adamw_.tensor_lr",
-    "_fused_sgd_",
-    "_fused_sgd_.tensor_lr",
-    "_native_multi_head_attention",
-    "_transformer_encoder_layer_fwd",
-    "_assert_async",
-    "_assert_async.msg",
-)
 _libs: list = []
 _loaded = None
 
@@ -252,8 +205,14 @@ def _let_autograd_threads_finish() -> None:
 
 
 def _trampoline(name: str):
+    resolved = None
+
     def kernel(*args, **kwargs):
-        return _load().KERNELS[name](*args, **kwargs)
+        nonlocal resolved
+        if resolved is None:
+            _load()
+            resolved = _kernel_table.resolve(name)
+        return resolved(*args, **kwargs)
 
     kernel.__name__ = name.replace(".", "_")
     return user_facing(kernel)
@@ -268,7 +227,7 @@ def _register_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
     from torchtpu.device._guard import guard
 
-    for name in KERNEL_NAMES:
+    for name in _kernel_table.KERNELS:
         if name == "empty.memory_format":
             guard.register_empty(_trampoline(name))  # native; the Python kernel raises its errors
         elif name == "copy_":

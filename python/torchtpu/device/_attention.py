@@ -123,9 +123,3 @@ def _transformer_encoder_layer_fwd(
         return x + feed_forward(norm2(x))
     x = norm1(x + attend(x))
     return norm2(x + feed_forward(x))
-
-
-KERNELS = {
-    "_native_multi_head_attention": _native_multi_head_attention,
-    "_transformer_encoder_layer_fwd": _transformer_encoder_layer_fwd,
-}

@@ -103,13 +103,3 @@ def index_put(self, indices, values, accumulate=False):
 def masked_select(self, mask):
     self_b, mask_b = torch.broadcast_tensors(self, mask)
     return index(self_b, [mask_b])
-
-
-KERNELS = {
-    "nonzero": nonzero,
-    "masked_select": masked_select,
-    "index.Tensor": index,
-    "index_put_": index_put_,
-    "_index_put_impl_": _index_put_impl_,
-    "index_put": index_put,
-}

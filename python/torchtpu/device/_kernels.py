@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device import _attention, _checks, _dispatch, _dynamic, _norms, _optim, _random, _storage
+from torchtpu.device import _checks, _dispatch, _storage
 from torchtpu.device._guard import guard as _guard
 from torchtpu.exporter import is_contiguous
 
@@ -193,31 +193,6 @@ def assert_async(self, assert_msg=None):
     message = assert_msg if assert_msg is not None else "Expected Tensor with single nonzero value, but got zero"
     _checks.check_arguments(self.reshape(()) == 0, message)
 
-
-KERNELS = {
-    "_assert_async": assert_async,
-    "_assert_async.msg": assert_async,
-    "convolution_overrideable": convolution_overrideable,
-    "convolution_backward_overrideable": convolution_backward_overrideable,
-    "empty.memory_format": empty_memory_format,
-    "empty_strided": empty_strided,
-    "copy_": copy_,
-    "_copy_from": _copy_from,
-    "_copy_from_and_resize": _copy_from_and_resize,
-    "_local_scalar_dense": _local_scalar_dense,
-    "resize_": resize_,
-    "as_strided_": as_strided_,
-    "equal": equal,
-    "set_.source_Storage_storage_offset": set_storage_offset,
-    "set_.source_Storage": set_storage,
-    "_to_copy": _to_copy,
-    "record_stream": record_stream,
-    **_random.KERNELS,
-    **_dynamic.KERNELS,
-    **_norms.KERNELS,
-    **_optim.KERNELS,
-    **_attention.KERNELS,
-}
 
 # The boxed fallback: every other op.
 run = _dispatch.run

@@ -62,11 +62,3 @@ def _batch_norm_with_update(input, weight, bias, running_mean, running_var, mome
 def _batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     out, mean, rstd = _norm(input, weight, bias, running_mean, running_var, False, momentum, eps)
     return out, mean, rstd, _reserve(input)
-
-
-KERNELS = {
-    "native_batch_norm": native_batch_norm,
-    "_native_batch_norm_legit": _native_batch_norm_legit,
-    "_batch_norm_with_update": _batch_norm_with_update,
-    "_batch_norm_no_update": _batch_norm_no_update,
-}

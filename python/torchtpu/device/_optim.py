@@ -190,13 +190,3 @@ def _fused_sgd_(
     _write(self, new_p, found_inf)
     if grad_scale is not None:
         _write(grads, unscaled, found_inf)
-
-
-KERNELS = {
-    "_fused_adam_": _fused_adam_,
-    "_fused_adam_.tensor_lr": _fused_adam_,
-    "_fused_adamw_": _fused_adamw_,
-    "_fused_adamw_.tensor_lr": _fused_adamw_,
-    "_fused_sgd_": _fused_sgd_,
-    "_fused_sgd_.tensor_lr": _fused_sgd_,
-}

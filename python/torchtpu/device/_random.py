@@ -341,26 +341,3 @@ def randperm_out(n, *, generator=None, out):
     perm = torch.argsort(keys, stable=True)
     out.resize_(n)
     return _fill(out, perm.to(out.dtype))
-
-
-KERNELS = {
-    "normal_": normal_,
-    "uniform_": uniform_,
-    "random_": random_,
-    "random_.to": random_to,
-    "random_.from": random_from,
-    "bernoulli_.float": bernoulli_float,
-    "bernoulli_.Tensor": bernoulli_tensor,
-    "bernoulli": bernoulli,
-    "native_dropout": native_dropout,
-    "exponential_": exponential_,
-    "geometric_": geometric_,
-    "cauchy_": cauchy_,
-    "log_normal_": log_normal_,
-    "normal.Tensor_Tensor": normal_tensor_tensor,
-    "normal.Tensor_float": normal_tensor_float,
-    "normal.float_Tensor": normal_float_tensor,
-    "bernoulli.p": bernoulli_p,
-    "multinomial": multinomial,
-    "randperm.generator_out": randperm_out,
-}
