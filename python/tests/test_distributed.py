@@ -258,7 +258,7 @@ def test_entry_point_declared():
     from importlib.metadata import entry_points
 
     names = {e.name: e.value for e in entry_points(group="torch.distributed.backends")}
-    assert names.get("tpu_dist") == "torchtpu.distributed:_entry_point"
+    assert names.get("tpu_dist") == "torchtpu.device:_distributed_entry_point"
 
 
 # ------------------------------------------------------------------ DDP

@@ -1,6 +1,7 @@
 """The Python package's layering (docs/architecture.md, "The eager device's modules"): no module
-of `torchtpu` (the device package's included) imports another that imports it back, at module
-level or inside a function, and the device's leaves import no other device module."""
+of `torchtpu` (every subpackage's included: `device`, `distributed`) imports another that imports
+it back, at module level or inside a function, and the device's leaves import no other device
+module."""
 
 from __future__ import annotations
 
@@ -32,28 +33,37 @@ def _imports() -> dict[str, set[str]]:
     return edges
 
 
+# The native extensions: importing one runs no module of the package.
+_EXTENSIONS = {"_C", "_device_guard"}
+
+
 def _package_imports() -> dict[str, set[str]]:
-    """Per module of `torchtpu` (`device.X` for the device package's), the package's modules it
-    imports anywhere in its text."""
-    modules = {p.stem: p for p in ROOT.glob("*.py")} | {f"device.{p.stem}": p for p in PACKAGE.glob("*.py")}
+    """Per module of `torchtpu`, every subpackage's included (named by dotted path below
+    `torchtpu`: `device._defer`, `distributed.inprocess`; a package by its own name, the root
+    as ""), the package's modules it imports anywhere in its text, inside functions too."""
+    modules: dict[str, pathlib.Path] = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
     edges: dict[str, set[str]] = {m: set() for m in modules}
-
-    def named(dotted: str) -> list[str]:
-        rest = dotted.removeprefix("torchtpu").lstrip(".")
-        return [rest] if rest in modules else []
-
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchtpu"):
-                targets = named(node.module)
-                if node.module in ("torchtpu", "torchtpu.device"):
-                    prefix = node.module.removeprefix("torchtpu").lstrip(".")
-                    targets = [
-                        t for a in node.names for t in named(f"torchtpu.{prefix + '.' if prefix else ''}{a.name}")
-                    ]
-                edges[name] |= set(targets)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torchtpu":
+                base = node.module.removeprefix("torchtpu").lstrip(".")
+                for alias in node.names:
+                    if not base and alias.name in _EXTENSIONS:
+                        continue
+                    full = f"{base}.{alias.name}" if base else alias.name
+                    # A submodule if there is one of that name, else a name from `base` itself.
+                    edges[name].add(full if full in modules else base)
             elif isinstance(node, ast.Import):
-                edges[name] |= {t for a in node.names for t in named(a.name)}
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "torchtpu":
+                        rest = alias.name.removeprefix("torchtpu").lstrip(".")
+                        if rest in modules:
+                            edges[name].add(rest)
         edges[name].discard(name)
     return edges
 
@@ -88,7 +98,8 @@ def test_the_device_package_has_no_import_cycle():
 
 def test_the_package_has_no_import_cycle():
     edges = _package_imports()
-    assert {"executor", "options", "policy", "repro", "replay", "device._defer"} <= set(edges)  # the walk sees them
+    seen = {"", "executor", "options", "device", "device._defer", "distributed", "distributed.inprocess"}
+    assert seen <= set(edges)  # the walk sees every subpackage
     cycle = _find_cycle(edges)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 

@@ -6,7 +6,7 @@ _functional_collectives`, DTensor and DDP's compiled paths put in a graph) in co
   collective inside the compiled program: the exporter writes it as the compiler's `c10d.*`
   op, the graph compiles as one replicated program over the ranks' devices, and each rank's
   call meets the others' at the group's hub, which runs the program once for all
-  (`ReplicatedGraph`). `wait_tensor` is then nothing: the program's outputs are complete.
+  (`distributed.inprocess.ReplicatedGraph`). `wait_tensor` is then nothing: the program's outputs are complete.
 - Any other group (ranks in other processes, on the CPU plugin's host transport) cannot run
   inside one program: the graph is split at the collective, which runs eagerly through its
   process group, the regions around it compiled. `torchtpu.stats()["fallback_reasons"]` and
@@ -14,8 +14,6 @@ _functional_collectives`, DTensor and DDP's compiled paths put in a graph) in co
 """
 
 from __future__ import annotations
-
-import re
 
 import torch
 
@@ -90,38 +88,3 @@ def split_reason(node) -> str | None:
         if len(set(outs)) > 1 or len(set(ins)) > 1:
             return f"collective: {base} with uneven splits runs through its process group; the graph is split at it"
     return None
-
-
-class ReplicatedGraph:
-    """The program of a compiled graph with in-process collectives: compiled once for the
-    group's devices (known when the ranks first meet) and run once per call of all ranks.
-    Looks to `executor.CompiledGraph` like a one-device program that runs on tpu buffers."""
-
-    def __init__(self, text: str, group: Group, name: str):
-        self.text, self.group, self.name = text, group, name
-        self.input_types, self.output_types = _signature(text)
-
-    def run_device(self, buffers: list, wait: bool = False, device: int = 0) -> list:
-        from torchtpu.distributed import inprocess
-
-        return inprocess.run_graph(self.group.transport, self.text, self.name, buffers, device)
-
-    def run(self, tensors):
-        from torchtpu.errors import InputError
-
-        raise InputError(
-            f"{self.name}: this graph holds collectives of an in-process group: its inputs must be tpu tensors, "
-            "each rank's on its own device",
-            0,
-        )
-
-
-def _signature(text: str) -> tuple[list, list]:
-    header = text.split("\n", 1)[0]
-    ins, _, outs = header.rpartition(") -> (")
-
-    def types(s: str) -> list:
-        found = re.findall(r"\b(f16|bf16|f32|f64|i8|i16|i32|i64|u8|bool|c64|c128)\[([^\]]*)\]", s)
-        return [(d, [int(x) for x in dims.split(", ") if x]) for d, dims in found]
-
-    return types(ins), types(outs)

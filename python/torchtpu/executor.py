@@ -64,8 +64,8 @@ def compile_exported(exported: Exported, opts: Options, name: str, eager=None, c
     )
     if exported.group is not None:
         # Collectives of an in-process group: one replicated program over the ranks' devices,
-        # compiled when the ranks first meet (`collectives.ReplicatedGraph`).
-        from torchtpu.collectives import ReplicatedGraph
+        # compiled when the ranks first meet (`distributed.inprocess.ReplicatedGraph`).
+        from torchtpu.distributed.inprocess import ReplicatedGraph
 
         graph.bind(ReplicatedGraph(exported.text, exported.group, name))
         return graph

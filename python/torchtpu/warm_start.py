@@ -45,7 +45,7 @@ from torch._dynamo.aot_compile_types import SerializableCallable
 from torch._dynamo.precompile_context import BackendCacheArtifact
 from torch._inductor.output_code import OutputCode
 
-from torchtpu import _stats
+from torchtpu import _C, _stats
 from torchtpu import sharding as _sharding
 from torchtpu.errors import TorchTPUError
 
@@ -78,15 +78,13 @@ def identity() -> dict:
     is keyed by the engine's graph cache itself), and torch's version. Computed once (~2 ms)."""
     cached = getattr(identity, "cache", None)
     if cached is None:
-        import torchtpu
-
-        root = pathlib.Path(torchtpu.__file__).parent
+        root = pathlib.Path(__file__).parent  # the torchtpu package
         h = hashlib.sha256()
         for path in sorted(root.rglob("*.py")):
             h.update(str(path.relative_to(root)).encode() + b"\0")
             h.update(hashlib.sha256(path.read_bytes()).digest())
         cached = identity.cache = {
-            "torchtpu": torchtpu.__version__,
+            "torchtpu": _C.__version__,
             "sources": h.hexdigest()[:16],
             "torch": torch.__version__,
         }

@@ -33,6 +33,9 @@ _MARK = "_torchtpu_target"
 _registered = False
 _original_typed_init = None
 _original_write_file = None
+# The device's first-use loader (`torchtpu.device._load`), given at registration: the package
+# imports this module, not the other way round.
+_load_device = None
 
 
 class _Target:
@@ -46,13 +49,15 @@ class _Target:
         self.made: dict = {}
 
 
-def register() -> None:
+def register(load_device) -> None:
     """Registers the tpu location's tagger and deserializer with `torch.serialization` (at
     device registration: `torch.load` of a tpu checkpoint works in a fresh process, before any
-    tpu tensor exists). Changes nothing for other locations."""
-    global _registered
+    tpu tensor exists). Changes nothing for other locations. `load_device`: the device's
+    first-use loader (its kernels and first-tensor patches), run before a restore makes a tensor."""
+    global _registered, _load_device
     if _registered:
         return
+    _load_device = load_device
     torch.serialization.register_package(PRIORITY, _tag, _restore)
     _registered = True
 
@@ -171,10 +176,9 @@ def _upload(storage, dtype: torch.dtype, target: _Target):
     made = target.made.get(dtype)
     if made is not None:
         return made
-    import torchtpu.device as device
     from torchtpu.device import _storage
 
-    device._load()  # the kernels and the first-tensor patches: the loader makes tensors next
+    _load_device()  # the kernels and the first-tensor patches: the loader makes tensors next
     nbytes = storage.nbytes()
     itemsize = dtype.itemsize
     if nbytes % itemsize:

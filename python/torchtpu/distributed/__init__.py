@@ -116,13 +116,4 @@ def register() -> None:
     _registered = True
 
 
-def _entry_point() -> None:
-    """The `torch.distributed.backends` entry point: `init_process_group("tpu_dist")` (or
-    "cpu:gloo,tpu:tpu_dist") in a process that has not registered it yet."""
-    from torchtpu import device
-
-    device.register()
-    register()
-
-
 __all__ = ["register", "NAME", "DEFAULT", "CollectiveError", "CollectiveMismatchError"]

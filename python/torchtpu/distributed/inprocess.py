@@ -536,8 +536,43 @@ class InProcessTransport:
         return fut
 
 
+class ReplicatedGraph:
+    """The program of a compiled graph with in-process collectives (`torchtpu.collectives`):
+    compiled once for the group's devices (known when the ranks first meet) and run once per
+    call of all ranks. Looks to `executor.CompiledGraph` like a one-device program that runs on
+    tpu buffers. `group`: the graph's `collectives.Group`."""
+
+    def __init__(self, text: str, group, name: str):
+        self.text, self.group, self.name = text, group, name
+        self.input_types, self.output_types = _signature(text)
+
+    def run_device(self, buffers: list, wait: bool = False, device: int = 0) -> list:
+        return run_graph(self.group.transport, self.text, self.name, buffers, device)
+
+    def run(self, tensors):
+        from torchtpu.errors import InputError
+
+        raise InputError(
+            f"{self.name}: this graph holds collectives of an in-process group: its inputs must be tpu tensors, "
+            "each rank's on its own device",
+            0,
+        )
+
+
+def _signature(text: str) -> tuple[list, list]:
+    """The input and output types of the graph `text`, from its header line."""
+    header = text.split("\n", 1)[0]
+    ins, _, outs = header.rpartition(") -> (")
+
+    def types(s: str) -> list:
+        found = re.findall(r"\b(f16|bf16|f32|f64|i8|i16|i32|i64|u8|bool|c64|c128)\[([^\]]*)\]", s)
+        return [(d, [int(x) for x in dims.split(", ") if x]) for d, dims in found]
+
+    return types(ins), types(outs)
+
+
 def run_graph(transport: InProcessTransport, text: str, name: str, buffers: list, device: int) -> list:
-    """One call of a compiled graph with in-process collectives (`collectives.ReplicatedGraph`)
+    """One call of a compiled graph with in-process collectives (`ReplicatedGraph`)
     by this rank: its input buffers (on `device`) meet the other ranks' calls, the graph's
     replicated program runs once for all, and this rank's output buffers come back."""
     # Each rank compiled the graph itself: the same IR but for the graph's name and comments.
