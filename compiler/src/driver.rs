@@ -263,7 +263,14 @@ impl Context {
                 let t = Instant::now();
                 let lowering = self.lowering.get_or_insert_with(Lowering::new);
                 lowering.set_max_tensor_bytes(options.max_tensor_bytes);
-                let hlo = lowering.lower_aliased(&graph, format, &analyses.donation).map_err(DriverError::Lower)?;
+                // With `verify_each` the graph was verified at entry and after each pass that
+                // changed it; without, the lowering verifies what the passes left.
+                let hlo = if options.pipeline_options.verify_each {
+                    lowering.lower_verified(&graph, format, &analyses.donation)
+                } else {
+                    lowering.lower_aliased(&graph, format, &analyses.donation)
+                }
+                .map_err(DriverError::Lower)?;
                 timings.record("lower", t.elapsed());
                 Some(hlo)
             }
@@ -295,6 +302,25 @@ mod tests {
         assert_eq!(stages, ["parse", "verify", "passes", "analyses", "lower"]);
         assert_eq!(c.timings.passes.len(), 2);
         assert!(c.analyses.sharding.is_none());
+    }
+
+    #[test]
+    fn a_compile_verifies_at_entry_and_after_each_pass_that_changed_the_graph_only() {
+        use crate::ir::verifier::VERIFIED;
+        let count = |options: &Options| {
+            VERIFIED.with(|n| n.set(0));
+            let c = Context::new().compile_text(MLP, options, &mut std::io::sink()).unwrap();
+            let changed = c.timings.passes.iter().filter(|r| r.changed).count();
+            (VERIFIED.with(|n| n.get()), changed)
+        };
+        let options = Options { emit: Some(Format::Text), ..Options::with_pipeline("canonicalize,dce") };
+        let (verified, changed) = count(&options);
+        assert!(changed >= 1);
+        assert_eq!(verified, 1 + changed, "the entry's, one per changed pass, none in the lowering");
+        // Without verify_each the lowering verifies what the passes left, once.
+        let mut unchecked = options.clone();
+        unchecked.pipeline_options.verify_each = false;
+        assert_eq!(count(&unchecked).0, 2);
     }
 
     #[test]

@@ -102,3 +102,16 @@ fn op_names_are_written_once_in_the_lowering() {
         .collect();
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+#[test]
+fn attributes_are_written_through_their_typed_keys() {
+    // `KEY.set(attrs, value)` and `KEY.entry(value)` (`registry::attrs`): the value's kind is the
+    // key's, so a pass cannot write an attribute the verifier and the lowering read as another.
+    let needles = [".to_string(), Attr::", ".into(), Attr::", ".to_owned(), Attr::"];
+    let bad: Vec<String> = ["compiler/src", "engine/src"]
+        .iter()
+        .flat_map(|dir| offenders(dir, &needles))
+        .filter(|l| !l.contains("ir/parser.rs") && !l.contains("registry/attrs.rs"))
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}

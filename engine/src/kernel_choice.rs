@@ -14,7 +14,7 @@ use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 use torchtpu_compiler::driver::Compiled;
 use torchtpu_compiler::driver::{self, Format};
-use torchtpu_compiler::ir::{Attr, DType, Dim, Graph, OpName, TensorType, Value};
+use torchtpu_compiler::ir::{DType, Dim, Graph, OpName, TensorType, Value};
 use torchtpu_compiler::registry::attrs::matmul_form::{ATEN, XLA};
 use torchtpu_compiler::registry::attrs::{FORM, TRANSPOSE_A, TRANSPOSE_B};
 use torchtpu_compiler::target::{ChooseKernel, MatmulShape};
@@ -233,11 +233,8 @@ impl MeasuredKernels {
         let ty = |d: &[i64]| TensorType::new(shape.dtype, d.iter().map(|&x| Dim::Static(x)).collect());
         let mut g = Graph::new("kernel_probe");
         let (a, b) = (g.add_input(ty(&da)), g.add_input(ty(&db)));
-        let attrs = [
-            (TRANSPOSE_A.name.to_string(), Attr::Bool(shape.transpose_a)),
-            (TRANSPOSE_B.name.to_string(), Attr::Bool(shape.transpose_b)),
-            (FORM.name.to_string(), Attr::Str(form.to_string())),
-        ];
+        let attrs =
+            [TRANSPOSE_A.entry(shape.transpose_a), TRANSPOSE_B.entry(shape.transpose_b), FORM.entry(form.to_string())];
         let op = g.add_op(OpName::new("tpu", "matmul", None), vec![a, b], attrs.into_iter().collect(), vec![ty(&dout)]);
         g.set_outputs(vec![Value::new(op, 0)]);
         let options = driver::Options {

@@ -43,7 +43,15 @@ impl fmt::Display for VerifyError {
 
 impl std::error::Error for VerifyError {}
 
+#[cfg(test)]
+thread_local! {
+    /// How many graphs this thread verified: the driver's tests count a compile's verifications.
+    pub(crate) static VERIFIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 pub fn verify(g: &Graph) -> Result<(), VerifyError> {
+    #[cfg(test)]
+    VERIFIED.with(|n| n.set(n.get() + 1));
     let graph_err = |message: String| VerifyError { node: None, op: None, message, loc: None };
     if !g.name.split(['.', '-']).all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
         return Err(graph_err(format!("graph name '{}' must be letters, digits, '_', '.' or '-'", g.name)));

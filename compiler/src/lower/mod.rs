@@ -122,6 +122,18 @@ impl Lowering {
         aliases: &[(usize, usize)],
     ) -> Result<StableHlo, LowerError> {
         verify(g)?;
+        self.lower_verified(g, format, aliases)
+    }
+
+    /// [`Lowering::lower_aliased`] of a graph verified since its last change, not verified
+    /// again: the driver's, which verifies at entry and after each pass that changed the graph
+    /// (one verification per compile).
+    pub(crate) fn lower_verified(
+        &self,
+        g: &Graph,
+        format: Format,
+        aliases: &[(usize, usize)],
+    ) -> Result<StableHlo, LowerError> {
         let ctx = &self.context;
         let loc = Location::unknown(ctx);
         let limits = function::Limits { max_tensor_bytes: self.max_tensor_bytes };

@@ -22,7 +22,7 @@ use super::layout_rules::{layout_rule, LayoutRule};
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, TensorType, Value};
 use crate::lower::convolution_runs_as_matmul;
-use crate::registry::attrs::{CHANNELS_LAST, CHANNEL_DIM, DIM, GROUPS, KEEPDIM};
+use crate::registry::attrs::{CHANNELS_LAST, CHANNEL_DIM, DIM, DIMS, DIM_LIST, GROUPS, KEEPDIM, SIZE};
 use petgraph::unionfind::UnionFind;
 use petgraph::visit::NodeIndexable;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -168,7 +168,7 @@ impl Rewriter<'_> {
         let dims = ty.static_dims().expect("static dims");
         let out = TensorType::fixed(ty.dtype, &permuted(&dims, perm));
         let attrs: BTreeMap<String, Attr> =
-            [("dims".to_string(), Attr::IntList(perm.iter().map(|&p| p as i64).collect()))].into_iter().collect();
+            [DIMS.entry(perm.iter().map(|&p| p as i64).collect())].into_iter().collect();
         Value::new(self.g.add_op(op("permute"), vec![v], attrs, vec![out]), 0)
     }
 
@@ -184,8 +184,7 @@ impl Rewriter<'_> {
             // Broadcasting aligns trailing dims: [C, 1, 1] is [1, C, 1, 1].
             let mut four = vec![1; 4 - dims.len()];
             four.extend(&dims);
-            let attrs: BTreeMap<String, Attr> =
-                [("size".to_string(), Attr::IntList(four.clone()))].into_iter().collect();
+            let attrs: BTreeMap<String, Attr> = [SIZE.entry(four.clone())].into_iter().collect();
             x = Value::new(self.g.add_op(op("view"), vec![v], attrs, vec![TensorType::fixed(ty.dtype, &four)]), 0);
             dims = four;
         }
@@ -217,16 +216,16 @@ impl Rewriter<'_> {
         let mut attrs = node.attrs.clone();
         match role.rule {
             LayoutRule::Convolution | LayoutRule::Pool => {
-                attrs.insert(CHANNELS_LAST.name.into(), Attr::Bool(true));
+                CHANNELS_LAST.set(&mut attrs, true);
             }
             LayoutRule::BatchNorm => {
-                attrs.insert(CHANNEL_DIM.name.into(), Attr::Int(3));
+                CHANNEL_DIM.set(&mut attrs, 3);
             }
             LayoutRule::Reduction => {
                 let dims = reduced_dims(self.g, id).expect("checked by role");
                 let mut renumbered: Vec<i64> = dims.iter().map(|&d| NHWC_POSITION[d as usize]).collect();
                 renumbered.sort_unstable();
-                attrs.insert(DIM.name.into(), Attr::IntList(renumbered));
+                DIM_LIST.set(&mut attrs, renumbered);
             }
             LayoutRule::Elementwise => {}
         }

@@ -69,7 +69,7 @@ fn apply(g: &mut Graph, id: NodeId, rw: Rewrite) {
         Rewrite::SetInput(v) => g.set_operand(id, 0, v),
         Rewrite::Permute(v, dims) => {
             g.set_operand(id, 0, v);
-            g.node_attrs_mut(id).insert(DIMS.name.into(), Attr::IntList(dims));
+            DIMS.set(g.node_attrs_mut(id), dims);
         }
     }
 }

@@ -64,7 +64,7 @@ impl Pass for FoldConstants {
             let Some(lit) = folded.to_literal() else { continue };
             let ty = lit.ty.clone();
             let mut attrs = BTreeMap::new();
-            attrs.insert(VALUE.name.into(), Attr::Tensor(lit));
+            VALUE.set(&mut attrs, Attr::Tensor(lit));
             let c = g.add_op(OpName::new("tpu", "constant", None), Vec::new(), attrs, vec![ty]);
             g.replace_all_uses(Value::new(id, 0), Value::new(c, 0));
             changed = true;

@@ -88,7 +88,7 @@ impl Pass for FormRegions {
             });
             let attrs = g.node_attrs_mut(id);
             if attrs.get(REGION.name) != Some(&Attr::Int(n)) {
-                attrs.insert(REGION.name.into(), Attr::Int(n));
+                REGION.set(attrs, n);
                 changed = true;
             }
         }

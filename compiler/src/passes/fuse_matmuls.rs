@@ -8,6 +8,7 @@
 use super::patterns::static2;
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Dim, Graph, NodeId, OpName, TensorType, Value};
+use crate::registry::attrs::{DIM, END_INT, START, STEP};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Default)]
@@ -116,7 +117,7 @@ fn fuse(g: &mut Graph, key: &(Value, bool, String), members: &[Member]) -> bool 
     if !TensorType::fixed(wt.dtype, &[k, total]).size_fits() || !out_ty.size_fits() {
         return false;
     }
-    let dim_attr = |d: i64| -> BTreeMap<String, Attr> { [("dim".to_string(), Attr::Int(d))].into_iter().collect() };
+    let dim_attr = |d: i64| -> BTreeMap<String, Attr> { [DIM.entry(d)].into_iter().collect() };
     let cat = OpName::new("aten", "cat", Some("default"));
     let wcat = g.add_op(
         cat.clone(),
@@ -143,14 +144,8 @@ fn fuse(g: &mut Graph, key: &(Value, bool, String), members: &[Member]) -> bool 
     };
     let mut start = 0;
     for m in members {
-        let attrs: BTreeMap<String, Attr> = [
-            ("dim".to_string(), Attr::Int(1)),
-            ("start".to_string(), Attr::Int(start)),
-            ("end".to_string(), Attr::Int(start + m.width)),
-            ("step".to_string(), Attr::Int(1)),
-        ]
-        .into_iter()
-        .collect();
+        let attrs: BTreeMap<String, Attr> =
+            [DIM.entry(1), START.entry(start), END_INT.entry(start + m.width), STEP.entry(1)].into_iter().collect();
         let ty = g.node(m.id).results[0].clone();
         let slice = g.add_op(OpName::new("aten", "slice", Some("Tensor")), vec![Value::new(fused, 0)], attrs, vec![ty]);
         g.replace_all_uses(Value::new(m.id, 0), Value::new(slice, 0));

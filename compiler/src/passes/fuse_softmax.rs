@@ -13,7 +13,7 @@
 
 use super::{Pass, PassDecl, PassError};
 use crate::ir::{Attr, Graph, NodeId, OpName, Value};
-use crate::registry::attrs::{ALPHA, DIM, DTYPE, KEEPDIM};
+use crate::registry::attrs::{ALPHA, DIM, DTYPE, HALF_TO_FLOAT, KEEPDIM};
 use std::collections::BTreeMap;
 
 #[derive(Default)]
@@ -68,8 +68,7 @@ fn minus_row_max(g: &Graph, v: Value, d: i64) -> Option<Value> {
 
 fn fused(g: &mut Graph, name: &str, x: Value, d: i64, replace: NodeId) {
     let ty = g.node(replace).results[0].clone();
-    let attrs: BTreeMap<String, Attr> =
-        [("dim".to_string(), Attr::Int(d)), ("half_to_float".to_string(), Attr::Bool(false))].into_iter().collect();
+    let attrs: BTreeMap<String, Attr> = [DIM.entry(d), HALF_TO_FLOAT.entry(false)].into_iter().collect();
     let id = g.add_op(OpName::new("aten", name, Some("default")), vec![x], attrs, vec![ty]);
     g.replace_all_uses(Value::new(replace, 0), Value::new(id, 0));
     g.remove_node(replace);

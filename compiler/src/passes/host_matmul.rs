@@ -159,9 +159,9 @@ impl Pass for HostMatmul {
             order(g).into_iter().filter_map(|id| matched(g, id)).filter(|p| self.wants_aten(&p.shape)).collect();
         for p in &chosen {
             let attrs = [
-                (TRANSPOSE_A.name.to_string(), Attr::Bool(p.shape.transpose_a)),
-                (TRANSPOSE_B.name.to_string(), Attr::Bool(p.shape.transpose_b)),
-                (FORM.name.to_string(), Attr::Str(ATEN.to_string())),
+                TRANSPOSE_A.entry(p.shape.transpose_a),
+                TRANSPOSE_B.entry(p.shape.transpose_b),
+                FORM.entry(ATEN.to_string()),
             ];
             let op = OpName::new("tpu", "matmul", None);
             let mut product = g.add_op(op, vec![p.a, p.b], attrs.into_iter().collect(), vec![p.out.clone()]);

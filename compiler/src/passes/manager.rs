@@ -206,7 +206,7 @@ fn parse_options(body: &str) -> Result<PassOptions, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{parse_graph, Attr};
+    use crate::ir::parse_graph;
     use crate::passes::PassError;
 
     const G: &str = "graph @g(%x: f32[2]) -> (f32[2]) {\n  %0 = aten.neg.default(%x) : f32[2]\n  %1 = aten.neg.default(%x) : f32[2]\n  %2 = aten.add.Tensor(%0, %1) : f32[2]\n  return %2\n}\n";
@@ -272,7 +272,7 @@ mod tests {
     impl Pass for Breaker {
         fn run(&self, g: &mut Graph) -> Result<bool, PassError> {
             let id = g.topo_order().unwrap()[1];
-            g.node_attrs_mut(id).insert("dims".into(), Attr::IntList(vec![0, 0]));
+            crate::registry::attrs::DIMS.set(g.node_attrs_mut(id), vec![0, 0]);
             Ok(true)
         }
     }

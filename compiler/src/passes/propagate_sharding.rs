@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::{Pass, PassDecl, PassError, PassOptions};
-use crate::ir::{Attr, Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
+use crate::ir::{Graph, Mesh, NodeId, NodeKind, OpName, Origin, Sharding, Value};
 use crate::registry::attrs::{BYTES, COLLECTIVE, CONSUMER, SHARDING};
 use crate::sharding::rules::{replicated, OpView};
 use crate::sharding::table::sharding_rule;
@@ -56,9 +56,9 @@ impl PassDecl for PropagateSharding {
 /// Writes what a layout change costs onto its node (the lowering reads `sharding`).
 fn record(g: &mut Graph, id: NodeId, r: &Reshard, to: &Sharding) {
     let attrs = g.node_attrs_mut(id);
-    attrs.insert(COLLECTIVE.name.into(), Attr::Str(if r.is_noop() { "none".into() } else { r.collective.clone() }));
-    attrs.insert(BYTES.name.into(), Attr::Int(r.bytes_per_device as i64));
-    attrs.insert(SHARDING.name.into(), Attr::Str(to.sdy_dims()));
+    COLLECTIVE.set(attrs, if r.is_noop() { "none".into() } else { r.collective.clone() });
+    BYTES.set(attrs, r.bytes_per_device as i64);
+    SHARDING.set(attrs, to.sdy_dims());
 }
 
 /// A value and the layout (dims, partial axes) a consumer wants it in.
@@ -98,7 +98,7 @@ impl Propagation<'_> {
             Some(n) => (self.g.node(n).op().map(|o| o.to_string()).unwrap_or_default(), self.g.node(n).loc),
             None => ("output".to_string(), None),
         };
-        self.g.node_attrs_mut(id).insert(CONSUMER.name.into(), Attr::Str(consumer));
+        CONSUMER.set(self.g.node_attrs_mut(id), consumer);
         if let Some(loc) = loc {
             self.g.set_loc(id, loc);
         }

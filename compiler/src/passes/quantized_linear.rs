@@ -166,7 +166,7 @@ impl Pass for QuantizedLinear {
         let layers: Vec<Layer> = order(g).into_iter().filter_map(|id| matched(g, id)).collect();
         for layer in &layers {
             let form = if self.kernel && layer.rows <= self.kernel_max_rows { HOST_KERNEL } else { DEQUANTIZE };
-            let attrs = [(FORM.name.to_string(), Attr::Str(form.to_string()))].into_iter().collect();
+            let attrs = [FORM.entry(form.to_string())].into_iter().collect();
             let op = OpName::new("tpu", "quantized_linear", None);
             let q = g.add_op(op, vec![layer.x, layer.w, layer.scale], attrs, vec![layer.out.clone()]);
             if let Some(loc) = g.node(layer.mul).loc {

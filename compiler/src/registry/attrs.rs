@@ -7,6 +7,7 @@
 //! The kinds accept what PyTorch's schemas let an exporter write for them: an int where a
 //! bool is meant, one int where a list is (`dim=1` for `dim=[1]`), any number where a float is.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use crate::ir::Attr;
@@ -49,11 +50,14 @@ impl AttrKind {
     }
 }
 
-/// A kind as a type: what a typed read returns.
+/// A kind as a type: what a typed read returns, and what a typed write takes.
 pub trait Kind {
     const KIND: AttrKind;
     type Value<'a>;
+    /// What a pass writes: the value `write` makes an attribute of this kind.
+    type Owned;
     fn read(a: &Attr) -> Option<Self::Value<'_>>;
+    fn write(v: Self::Owned) -> Attr;
 }
 
 pub struct Int;
@@ -66,6 +70,7 @@ pub struct Any;
 impl Kind for Int {
     const KIND: AttrKind = AttrKind::Int;
     type Value<'a> = i64;
+    type Owned = i64;
     fn read(a: &Attr) -> Option<i64> {
         match a {
             Attr::Int(i) => Some(*i),
@@ -73,11 +78,15 @@ impl Kind for Int {
             _ => None,
         }
     }
+    fn write(v: i64) -> Attr {
+        Attr::Int(v)
+    }
 }
 
 impl Kind for IntList {
     const KIND: AttrKind = AttrKind::IntList;
     type Value<'a> = Vec<i64>;
+    type Owned = Vec<i64>;
     fn read(a: &Attr) -> Option<Vec<i64>> {
         match a {
             Attr::IntList(v) => Some(v.clone()),
@@ -85,19 +94,27 @@ impl Kind for IntList {
             _ => None,
         }
     }
+    fn write(v: Vec<i64>) -> Attr {
+        Attr::IntList(v)
+    }
 }
 
 impl Kind for Number {
     const KIND: AttrKind = AttrKind::Number;
     type Value<'a> = f64;
+    type Owned = f64;
     fn read(a: &Attr) -> Option<f64> {
         a.as_number()
+    }
+    fn write(v: f64) -> Attr {
+        Attr::Float(v)
     }
 }
 
 impl Kind for Bool {
     const KIND: AttrKind = AttrKind::Bool;
     type Value<'a> = bool;
+    type Owned = bool;
     fn read(a: &Attr) -> Option<bool> {
         match a {
             Attr::Bool(b) => Some(*b),
@@ -105,24 +122,35 @@ impl Kind for Bool {
             _ => None,
         }
     }
+    fn write(v: bool) -> Attr {
+        Attr::Bool(v)
+    }
 }
 
 impl Kind for Str {
     const KIND: AttrKind = AttrKind::Str;
     type Value<'a> = &'a str;
+    type Owned = String;
     fn read(a: &Attr) -> Option<&str> {
         match a {
             Attr::Str(s) => Some(s),
             _ => None,
         }
     }
+    fn write(v: String) -> Attr {
+        Attr::Str(v)
+    }
 }
 
 impl Kind for Any {
     const KIND: AttrKind = AttrKind::Any;
     type Value<'a> = &'a Attr;
+    type Owned = Attr;
     fn read(a: &Attr) -> Option<&Attr> {
         Some(a)
+    }
+    fn write(v: Attr) -> Attr {
+        v
     }
 }
 
@@ -142,6 +170,16 @@ impl<K> Copy for AttrKey<K> {}
 impl<K: Kind> AttrKey<K> {
     pub const fn new(name: &'static str) -> Self {
         AttrKey { name, kind: PhantomData }
+    }
+
+    /// The attribute `name = value`, typed: for a node's attribute map.
+    pub fn entry(self, value: K::Owned) -> (String, Attr) {
+        (self.name.to_string(), K::write(value))
+    }
+
+    /// Writes `name = value` into a node's attributes, typed; returns what it replaced.
+    pub fn set(self, attrs: &mut BTreeMap<String, Attr>, value: K::Owned) -> Option<Attr> {
+        attrs.insert(self.name.to_string(), K::write(value))
     }
 
     /// The key without its type: what a signature lists.
@@ -201,6 +239,7 @@ keys! {
     GROUP_SIZE: "group_size" => Int,
     GROUPS: "groups" => Int,
     GROUPS_LIST: "groups" => IntList,
+    HALF_TO_FLOAT: "half_to_float" => Bool,
     HIGH: "high" => Number,
     HIGH_INT: "high" => Int,
     INCLUDE_SELF: "include_self" => Bool,
