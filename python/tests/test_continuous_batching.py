@@ -115,7 +115,8 @@ sys.path.insert(0, sys.argv[1])
 from models import tiny_llama
 from test_continuous_batching import PROMPTS, cb_config, generation_config
 assert torch.tpu.__name__ == "torch.tpu"  # torchtpu is installed and registered
-assert torch.get_device_module() is torch.cpu and not torch.accelerator.is_available()
+# What torch answers without torchtpu: torch.cpu on a CPU build, torch.cuda (unavailable) on a CUDA one.
+assert torch.get_device_module().__name__ in ("torch.cpu", "torch.cuda") and not torch.accelerator.is_available()
 model = tiny_llama.model().eval()
 results = model.generate_batch(inputs=PROMPTS, generation_config=generation_config(), continuous_batching_config=cb_config())
 print(json.dumps([results[f"req_{i}"].generated_tokens for i in range(len(PROMPTS))]))
@@ -125,7 +126,8 @@ print(json.dumps([results[f"req_{i}"].generated_tokens for i in range(len(PROMPT
 def test_cpu_continuous_batching_unchanged_by_torchtpu(expected):
     """A CPU program in a process where torchtpu is installed and tpu is not the accelerator
     (TORCHTPU_DEVICE unset, the CPU plugin): transformers asks `torch.get_device_module()`
-    which accelerator there is and must get `torch.cpu`, as without torchtpu."""
+    which accelerator there is and must get what it gets without torchtpu (`torch.cpu`, or
+    `torch.cuda` on a CUDA build), not `torch.tpu`."""
     env = {k: v for k, v in os.environ.items() if k != "TORCHTPU_DEVICE"}
     tests = os.path.dirname(os.path.abspath(__file__))
     run = subprocess.run([sys.executable, "-c", CPU_CHILD, tests], env=env, capture_output=True, text=True, timeout=300)

@@ -182,11 +182,18 @@ _DETECTION = """
 
 
 def test_cpu_plugin_is_not_the_accelerator_unless_opted_in():
-    r = _run(_DETECTION)
+    """Not opted in, `torch.accelerator` answers what it answers without torchtpu (CUDA on a
+    CUDA build, though not available; None on a CPU build), and so does torch.distributed's
+    `_get_accelerator`; an explicit tpu device works either way."""
+    asked = "print(torch.accelerator.is_available(), torch.accelerator.current_accelerator(), torch.accelerator.current_accelerator(check_available=True), torch._C._get_accelerator())"
+    own = _run("import torch\n" + asked, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert own.returncode == 0, own.stderr
+    r = _run(_DETECTION + "\n    " + asked)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == "False None None False"
+    assert lines[0].endswith(" False")  # torch.tpu.is_available()
     assert lines[1] == "[2.0, 2.0]"
+    assert lines[2] == own.stdout.strip()
     r = _run(_DETECTION, TORCHTPU_DEVICE="1")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "True tpu tpu True"

@@ -145,7 +145,7 @@ def test_cpu_program_stays_gloo(tmp_path):
     `barrier(device_ids=[0])` (TorchTitan's) runs on the CPU as without torchtpu."""
     code = (
         "import torch, torch.distributed as dist\n"
-        "assert torch.accelerator.current_accelerator() is None\n"
+        "assert torch.accelerator.current_accelerator(check_available=True) is None\n"
         "assert torch._C._get_accelerator().type == 'cpu'\n"
         "dist.init_process_group()\n"
         "print(dist.get_backend(), dist.get_default_backend_for_device('tpu'))\n"

@@ -331,32 +331,86 @@ def test_a_fallback_warning_is_printed_once_from_the_users_line():
     assert "torchtpu/" not in r.stderr and "site-packages/torch/" not in r.stderr, r.stderr
 
 
+# What `import torch` must leave as torch made it in a program that never touches tpu, each
+# checked against the original (a name: an attribute path; the module is imported first).
+_TORCH_ORIGINALS = """
+import sys
+import torch
+import torch._tensor_str as tensor_str
+import torch.distributed as dist
+import torch.distributed.device_mesh as device_mesh
+import torch.nn.modules.module as module_py
+from torch.distributed.fsdp._fully_shard import _fsdp_init
+from torch.nn.attention import flex_attention
+
+
+def originals():
+    return dict(
+        module_apply=torch.nn.Module._apply.__module__ == "torch.nn.modules.module",
+        module_swap_test=module_py.is_traceable_wrapper_subclass.__module__ == "torch.utils._python_dispatch",
+        default_compile=torch._TorchCompileInductorWrapper.__call__.__module__ == "torch",
+        init_process_group=not any(
+            getattr(m.init_process_group, "_torchtpu", False) for m in (dist, dist.distributed_c10d, device_mesh)
+        ),
+        fsdp_state_move=_fsdp_init._move_states_to_device.__module__.startswith("torch."),
+        flex_attention=flex_attention._validate_device.__module__.startswith("torch."),
+        import_hooks=not any(type(f).__module__.startswith("torchtpu") for f in sys.meta_path),
+        pickling=type(torch.UntypedStorage._write_file).__name__ == "method_descriptor",
+        printing=tensor_str._str.__module__ == "torch._tensor_str",
+        storage=torch.UntypedStorage.clone.__module__ == "torch.storage",
+        data_ptr=type(torch.Tensor.data_ptr).__name__ == "method_descriptor",
+    )
+"""
+
+
 def test_import_torch_patches_nothing_until_the_first_tpu_tensor():
-    """torch's entry point registers the device at `import torch`; printing, pickling, storages
-    and `data_ptr` are patched only when the first tpu tensor is made."""
+    """torch's entry point registers the device at `import torch` through PyTorch's own
+    registration points; every patch to torch waits for the first tpu tensor
+    (`device/_patches.py`). The one exception, `torch.accelerator`'s answer, is checked by
+    `test_a_cpu_program_sees_no_accelerator`."""
     r = _run(
-        """
-        import pickle
-        import torch
-        import torch._tensor_str as tensor_str
-        untouched = dict(
-            registered=torch._C._get_privateuse1_backend_name() == "tpu",
-            pickling=type(torch.UntypedStorage._write_file).__name__ == "method_descriptor",
-            printing=tensor_str._str.__module__ == "torch._tensor_str",
-            storage=torch.UntypedStorage.clone.__module__ == "torch.storage",
-            data_ptr=type(torch.Tensor.data_ptr).__name__ == "method_descriptor",
-        )
-        assert all(untouched.values()), untouched
-        c = torch.arange(3.0)
-        assert torch.equal(pickle.loads(pickle.dumps(c)), c) and str(c) == "tensor([0., 1., 2.])"
-        t = torch.arange(3.0, device="tpu")
-        assert torch.UntypedStorage._write_file.__module__ == "torchtpu.device._serialization"
-        assert tensor_str._str.__module__ != "torch._tensor_str"
-        print(t)
-        """
+        _TORCH_ORIGINALS
+        + """
+import pickle
+assert torch._C._get_privateuse1_backend_name() == "tpu"
+untouched = originals()
+assert all(untouched.values()), untouched
+c = torch.arange(3.0)
+assert torch.equal(pickle.loads(pickle.dumps(c)), c) and str(c) == "tensor([0., 1., 2.])"
+t = torch.arange(3.0, device="tpu")
+patched = [name for name, original in originals().items() if not original]
+assert sorted(patched) == sorted(untouched), patched
+print(t)
+"""
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "tensor([0., 1., 2.], device='tpu:0')"
+
+
+def test_a_first_tpu_use_that_is_a_module_conversion_keeps_its_parameters():
+    """When `model.to("tpu")` makes the process's first tpu tensor, the conversion began before
+    the module-conversion patch: it still keeps each Parameter object (an optimizer made before
+    trains the moved weights), and a weakly referenced parameter gets a new one rather than
+    failing the move."""
+    r = _run(
+        """
+import weakref
+import torch
+m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2))
+w0, w1 = m[0].weight, m[1].weight
+anchor = weakref.ref(m[0].bias)
+m.to("tpu")
+assert m[0].weight is w0 and m[1].weight is w1 and w0.device.type == "tpu"
+assert m[0].bias.device.type == "tpu" and anchor() is not m[0].bias
+n = torch.nn.Linear(2, 2)
+kept = n.weight
+n.to("tpu")
+assert n.weight is kept
+print("ok")
+"""
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "ok"
 
 
 def test_compiled_channels_last_global_pool_on_tpu_tensors():

@@ -12,7 +12,8 @@ programs and their cache), `_dispatch` (how an op runs: view, program, in-place,
 fallback), `_kernels` (the registered kernels), `_random` (the device generator), `_modes`
 (strict, debug, defer_and_fuse), `_defer` (DeferAndFuse's recording and cuts), `_region`
 (a cut region's program and its cache), `_trace` (explain records, trace files), `module`
-(`torch.tpu`).
+(`torch.tpu`, from `_devices`, `_memory` and `_streams`), `_patches` (the patches to torch,
+none at `import torch` but the accelerator's answer).
 """
 
 from __future__ import annotations
@@ -60,26 +61,25 @@ def register() -> None:
 
     from torchtpu.device import module
 
+    # What C++ calls the accelerator before the rename makes it tpu (`_patches.patch_accelerator`).
+    without_tpu = torch._C._accelerator_getAccelerator() if current != NAME else None
     if current != NAME:
-        _register_guard(module)
+        _register_guard()
         # Its Python guard and hooks are refused now (`register_python_privateuseone_device_guard`
         # and `register_python_privateuseone_hook` return False where native ones exist):
         # PyTorch uses the native ones.
         _setup_privateuseone_for_python_backend(NAME, module.as_module(), module.Hooks(), module.Guard())
-        _register_allocator(module)
+        _register_allocator()
         _register_autocast()
         _register_profiler()
     _register_kernels()
-    module.patch_accelerator()
-    module.patch_module_conversion()
-    module.patch_default_compile()
-    # Printing, pickling, storages and data_ptr are patched at the first tpu tensor (`_load`):
-    # `import torch` leaves them alone in a program that never touches tpu.
-    from torchtpu.device import _accelerate
+    from torchtpu.device import _devices, _patches, _serialization
 
-    _accelerate.install()  # device_map="auto" (accelerate's get_max_memory) where tpu is the accelerator
-    from torchtpu.device import _serialization
-
+    # The one patch `import torch` applies: C++ made the renamed backend the accelerator.
+    _patches.patch_accelerator(without_tpu)
+    # The others wait for the first tpu tensor (`_load`) or tpu_dist group, unless tpu is
+    # expected to be the machine's accelerator: a program that never touches tpu keeps torch's
+    # own functions.
     _serialization.register(_load)  # torch.load of tpu storages (a fresh process loads a tpu checkpoint)
     _registered = True
     # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
@@ -87,6 +87,8 @@ def register() -> None:
     from torchtpu import distributed
 
     distributed.register()
+    if _devices.accelerator_expected():
+        _patches.apply_for_tpu_use()
 
 
 def _distributed_entry_point() -> None:
@@ -94,16 +96,21 @@ def _distributed_entry_point() -> None:
     `init_process_group("tpu_dist")` (or "cpu:gloo,tpu:tpu_dist") in a process that has not
     registered the device yet (TORCH_DEVICE_BACKEND_AUTOLOAD=0) registers it, and with it the
     backend. Here, not in `torchtpu.distributed`, which imports nothing of the device package's
-    root: the device registers the backend, not the other way round."""
+    root: the device registers the backend, not the other way round. Asking for tpu_dist is a
+    use of tpu: the patches a tpu program needs are applied."""
+    from torchtpu.device import _patches
+
     register()
+    _patches.apply_for_tpu_use()
 
 
-def _register_guard(module) -> None:
+def _register_guard() -> None:
     """Registers the native PrivateUse1 device guard (`_guard.py`) before PyTorch's Python one
     could be: the current device per thread, the real device count (autograd sizes its
     per-device queues from it at the first backward of the process), streams and events."""
     import os
 
+    from torchtpu.device import _devices
     from torchtpu.device._guard import guard
 
     if not guard.register():
@@ -117,24 +124,25 @@ def _register_guard(module) -> None:
     guard.set_resize_hook(_resize_storage)
     # The CPU plugin's count is known without starting it (`import torch` stays cheap); another
     # plugin is asked when PyTorch first needs the count.
-    n = module.predicted_count()
+    n = _devices.predicted_count()
     if n is not None:
         guard.set_device_count(n)
-    guard.set_count_hook(module._exact_count)
-    guard.set_sync_hook(lambda device: module._sync())
+    guard.set_count_hook(_devices.exact_count)
+    guard.set_sync_hook(lambda device: _devices.synchronize_all())
     local_rank = os.environ.get("LOCAL_RANK", "").strip()
     if local_rank.isdigit():
         # Under torchrun each rank starts on its own device, as `torch.cuda.set_device(local_rank)`
         # would put it: LOCAL_RANK modulo this host's devices.
-        guard.set_default_device(int(local_rank) % (n if n is not None else module._exact_count()))
+        guard.set_default_device(int(local_rank) % (n if n is not None else _devices.exact_count()))
 
 
-def _register_allocator(module) -> None:
+def _register_allocator() -> None:
     """The native allocator (a `c10::DeviceAllocator`), so that `torch.accelerator`'s memory
-    functions answer for tpu; its statistics are `module.memory_hook`'s."""
+    functions answer for tpu; its statistics are `_memory.memory_hook`'s."""
+    from torchtpu.device import _memory
     from torchtpu.device._guard import guard
 
-    guard.set_memory_hook(module.memory_hook)
+    guard.set_memory_hook(_memory.memory_hook)
     if not guard.register_allocator():
         raise RuntimeError("torchtpu: another PrivateUse1 allocator is registered; the tpu device cannot use its own")
 
@@ -178,18 +186,14 @@ def _load():
     program that never touches tpu."""
     global _loaded
     if _loaded is None:
-        from torchtpu import flex_attention
-        from torchtpu.device import _kernels, _native, _serialization, module
+        from torchtpu.device import _kernels, _native, _patches, _serialization
         from torchtpu.device._guard import guard
 
         _native.install()
         atexit.register(_let_autograd_threads_finish)
         guard.register_kernels(_kernels.foreach_kernels() + _kernels.functional_kernels())
         _serialization.install()
-        module.patch_printing()
-        module.patch_storage()
-        module.patch_data_ptr()
-        flex_attention.allow_tpu_tensors()
+        _patches.apply_for_tpu_tensors()
         _loaded = _kernels
     return _loaded
 

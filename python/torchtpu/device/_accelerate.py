@@ -56,12 +56,12 @@ def tpu_is_the_accelerator() -> bool:
 def tpu_max_memory() -> dict:
     """What accelerate's `get_max_memory()` would say had it known the tpu devices."""
     from torchtpu import _C
-    from torchtpu.device import module
+    from torchtpu.device import _devices, _memory
 
     if _C.platform_name() == "cpu":
-        current = module.TpuModule.current_device()
-        return {current: module.memory_info(current)[0]}
-    return {i: module.memory_info(i)[0] for i in range(module.TpuModule.device_count())}
+        current = _devices.native_guard().current_device()
+        return {current: _memory.memory_info(current)[0]}
+    return {i: _memory.memory_info(i)[0] for i in range(_devices.exact_count())}
 
 
 def tpu_checked_memory(max_memory: dict) -> dict:
@@ -69,7 +69,7 @@ def tpu_checked_memory(max_memory: dict) -> dict:
     first), with the integer keys checked against the tpu devices rather than CUDA's."""
     from accelerate.utils import convert_file_size_to_int
 
-    from torchtpu.device import module
+    from torchtpu.device import _devices
 
     # In place, as accelerate does (transformers compares the user's dict with the result after).
     for k, v in max_memory.items():
@@ -77,7 +77,7 @@ def tpu_checked_memory(max_memory: dict) -> dict:
             max_memory[k] = convert_file_size_to_int(v)
     out = max_memory
     devices = sorted(k for k in out if isinstance(k, int))
-    count = module.TpuModule.device_count()
+    count = _devices.exact_count()
     missing = [k for k in devices if not 0 <= k < count]
     if missing:
         raise ValueError(f"torchtpu: max_memory names tpu devices {missing}; this process has tpu:0..tpu:{count - 1}")
@@ -157,9 +157,9 @@ def _patch_backend(state) -> None:
             return set_device(self)
         if not _launched_on_tpu(self._cpu):
             return set_device(self)
-        from torchtpu.device import module
+        from torchtpu.device import _devices
 
-        self.device = torch.device("tpu", self.local_process_index % module.TpuModule.device_count())
+        self.device = torch.device("tpu", self.local_process_index % _devices.exact_count())
         torch.accelerator.set_device_index(self.device)
 
     tpu_set_device.__doc__ = set_device.__doc__

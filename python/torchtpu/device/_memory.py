@@ -15,6 +15,7 @@ import re
 import torch
 
 from torchtpu import _C
+from torchtpu.device._devices import check_index
 
 MEMORY_ENV = "TORCHTPU_DEVICE_MEMORY"
 _UNITS = {
@@ -189,3 +190,82 @@ def dump_snapshot(filename="dump_snapshot.pickle") -> None:
 
     with open(filename, "wb") as f:
         pickle.dump(snapshot(), f)
+
+
+# ---------------------------------------------------------------- statistics
+#
+# What `torch.tpu.memory_stats`, `mem_get_info` and the native allocator (`torch.accelerator`'s
+# memory functions) answer.
+
+_STAT_KEYS = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes")
+_COUNT_KEYS = ("allocation", "segment", "active")
+
+
+def memory_stats(index: int) -> dict:
+    live, peak, allocs, frees, bytes_in, bytes_out = _C.device_memory_counters(index)
+    stats = {}
+    for key in _STAT_KEYS:
+        stats.update(
+            {
+                f"{key}.all.current": live,
+                f"{key}.all.peak": peak,
+                f"{key}.all.allocated": bytes_in,
+                f"{key}.all.freed": bytes_out,
+            }
+        )
+    for key in _COUNT_KEYS:
+        # The peak count is not tracked (the peak bytes are): it reads as the current count.
+        stats.update(
+            {
+                f"{key}.all.current": allocs - frees,
+                f"{key}.all.peak": allocs - frees,
+                f"{key}.all.allocated": allocs,
+                f"{key}.all.freed": frees,
+            }
+        )
+    stats.update(num_device_alloc=allocs, num_device_free=frees, num_alloc_retries=0, num_ooms=0)
+    return dict(sorted(stats.items()))
+
+
+def host_memory() -> tuple[int, int]:
+    """`(available, total)` bytes of the host's memory (Linux's MemAvailable and MemTotal)."""
+    fields = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                fields[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    total = fields.get("MemTotal") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return fields.get("MemAvailable", total), total
+
+
+def memory_info(index: int) -> tuple[int, int]:
+    """`(free, total)` bytes of tpu:`index`. The CPU plugin's devices keep their buffers in the
+    host's memory, so theirs is the host's. Another plugin's would come from
+    `PJRT_Device_MemoryStats`, which torchtpu does not bind yet: it says so."""
+    check_index(index)
+    emulated = emulated_total()
+    if emulated is not None:  # TORCHTPU_DEVICE_MEMORY: an accelerator's memory, emulated
+        return max(0, emulated - _C.device_memory(index)[0]), emulated
+    platform = _C.platform_name()
+    if platform == "cpu":
+        return host_memory()
+    raise NotImplementedError(
+        f"torchtpu: the free and total memory of a {platform} device (torch.tpu.mem_get_info) needs "
+        "PJRT_Device_MemoryStats, which torchtpu does not bind yet"
+    )
+
+
+def memory_hook(kind: str, index: int):
+    """What the native allocator (`csrc/device_guard.cpp`, `TpuAllocator`) asks."""
+    if kind == "counters":
+        return _C.device_memory_counters(index)
+    if kind == "info":
+        return memory_info(index)
+    if kind == "reset_peak":
+        return _C.reset_device_peak(index)
+    if kind == "reset_accumulated":
+        return _C.reset_device_accumulated(index)
+    raise ValueError(f"torchtpu: unknown memory query {kind!r}")

@@ -4,9 +4,10 @@
     dist.init_process_group()                           # "cpu:gloo,tpu:tpu_dist"
 
 `register()` (called when the tpu device registers, and by the `torch.distributed.backends`
-entry point for `init_process_group("tpu_dist")`) registers the backend for the `tpu` device
-and makes `init_process_group()` without a backend pick "cpu:gloo,tpu:tpu_dist" where tpu
-is the accelerator (torch itself would make a group with only the accelerator's backend and
+entry point for `init_process_group("tpu_dist")`) registers the backend for the `tpu` device.
+`patch_for_tpu_use()` (where tpu is expected to be the accelerator, else at the first tpu
+tensor or tpu_dist group) makes `init_process_group()` without a backend pick
+"cpu:gloo,tpu:tpu_dist" where tpu is the accelerator (torch itself would make a group with only the accelerator's backend and
 name it "undefined"). Where tpu is not the accelerator (the CPU plugin without
 TORCHTPU_DEVICE=1) nothing changes: a CPU program stays plain gloo.
 
@@ -47,6 +48,8 @@ def __getattr__(name: str):
 def _create(opts, backend_options=None):
     """The creator torch calls (extended API) for each group that uses tpu_dist."""
     from torchtpu.distributed.backend import TpuDistBackend
+
+    patch_for_tpu_use()
 
     return TpuDistBackend(
         opts.store,
@@ -109,11 +112,22 @@ def register() -> None:
         return
     if "TPU_DIST" not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["tpu"])
+    _registered = True
+
+
+def patch_for_tpu_use() -> None:
+    """The patches to torch.distributed a tpu program needs (idempotent): the default-backend
+    choice of `init_process_group()` and FSDP2's move of CPU states onto a tpu mesh. Applied
+    with the device's others (`device/_patches.apply_for_tpu_use`) and at the first tpu_dist
+    group, not at `import torch`."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
     _patch_init_process_group()
     from torchtpu.distributed import _fsdp
 
     _fsdp.install()  # fully_shard of a CPU module onto a tpu mesh (HF Trainer's FSDP)
-    _registered = True
 
 
-__all__ = ["register", "NAME", "DEFAULT", "CollectiveError", "CollectiveMismatchError"]
+__all__ = ["register", "patch_for_tpu_use", "NAME", "DEFAULT", "CollectiveError", "CollectiveMismatchError"]

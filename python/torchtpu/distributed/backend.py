@@ -436,10 +436,10 @@ class TpuDistBackend(C10DBackend):
         queued before the barrier is finished before the ranks meet."""
         device = _barrier_device(opts)
         if device is not None:
-            from torchtpu.device import module
+            from torchtpu.device import _devices
 
-            module.check_index(device)
-            module.TpuModule.synchronize(device)
+            _devices.check_index(device)
+            _devices.synchronize_all()
         return self._collective("barrier", "barrier()", lambda sync: self._transport.barrier(sync), opts)
 
     def monitored_barrier(self, opts=None, wait_all_ranks: bool = False):
