@@ -5,6 +5,7 @@ use super::attr::Attr;
 use super::sharding::{Mesh, Sharding};
 use super::types::{SymRange, TensorType};
 use crate::registry::attrs::AttrKey;
+use crate::registry::{self, OpId};
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, NodeIndexable};
 use petgraph::Direction;
@@ -27,12 +28,16 @@ impl Value {
     }
 }
 
-/// An op name: `namespace.name` plus an optional overload, e.g. `aten.add.Tensor`.
+/// An op name: `namespace.name` plus an optional overload, e.g. `aten.add.Tensor`, with the
+/// vocabulary's id of the op resolved once, where the name is made (parsed or built), so that
+/// each layer's side table is read by id, not by a formatted string.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OpName {
     pub namespace: String,
     pub name: String,
     pub overload: Option<String>,
+    /// `registry::id_of_name(namespace.name)`; `None` for an op the vocabulary does not declare.
+    id: Option<OpId>,
 }
 
 impl OpName {
@@ -45,15 +50,17 @@ impl OpName {
         if parts.next().is_some() || [Some(namespace), Some(name), overload].iter().flatten().any(|p| !is_ident(p)) {
             return None;
         }
-        Some(OpName {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            overload: overload.map(str::to_string),
-        })
+        Some(OpName::new(namespace, name, overload))
     }
 
     pub fn new(namespace: &str, name: &str, overload: Option<&str>) -> OpName {
-        OpName { namespace: namespace.into(), name: name.into(), overload: overload.map(Into::into) }
+        let id = registry::id_of_name(&format!("{namespace}.{name}"));
+        OpName { namespace: namespace.into(), name: name.into(), overload: overload.map(Into::into), id }
+    }
+
+    /// The vocabulary's id of this op (any overload), resolved when the name was made.
+    pub fn id(&self) -> Option<OpId> {
+        self.id
     }
 
     /// `namespace.name` without the overload: what op tables key on.

@@ -154,7 +154,7 @@ fn index() -> &'static HashMap<&'static str, OpId> {
 
 /// The id of `op` (any overload), or `None` for an op the registry does not describe.
 pub fn id(op: &OpName) -> Option<OpId> {
-    id_of_name(&op.base())
+    op.id()
 }
 
 /// The id of `namespace.name` (no overload).
@@ -258,6 +258,21 @@ mod tests {
         assert_eq!(lookup(&op).map(|d| d.name), Some("aten.add"));
         assert_eq!(id(&op).map(|i| i.def().name), Some("aten.add"));
         assert!(lookup(&OpName::parse("aten.no_such_op").unwrap()).is_none());
+    }
+
+    #[test]
+    fn an_op_name_carries_its_id_from_where_it_is_made() {
+        // Parsed and built names resolve the id once; every layer's lookup reads it.
+        for op in [OpName::parse("aten.mm.default").unwrap(), OpName::new("aten", "mm", None)] {
+            assert_eq!(op.id(), id_of_name("aten.mm"));
+            assert!(op.id().is_some());
+        }
+        assert_eq!(OpName::new("aten", "no_such_op", Some("default")).id(), None);
+        // Every declared op's name resolves to its own id.
+        for (i, d) in all().iter().enumerate() {
+            let (ns, name) = d.name.split_once('.').unwrap();
+            assert_eq!(OpName::new(ns, name, None).id().map(OpId::index), Some(i), "{}", d.name);
+        }
     }
 
     #[test]
