@@ -53,7 +53,7 @@ def measure(rounds: int = 25) -> dict:
     mine(x)
     # The compiled program itself, called as the executor calls it.
     from torchtpu import _C
-    from torchtpu.exporter import export
+    from torchtpu.compiled.exporter import export
     from torch.fx.experimental.proxy_tensor import make_fx
 
     gm = make_fx(f)(x)

@@ -15,7 +15,7 @@ import time
 import torch
 
 import torchtpu  # noqa: F401  (registers the backend)
-from torchtpu import decompositions
+from torchtpu.compiled import decompositions
 
 torch._dynamo.config.recompile_limit = 256
 torch._dynamo.config.accumulated_recompile_limit = 4096

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "python" / "tests"))
 import torch  # noqa: E402
 
 import performance  # noqa: E402  (its models and its step)
-from torchtpu import executor  # noqa: E402
+from torchtpu.compiled import executor  # noqa: E402
 
 _inside = [0.0]  # seconds spent in CompiledGraph calls since the last reset
 

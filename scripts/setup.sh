@@ -124,18 +124,18 @@ else
   log "torchtpu._C up to date"
 fi
 
-# --- the tpu device's native device guard (torchtpu._device_guard) ----------
+# --- the tpu device's native shim (torchtpu._device_shim) -----------------
 # A small C++ extension against the installed torch's headers (docs/eager.md, "Devices"):
 # built here, never at import. Rebuilt when its source, its build script or torch changed.
-GUARD_SO="$(ls python/torchtpu/_device_guard*.so 2>/dev/null | head -n1 || true)"
-if [ -z "$GUARD_SO" ] || [ -n "$(find python/torchtpu/csrc -newer "$GUARD_SO" 2>/dev/null)" ] \
-    || [ python/setup_guard.py -nt "$GUARD_SO" ] \
-    || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$GUARD_SO" 2>/dev/null)" ]; then
-  log "building torchtpu._device_guard against the installed torch"
+SHIM_SO="$(ls python/torchtpu/_device_shim*.so 2>/dev/null | head -n1 || true)"
+if [ -z "$SHIM_SO" ] || [ -n "$(find python/torchtpu/csrc -newer "$SHIM_SO" 2>/dev/null)" ] \
+    || [ python/setup_shim.py -nt "$SHIM_SO" ] \
+    || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$SHIM_SO" 2>/dev/null)" ]; then
+  log "building torchtpu._device_shim against the installed torch"
   # Without autoload: torch's start would register the tpu device, which needs this very guard.
-  (cd python && TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_guard.py -q build_ext --inplace \
+  (cd python && TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_shim.py -q build_ext --inplace \
       --build-temp "$ROOT/target/device-guard")
 else
-  log "torchtpu._device_guard up to date"
+  log "torchtpu._device_shim up to date"
 fi
 log "done"

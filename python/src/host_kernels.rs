@@ -6,9 +6,9 @@ use pyo3::types::{PyCapsule, PyDict};
 
 use crate::{guarded, py_error};
 
-const CAPSULE_NAME: &std::ffi::CStr = c"torchtpu._device_guard.host_kernel_api";
+const CAPSULE_NAME: &std::ffi::CStr = c"torchtpu._device_shim.host_kernel_api";
 
-/// Installs the device shim's table of ATen kernels (`_device_guard.host_kernel_api()`), so
+/// Installs the device shim's table of ATen kernels (`_device_shim.host_kernel_api()`), so
 /// that programs compiled with `choose_kernels=True` may call them. The capsule is kept for
 /// the process: the runtime holds its pointer.
 #[pyfunction]

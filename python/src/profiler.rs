@@ -72,7 +72,7 @@ unsafe extern "C" fn drain(sink: ActivitySink, context: *mut c_void) {
 
 static API: ProfilerApi = ProfilerApi { version: VERSION, start, stop, push_correlation, pop_correlation, drain };
 
-/// The table, in a capsule named `torchtpu._C.profiler_api` (`_device_guard.install_profiler`).
+/// The table, in a capsule named `torchtpu._C.profiler_api` (`_device_shim.install_profiler`).
 #[pyfunction]
 fn profiler_api(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let pointer = std::ptr::addr_of!(API).cast_mut().cast::<c_void>();

@@ -1,5 +1,5 @@
 //! The op registry as Python sees it: what is lowered, each op's traits and decomposition
-//! policy (`torchtpu.decompositions` derives its table from them), and the per-node legality
+//! policy (`torchtpu.compiled.decompositions` derives its table from them), and the per-node legality
 //! check the backend's partitioner asks before compiling a graph.
 
 use pyo3::prelude::*;

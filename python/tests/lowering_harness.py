@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from torchtpu import _C
-from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, attr_text, tensor_type  # the exporter's own IR writers
+from torchtpu.compiled.exporter import IR_DTYPES, TORCH_DTYPES, attr_text, tensor_type  # the exporter's own IR writers
 
 
 def to_wire(t: torch.Tensor):

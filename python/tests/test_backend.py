@@ -21,7 +21,7 @@ from models.small import CNN, MLP, HandAttention, MHABlock
 
 import torchtpu
 from torchtpu import _C
-from torchtpu.fallback import FallbackError
+from torchtpu.compiled.fallback import FallbackError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FWD = dict(rtol=1e-5, atol=1e-5)
@@ -420,8 +420,8 @@ def test_executor_checks_what_memory_safety_needs():
     error (never a read past its memory), and a non-contiguous one is copied, not misread."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torchtpu.executor import compile_exported
-    from torchtpu.exporter import export
+    from torchtpu.compiled.executor import compile_exported
+    from torchtpu.compiled.exporter import export
     from torchtpu.options import Options
 
     fn = lambda x, y: x * 2 + y  # noqa: E731
@@ -465,7 +465,7 @@ def test_min_cut_partition_saves_no_transposed_weights(tmp_path):
 def test_inference_graphs_default_to_the_measured_xla_options():
     """Inference graphs without `xla_options` are compiled with `INFERENCE_XLA_OPTIONS`: the
     same graph with those options given explicitly is a cache hit, with none ({}) a new compile."""
-    from torchtpu.backend import INFERENCE_XLA_OPTIONS
+    from torchtpu.compiled.backend import INFERENCE_XLA_OPTIONS
 
     x = torch.randn(8, 8)
 
@@ -502,7 +502,7 @@ CONV_GRAD_CASES = {
 def test_convolution_gradients_match_eager(case):
     """Input and weight gradients of a convolution against eager. The forms sum the same
     products in other orders: f32 rtol=1e-4, atol=1e-5."""
-    from torchtpu.decompositions import _weight_grad_as_matmul
+    from torchtpu.compiled.decompositions import _weight_grad_as_matmul
 
     xs, ws, stride, padding, dilation = CONV_GRAD_CASES[case]
     conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(xs)]
@@ -529,7 +529,7 @@ def test_inference_graphs_without_mutation_skip_aotautograds_wrapper(monkeypatch
     straight from the exported graph (no AOTAutograd runtime wrapper); a graph that mutates
     its input, a training graph and the option turned off take AOTAutograd's path. All match
     eager."""
-    from torchtpu import backend
+    from torchtpu.compiled import backend
 
     taken = []
     real = backend._inference_without_wrapper

@@ -10,7 +10,7 @@ import torch
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
+from torchtpu.compiled.batch_norm_folding import FoldedInputs, fold_batch_norms
 
 aten = torch.ops.aten
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
@@ -40,7 +40,7 @@ def _net(bias: bool, affine: bool):
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("affine", [True, False])
 def test_folded_inference_matches_eager_and_sees_updates(bias, affine, monkeypatch):
-    from torchtpu import backend
+    from torchtpu.compiled import backend
 
     folded = []
 
@@ -110,7 +110,7 @@ def test_a_running_mean_read_elsewhere_is_not_repurposed():
 
 def test_folded_tensors_are_kept_per_version():
     args = [torch.randn(4, 3, 3, 3), None, torch.rand(4), torch.randn(4), torch.randn(4), torch.rand(4) + 1]
-    from torchtpu.batch_norm_folding import Fold
+    from torchtpu.compiled.batch_norm_folding import Fold
 
     fold = Fold(weight=0, bias=None, gamma=2, beta=3, mean=4, var=5, eps=1e-5, bias_slot=4)
     inputs = FoldedInputs([fold])

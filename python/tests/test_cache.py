@@ -110,7 +110,7 @@ def test_cache_tool_on_an_absent_cache_is_a_clear_message(tmp_path):
 # the same programs at once; prints its counters for the model alone.
 RANK_PROGRAM = r"""
 import json, os, sys, time, torch, torchtpu
-import torchtpu.executor as executor
+import torchtpu.compiled.executor as executor
 sync_dir, rank, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
 torch.compile(lambda x: x * 2 + 1, backend="torchtpu")(torch.ones(3))
 compile_one = executor._compile_one_device

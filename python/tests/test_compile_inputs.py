@@ -57,7 +57,7 @@ def test_dynamo_leaves_the_device_kernels_alone():
     """An eager tpu op between two graphs (`nonzero`'s data-dependent size is a graph break)
     runs torchtpu's Python kernels while Dynamo's frame hook is on: their frames must not be
     compiled as the user's code (a graph of `inductor.resize_storage_bytes_` failed strict)."""
-    import torchtpu.backend as backend
+    import torchtpu.compiled.backend as backend
 
     compiled_from = []
     real = backend._trace_and_compile

@@ -1,5 +1,5 @@
 """Bounded programs for changing sizes (issue 47): an inference graph whose batch changes at
-every call runs padded to buckets (`torchtpu/buckets.py`), so batch sizes 2..9 compile at most
+every call runs padded to buckets (`torchtpu/compiled/buckets.py`), so batch sizes 2..9 compile at most
 3 programs, and its results equal the unpadded call. A sequence length is padded too, the
 ops that combine values along it (softmax, sums, contractions over the keys) masked past the
 real length. Sizes padding could change (a mean over them, a reshape that splits them,
@@ -19,8 +19,8 @@ from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the
 from models import tiny_llama
 
 import torchtpu
-import torchtpu.backend
-from torchtpu import buckets
+import torchtpu.compiled.backend
+from torchtpu.compiled import buckets
 from torchtpu.errors import OptionsError
 
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 @pytest.fixture(autouse=True)
 def _no_programs_from_other_tests(monkeypatch):
     """Specialised programs are kept for the process: counts here start from none."""
-    monkeypatch.setattr(torchtpu.backend, "_SPECIALISED", collections.OrderedDict())
+    monkeypatch.setattr(torchtpu.compiled.backend, "_SPECIALISED", collections.OrderedDict())
 
 
 TPU = "tpu"

@@ -116,8 +116,8 @@ def test_late_refusal_names_its_line_for_the_partitioner():
     """A refusal only emission finds (a complex operand brought to a real compute dtype) is
     an UnsupportedError carrying the node's IR line, which the backend maps to its FX node."""
     from torchtpu import _C
-    from torchtpu.exporter import Exported
-    from torchtpu.fallback import unsupported_node
+    from torchtpu.compiled.exporter import Exported
+    from torchtpu.compiled.fallback import unsupported_node
 
     text = """graph @g(%z: c64[4]) -> (f32[4]) {
   %0 = aten.relu.default(%z) : f32[4]

@@ -1,4 +1,4 @@
-"""`flex_attention` on tpu (torchtpu/flex_attention.py): eagerly, compiled on tpu tensors (the
+"""`flex_attention` on tpu (torchtpu/compiled/flex_attention.py): eagerly, compiled on tpu tensors (the
 default backend routes them to torchtpu) and compiled with backend="torchtpu" on CPU tensors,
 each against PyTorch's own CPU result of the same call, for the score_mod / mask_mod forms real
 models write (causal, sliding window, ALiBi with a captured per-head buffer, document masking

@@ -231,7 +231,7 @@ def test_the_repeat_decomposition_gives_eager_strides():
     """The form WavLM met (`repeat(...).view(...)`): a repeat of a permuted tensor is contiguous,
     as eager's, or the view fails in tracing where eager's succeeds. The sweep over the whole
     table is `test_decompositions_give_eager_strides`, in `make test-slow`."""
-    from torchtpu.decompositions import decomposition_table
+    from torchtpu.compiled.decompositions import decomposition_table
 
     x = torch.randn(4, 4, 4).permute(0, 2, 1).unsqueeze(0)
     repeat = decomposition_table()[aten.repeat.default]
@@ -245,7 +245,7 @@ def test_decompositions_give_eager_strides():
     the result fails in tracing where eager's succeeds (WavLM's `repeat(...).view(...)`)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    from torchtpu.decompositions import decomposition_table
+    from torchtpu.compiled.decompositions import decomposition_table
 
     infos: dict = {}
     for info in op_db:
@@ -284,14 +284,14 @@ def test_decompositions_give_eager_strides():
 def test_a_tracing_failure_goes_through_the_failure_policy(monkeypatch):
     """A decomposition that raises while AOTAutograd traces (a torchtpu bug): strict raises an
     InternalError naming the stage; otherwise it is recorded and the graph runs eagerly."""
-    from torchtpu import decompositions
+    from torchtpu.compiled import decompositions
 
     def broken(self, repeats):
         raise ValueError("a broken decomposition")
 
     table = dict(decompositions.decomposition_table())
     table[aten.repeat.default] = broken
-    monkeypatch.setattr("torchtpu.backend.decomposition_table", lambda: table)
+    monkeypatch.setattr("torchtpu.compiled.backend.decomposition_table", lambda: table)
 
     def f(x):
         return x.repeat(2, 1) * 2

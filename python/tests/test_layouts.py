@@ -94,7 +94,7 @@ def test_saved_convolution_activations_cross_nhwc():
     backward permutes them back (saved_layout.py)."""
     import torch._functorch.partitioners as partitioners
 
-    from torchtpu.saved_layout import relayout_saved_activations
+    from torchtpu.compiled.saved_layout import relayout_saved_activations
 
     def f(x, w):
         return F.relu(F.conv2d(x, w, padding=1)).sum()

@@ -160,7 +160,7 @@ def test_graphs_with_int8_inputs_default_to_the_quantized_xla_options():
     docs/quantization.md): given explicitly, the same graph is a cache hit."""
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
-    from torchtpu.backend import INFERENCE_XLA_OPTIONS, QUANTIZED_INFERENCE_XLA_OPTIONS
+    from torchtpu.compiled.backend import INFERENCE_XLA_OPTIONS, QUANTIZED_INFERENCE_XLA_OPTIONS
 
     assert QUANTIZED_INFERENCE_XLA_OPTIONS != INFERENCE_XLA_OPTIONS
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from torchtpu import _C
-from torchtpu.decompositions import base_name, decomposition_table, registry_policies
+from torchtpu.compiled.decompositions import base_name, decomposition_table, registry_policies
 
 
 def _decomposed() -> set[str]:

@@ -11,8 +11,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchtpu import _C
 from torchtpu import sharding as S
+from torchtpu.compiled.exporter import export
 from torchtpu.errors import ShardingError
-from torchtpu.exporter import export
 
 DEVICE_COUNT = S.device_count  # the real one, which the fixture replaces
 

@@ -212,7 +212,7 @@ def test_strict_failure_is_catchable_as_fallback_error():
         f(torch.randn(3))
     assert info.value.ops == ["aten.special_airy_ai"]
     assert isinstance(info.value, RuntimeError)
-    assert FallbackError is torchtpu.FallbackError is torchtpu.fallback.FallbackError
+    assert FallbackError is torchtpu.FallbackError is torchtpu.compiled.fallback.FallbackError
 
 
 @pytest.mark.parametrize(

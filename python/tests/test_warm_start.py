@@ -1,4 +1,4 @@
-"""Warm start without tracing (torchtpu/warm_start.py, docs/cache.md "Warm start without
+"""Warm start without tracing (torchtpu/compiled/warm_start.py, docs/cache.md "Warm start without
 tracing"): a process saves `aot_compile`d functions and fills AOTAutograd's cache, a fresh one
 loads them and runs without Dynamo or AOTAutograd tracing (for the saved functions) and without
 a compile (its programs come from the disk cache), and gets eager's results."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import torchtpu
-from torchtpu import warm_start
+from torchtpu.compiled import warm_start
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchtpu.weight_layout import FROM_HWIO, RelaidInputs, relayout_conv_weights
+from torchtpu.compiled.weight_layout import FROM_HWIO, RelaidInputs, relayout_conv_weights
 
 aten = torch.ops.aten
 

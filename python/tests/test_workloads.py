@@ -15,8 +15,8 @@ from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the
 from models import tiny_llama
 
 import torchtpu
-from torchtpu.exporter import export
-from torchtpu.specialize import Binding
+from torchtpu.compiled.exporter import export
+from torchtpu.compiled.specialize import Binding
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -82,7 +82,7 @@ def test_specialised_export_equals_a_retrace():
     that re-tracing with make_fx at those sizes gives, text for text."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torchtpu import backend
+    from torchtpu.compiled import backend
 
     graphs = []
     real = backend.compile_aten_graph

@@ -123,7 +123,7 @@ def _register_backend() -> None:
         from torch._dynamo.backends import registry
     except Exception:  # torch missing or too old: the compiler core still works
         return
-    from torchtpu.backend import torchtpu_backend
+    from torchtpu.compiled.backend import torchtpu_backend
 
     for name in names:
         if name not in registry._COMPILER_FNS and registry._BACKENDS.get(name) is None:

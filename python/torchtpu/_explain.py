@@ -10,8 +10,8 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
-from torchtpu.decompositions import decomposition_table
-from torchtpu.exporter import base_name, export, unsupported_nodes
+from torchtpu.compiled.decompositions import decomposition_table
+from torchtpu.compiled.exporter import base_name, export, unsupported_nodes
 
 
 def _not_taken(g: torch.fx.GraphModule, supported: set):
@@ -19,8 +19,8 @@ def _not_taken(g: torch.fx.GraphModule, supported: set):
     form the registry's legality checks refuse or whose arguments the exporter cannot write
     (what the backend asks before compiling; a graph with symbolic sizes is checked per op
     only, since it is exported per size). Also the exported graph, when there is one."""
+    from torchtpu.compiled.fallback import refused_nodes
     from torchtpu.errors import UnsupportedError
-    from torchtpu.fallback import refused_nodes
 
     bad = unsupported_nodes(g, supported)
     if bad:

@@ -91,7 +91,7 @@ def _native_ops() -> int:
     """Ops the tpu device's native path ran (0 before the device is used: not imported here)."""
     import sys
 
-    guard = sys.modules.get("torchtpu._device_guard")
+    guard = sys.modules.get("torchtpu._device_shim")
     return guard.native_ops() if guard is not None else 0
 
 

@@ -1,7 +1,7 @@
 """ATen's CPU kernels inside compiled programs, on the host platform (issue 48: "the best
 kernel for each op"). The runtime's XLA FFI handler `torchtpu_aten_matmul_*` calls ATen's GEMM
 (MKL / oneDNN) on XLA's own buffers, through a table of C functions the device shim
-(`torchtpu._device_guard`, csrc/host_kernels.cpp) hands over once per process: `install()`.
+(`torchtpu._device_shim`, csrc/host_kernels.cpp) hands over once per process: `install()`.
 Which kernel each matmul gets is decided by measurement at compile time, per shape (the
 engine times both on the shape; `_C.kernel_choices()`), and kept with the program in the cache.
 GPU and TPU plugins keep XLA's kernels. docs/performance.md, "Host kernels"."""
@@ -24,9 +24,9 @@ def install() -> bool:
     global _installed
     if _installed is None:
         try:
-            from torchtpu import _device_guard
+            from torchtpu import _device_shim
 
-            _C.install_host_kernels(_device_guard.host_kernel_api())
+            _C.install_host_kernels(_device_shim.host_kernel_api())
             _installed = True
         except (ImportError, AttributeError, TorchTPUError) as e:
             log.warning("torchtpu: ATen's host kernels unavailable, XLA's kernels everywhere: %s", e)

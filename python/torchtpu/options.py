@@ -86,7 +86,7 @@ class Options:
             from torchtpu.index_checks import check_indices_default
 
             options["check_indices"] = check_indices_default()
-        from torchtpu import buckets
+        from torchtpu.compiled import buckets
 
         options["buckets"] = buckets.parse(options["buckets"]) if "buckets" in options else buckets.default()
         if "dump_dir" not in options and os.environ.get("TORCHTPU_DUMP_DIR"):

@@ -7,8 +7,8 @@ import sys
 
 import torch
 
+from torchtpu.compiled.executor import compile_ir
 from torchtpu.errors import TorchTPUError
-from torchtpu.executor import compile_ir
 
 
 def _header(text: str, key: str, default: str) -> str:

@@ -89,7 +89,7 @@ unsafe extern "C" fn copy(dst: *const ArgRecord, src: *const ArgRecord) -> i32 {
     }
 }
 
-/// The table, in a capsule named `torchtpu._C.native_api` (`_device_guard.install_native`).
+/// The table, in a capsule named `torchtpu._C.native_api` (`_device_shim.install_native`).
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let pointer = std::ptr::addr_of!(API).cast_mut().cast::<std::ffi::c_void>();
     // SAFETY: API is a static, valid for the process; the name is a static C string and the

@@ -46,7 +46,7 @@ pub struct Made {
     pub device: usize,
 }
 
-/// The ABI table for the shim (`torchtpu._device_guard.install_native`).
+/// The ABI table for the shim (`torchtpu._device_shim.install_native`).
 #[pyfunction]
 fn eager_native_api(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyCapsule>> {
     abi::capsule(py)

@@ -80,7 +80,7 @@ pub fn scalar_type_code(dtype: &Bound<'_, PyAny>) -> PyResult<i32> {
         return Ok(code);
     }
     let code: i32 =
-        dtype.py().import("torchtpu._device_guard")?.getattr("scalar_type_code")?.call1((dtype,))?.extract()?;
+        dtype.py().import("torchtpu._device_shim")?.getattr("scalar_type_code")?.call1((dtype,))?.extract()?;
     CODES.lock().unwrap().push((address, code));
     Ok(code)
 }

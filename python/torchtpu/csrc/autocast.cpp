@@ -1,5 +1,5 @@
 // Autocast for the `tpu` device (PyTorch's AutocastPrivateUse1 key), registered by
-// `torchtpu.device` when the device registers (`_device_guard.register_autocast`).
+// `torchtpu.device` when the device registers (`_device_shim.register_autocast`).
 //
 // PyTorch registers its cast policies only for its own backends; a PrivateUse1 backend gets no
 // kernel at all for AutocastPrivateUse1, so `torch.autocast("tpu")` failed on the first op. The

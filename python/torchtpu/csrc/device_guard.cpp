@@ -1,5 +1,5 @@
 // The native device guard of the `tpu` device (PyTorch's PrivateUse1 backend), built ahead of
-// time by scripts/setup.sh into torchtpu/_device_guard*.so (python/setup_guard.py).
+// time by scripts/setup.sh into torchtpu/_device_shim*.so (python/setup_shim.py).
 //
 // PyTorch's Python-backend guard (torch._C._acc.DeviceGuard) pins every device to index 0 and
 // reports one device, and autograd sizes its per-device ready queues from that count, so tensors
@@ -602,7 +602,7 @@ void init_dispatch(pybind11::module& m);      // dispatch.cpp
 void init_host_kernels(pybind11::module& m);  // host_kernels.cpp
 void init_profiler(pybind11::module& m);      // profiler.cpp
 
-PYBIND11_MODULE(_device_guard, m) {
+PYBIND11_MODULE(_device_shim, m) {
   m.doc() = "The tpu device's native PrivateUse1 device guard and hooks (torchtpu.device).";
   m.def("register", &register_guard);
   m.def("register_hooks", &register_hooks);

@@ -125,6 +125,6 @@ const torchtpu::HostKernelApi api{torchtpu::kHostKernelApiVersion, &matmul};
 
 void init_host_kernels(pybind11::module& m) {
   m.def("host_kernel_api", []() {
-    return pybind11::capsule(static_cast<const void*>(&api), "torchtpu._device_guard.host_kernel_api");
+    return pybind11::capsule(static_cast<const void*>(&api), "torchtpu._device_shim.host_kernel_api");
   });
 }

@@ -157,7 +157,7 @@ def _any_set(flags: list) -> bool:
 def _or_text(n: int) -> str:
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torchtpu.exporter import export
+    from torchtpu.compiled.exporter import export
 
     aten = torch.ops.aten
     flags = [torch.empty((), dtype=torch.bool, device="meta") for _ in range(n)]

@@ -29,6 +29,7 @@ import torch
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
+from torchtpu.compiled.exporter import IR_DTYPES, Unsupported
 from torchtpu.device import _defer, _modes, _native, _programs, _storage
 from torchtpu.device._frames import first_user_frame
 from torchtpu.device._guard import guard as _guard
@@ -40,7 +41,6 @@ from torchtpu.errors import (
     TorchTPUError,
     UnsupportedError,
 )
-from torchtpu.exporter import IR_DTYPES, Unsupported
 
 aten = torch.ops.aten
 _DK = torch._C.DispatchKey
@@ -556,7 +556,7 @@ def _supported_or_decomposed() -> set:
     decomposition table (the compiled path's) rewrites."""
     global _SUPPORTED
     if _SUPPORTED is None:
-        from torchtpu.decompositions import decomposition_table
+        from torchtpu.compiled.decompositions import decomposition_table
 
         names = set(_C.supported_ops())
         for op in decomposition_table():

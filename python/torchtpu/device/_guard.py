@@ -1,4 +1,4 @@
-"""The native device guard (`torchtpu._device_guard`, python/torchtpu/csrc/device_guard.cpp):
+"""The native device guard (`torchtpu._device_shim`, python/torchtpu/csrc/device_guard.cpp):
 the current tpu device per thread, the device count autograd and PyTorch's guards see, streams
 and events, and tpu tensors on any device (`create_empty_tensor(shape, dtype, index)`).
 
@@ -8,10 +8,10 @@ import: PyTorch's own Python-backend guard pins every tensor to tpu:0 and report
 from __future__ import annotations
 
 try:
-    from torchtpu import _device_guard as guard
+    from torchtpu import _device_shim as guard
 except ImportError as e:  # pragma: no cover - a checkout without `make setup`
     raise ImportError(
-        "torchtpu: the tpu device's native device guard (torchtpu._device_guard) is not built; run `make setup` "
+        "torchtpu: the tpu device's native device guard (torchtpu._device_shim) is not built; run `make setup` "
         f"(scripts/setup.sh builds it against the installed torch): {e}"
     ) from e
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
+from torchtpu.compiled.exporter import is_contiguous
 from torchtpu.device import _checks, _dispatch, _storage
 from torchtpu.device._guard import guard as _guard
-from torchtpu.exporter import is_contiguous
 
 aten = torch.ops.aten
 _DK = torch._C.DispatchKey
@@ -203,7 +203,7 @@ def foreach_kernels() -> list:
     kernel of their own (the native one, `csrc/dispatch.cpp`): without one, PyTorch's composite kernel loops over the tensors and
     each op of each tensor is dispatched alone; with it, one program runs the whole list.
     Returns the overloads' names, for the native shim to register (`_native.register_kernels`)."""
-    from torchtpu.foreach import foreach_decompositions
+    from torchtpu.compiled.foreach import foreach_decompositions
 
     functional = {op.name() for op in foreach_decompositions()}
     names = []

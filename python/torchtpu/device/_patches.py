@@ -254,7 +254,7 @@ def patch_default_compile() -> None:
     def __call__(self, model_, inputs_, **kwargs):
         if _graph_touches_tpu(model_, inputs_):
             from torchtpu._log import warn_once
-            from torchtpu.backend import torchtpu_backend
+            from torchtpu.compiled.backend import torchtpu_backend
 
             warn_once(
                 "inductor-on-tpu",
@@ -345,7 +345,7 @@ def apply_for_tpu_use() -> None:
 def apply_for_tpu_tensors() -> None:
     """At the first tpu tensor: `apply_for_tpu_use`, and printing, storages, `data_ptr` and
     `flex_attention`'s device check."""
-    from torchtpu import flex_attention
+    from torchtpu.compiled import flex_attention
 
     apply_for_tpu_use()
     patch_printing()

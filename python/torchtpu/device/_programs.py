@@ -17,10 +17,10 @@ import time
 import torch
 
 from torchtpu import _C, _stats, index_checks
+from torchtpu.compiled.exporter import IR_DTYPES, TORCH_DTYPES, export
 from torchtpu.device import _ahead, _buffers, _checks, _defer, _native, _state
 from torchtpu.device._buffers import input_sources, mark_last, on_device  # noqa: F401  (used here and re-exported)
 from torchtpu.device._frames import first_user_frame
-from torchtpu.exporter import IR_DTYPES, TORCH_DTYPES, export
 
 aten = torch.ops.aten
 
@@ -276,7 +276,7 @@ def build(
             traced = trace(*args)
             refused = _C.check_lowerable(traced.text)
             if refused:
-                from torchtpu.exporter import Unsupported
+                from torchtpu.compiled.exporter import Unsupported
 
                 line, bad, reason = refused[0]
                 raise Unsupported(f"{bad}: {reason}" if reason else f"no lowering for {bad}", [bad])
@@ -358,7 +358,7 @@ def trace(op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base, c
 def _trace_locked(op, meta_args, meta_kwargs, cast_to, lift_floats, geoms, write_base, checks) -> Traced:
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torchtpu.decompositions import decomposition_table
+    from torchtpu.compiled.decompositions import decomposition_table
 
     table = decomposition_table()
     leaves: list = []
@@ -469,7 +469,7 @@ def _keep(key, traced: Traced, write_base) -> Program:
 def build_text(key, text: str, name: str) -> Program:
     """Compiles IR `text` (its inputs are the leaves, in order) into a Program kept under
     `key`: for the device's own `tpu.*` ops, which have no ATen form to trace."""
-    from torchtpu.exporter import OutputSpec
+    from torchtpu.compiled.exporter import OutputSpec
 
     compiled = _compile(text)
     n_out = len(compiled.output_types)

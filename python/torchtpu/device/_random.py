@@ -17,8 +17,8 @@ import math
 
 import torch
 
+from torchtpu.compiled.exporter import IR_DTYPES
 from torchtpu.device import _checks, _programs, _storage
-from torchtpu.exporter import IR_DTYPES
 
 aten = torch.ops.aten
 

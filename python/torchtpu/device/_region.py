@@ -135,7 +135,7 @@ def nearest_difference(key) -> str:
 
 def _compile(r, live: tuple, key) -> RegionProgram:
     """The region's graph (dead externals first), exported and compiled."""
-    from torchtpu.exporter import export
+    from torchtpu.compiled.exporter import export
 
     dead = key[2]
     # Dead externals first: the compiler pairs each output with the first unpaired input of
@@ -201,7 +201,7 @@ def _splice(r, live: tuple, order: list):
 
 
 def _program_text(program) -> str:
-    from torchtpu.exporter import IR_DTYPES, tensor_type
+    from torchtpu.compiled.exporter import IR_DTYPES, tensor_type
 
     types = [
         tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)

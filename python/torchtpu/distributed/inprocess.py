@@ -169,7 +169,7 @@ def _writer(outputs: list, keep: bool = True):
 
 
 def _ty(t) -> str:
-    from torchtpu.exporter import IR_DTYPES
+    from torchtpu.compiled.exporter import IR_DTYPES
 
     return f"{IR_DTYPES[t.dtype]}[{', '.join(str(d) for d in t.shape)}]"
 

@@ -86,7 +86,7 @@ pub fn installed() -> bool {
 
 /// Runs the installed matmul on XLA's buffers.
 pub(super) fn matmul(flags: u32, a: &HostTensor, b: &HostTensor, out: &HostTensor) -> Result<(), String> {
-    let api = API.get().ok_or("ATen's host kernels are not installed in this process (torchtpu._device_guard)")?;
+    let api = API.get().ok_or("ATen's host kernels are not installed in this process (torchtpu._device_shim)")?;
     let run = api.matmul.ok_or("no matmul in the host kernel table")?;
     let mut message = [0 as c_char; 512];
     // SAFETY: the tensors describe XLA's live buffers for this call; the function writes at

@@ -363,7 +363,7 @@ class _Analysis:
                     self.refuse(self._syms([expr]), f"{self.where(node)} uses the size {expr} as a value")
 
     def call(self, node) -> None:
-        from torchtpu.specialize import is_size_node
+        from torchtpu.compiled.specialize import is_size_node
 
         val = node.meta.get("val")
         if node.target is torch.ops.aten._assert_scalar.default:

@@ -17,8 +17,8 @@ import os
 
 import torch
 
+from torchtpu.compiled.padding_analysis import Plan, sym_shape
 from torchtpu.errors import OptionsError
-from torchtpu.padding_analysis import Plan, sym_shape
 
 # The default buckets: powers of two from 8 (a TPU's sublane count, below which XLA pads a
 # batch anyway) to 1024, 8 buckets. Sizes above the largest are compiled at their own size.
@@ -167,7 +167,7 @@ class Padded:
     back, size outputs and returned inputs as the unpadded call gives them."""
 
     def __init__(self, plan: Plan, gm, binding, sizes: dict):
-        from torchtpu.exporter import is_non_overlapping_and_dense
+        from torchtpu.compiled.exporter import is_non_overlapping_and_dense
 
         self.run = None  # the bucket's program, set by the caller
         values = dict(binding.values)

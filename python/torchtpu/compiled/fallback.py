@@ -18,10 +18,10 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from torchtpu import _C, _stats, index_checks, policy
 from torchtpu._log import log, warn_once  # noqa: F401 - warn_once re-exported for callers
+from torchtpu.compiled.executor import compile_exported
+from torchtpu.compiled.exporter import base_name, export
+from torchtpu.compiled.specialize import NotSpecializable
 from torchtpu.errors import RAISED_AS_IS, FallbackError, InternalError, ShardingError, UnsupportedError  # noqa: F401 - FallbackError re-exported
-from torchtpu.executor import compile_exported
-from torchtpu.exporter import base_name, export
-from torchtpu.specialize import NotSpecializable
 
 # Partitioning a region again around a node found only while compiling it stops after this
 # many nested rounds (each removes at least one node, so this bounds pathological graphs only).

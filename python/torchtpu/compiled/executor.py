@@ -14,8 +14,8 @@ import torch
 from torchtpu import _C, _stats, policy
 from torchtpu import host_kernels as _host_kernels
 from torchtpu import sharding as _sharding
+from torchtpu.compiled.exporter import TORCH_DTYPES, Exported
 from torchtpu.errors import CompileError, ExecutionError, InputError, InternalError, OptionsError, ShardingError
-from torchtpu.exporter import TORCH_DTYPES, Exported
 from torchtpu.options import Options
 
 log = logging.getLogger("torchtpu")

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from torchtpu.foreach import foreach_decompositions
+from torchtpu.compiled.foreach import foreach_decompositions
 
 aten = torch.ops.aten
 

@@ -78,7 +78,7 @@ def identity() -> dict:
     is keyed by the engine's graph cache itself), and torch's version. Computed once (~2 ms)."""
     cached = getattr(identity, "cache", None)
     if cached is None:
-        root = pathlib.Path(__file__).parent  # the torchtpu package
+        root = pathlib.Path(__file__).parent.parent  # the torchtpu package
         h = hashlib.sha256()
         for path in sorted(root.rglob("*.py")):
             h.update(str(path.relative_to(root)).encode() + b"\0")
@@ -147,8 +147,8 @@ def describe(fn, kind: str) -> dict:
     if inner is not None:
         steps, fn = inner
         for t in steps:
-            from torchtpu.batch_norm_folding import FoldedInputs
-            from torchtpu.weight_layout import RelaidInputs
+            from torchtpu.compiled.batch_norm_folding import FoldedInputs
+            from torchtpu.compiled.weight_layout import RelaidInputs
 
             if isinstance(t, FoldedInputs):
                 transforms.append(("fold", list(t.folds)))
@@ -162,7 +162,7 @@ def describe(fn, kind: str) -> dict:
             "it is not one compiled program (per-size programs of a graph with symbolic shapes, eager partitions "
             "around unsupported ops, or a graph run eagerly)"
         )
-    from torchtpu.executor import CompiledGraph
+    from torchtpu.compiled.executor import CompiledGraph
 
     if type(graph) is not CompiledGraph or graph.program is None or graph.mesh is not None or graph._spmd:
         raise NotSaved("its program is sharded (SPMD), replicated (collectives) or not compiled yet")
@@ -203,8 +203,8 @@ def describe(fn, kind: str) -> dict:
 def rebuild(state: dict):
     """The boxed callable `describe` described: its program compiled from the IR through the
     engine (a graph- and executable-cache hit when it was compiled on this machine before)."""
-    from torchtpu.executor import compile_exported
-    from torchtpu.exporter import Exported, InputSpec, OutputSpec
+    from torchtpu.compiled.executor import compile_exported
+    from torchtpu.compiled.exporter import Exported, InputSpec, OutputSpec
     from torchtpu.options import Options
 
     outputs = []
@@ -232,8 +232,8 @@ def rebuild(state: dict):
     boxed = _boxed(graph)
     if not state["transforms"]:
         return boxed
-    from torchtpu.batch_norm_folding import FoldedInputs
-    from torchtpu.weight_layout import RelaidInputs
+    from torchtpu.compiled.batch_norm_folding import FoldedInputs
+    from torchtpu.compiled.weight_layout import RelaidInputs
 
     steps = [FoldedInputs(v) if k == "fold" else RelaidInputs(v) for k, v in state["transforms"]]
 

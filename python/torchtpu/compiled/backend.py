@@ -19,20 +19,21 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from torchtpu import _C, _stats, flex_attention, recompiles, warm_start
+from torchtpu import _C, _stats, recompiles
 from torchtpu import sharding as _sharding
 from torchtpu._dynamo_skips import skip_device_kernels
 from torchtpu._log import warn_once
-from torchtpu.batch_norm_folding import FoldedInputs, fold_batch_norms
-from torchtpu.decompositions import decomposition_table
+from torchtpu.compiled import flex_attention, warm_start
+from torchtpu.compiled.batch_norm_folding import FoldedInputs, fold_batch_norms
+from torchtpu.compiled.decompositions import decomposition_table
+from torchtpu.compiled.executor import CompiledGraph
+from torchtpu.compiled.exporter import unsupported_nodes
+from torchtpu.compiled.fallback import compile_graph, partition_around
+from torchtpu.compiled.saved_layout import relayout_saved_activations
+from torchtpu.compiled.weight_layout import RelaidInputs, relayout_conv_weights
 from torchtpu.errors import TorchTPUError
-from torchtpu.executor import CompiledGraph
-from torchtpu.exporter import unsupported_nodes
-from torchtpu.fallback import compile_graph, partition_around
 from torchtpu.options import Options
 from torchtpu.policy import inject_fault
-from torchtpu.saved_layout import relayout_saved_activations
-from torchtpu.weight_layout import RelaidInputs, relayout_conv_weights
 
 log = logging.getLogger("torchtpu")
 _graph_ids = itertools.count()
@@ -116,8 +117,8 @@ class _PerShape:
         return fn(list(args))
 
     def _for_signature(self, args, key):
-        from torchtpu import buckets
-        from torchtpu.specialize import Binding, NotSpecializable
+        from torchtpu.compiled import buckets
+        from torchtpu.compiled.specialize import Binding, NotSpecializable
 
         plan = self._bucket_plan()
         try:
@@ -145,7 +146,7 @@ class _PerShape:
         """Which sizes are padded, decided once per graph (inference graphs only: the
         backward of a training graph sums over the batch)."""
         if self.plan is None:
-            from torchtpu.padding_analysis import Plan, analyse
+            from torchtpu.compiled.padding_analysis import Plan, analyse
 
             if self.kind != "inference":
                 self.plan = Plan.exact_only(self.gm, f"{self.kind} graphs keep exact sizes (training)")
@@ -172,7 +173,7 @@ class _PerShape:
         seen = [k for fp, k in _SPECIALISED if fp == self.fingerprint]
         recompiles.new_signature(self.name, seen, key, label)
         if masked:
-            from torchtpu.buckets import masked_graph
+            from torchtpu.compiled.buckets import masked_graph
 
             log.info("tracing a %s graph with its masks for bucket %s", self.kind, label)
             fn = compile_aten_graph(masked_graph(self.gm, self.plan, args), args, self.opts, self.kind)
@@ -200,7 +201,7 @@ class _PerShape:
             )
 
     def _specialise(self, args, key):
-        from torchtpu.specialize import Binding, NotSpecializable, has_unbacked
+        from torchtpu.compiled.specialize import Binding, NotSpecializable, has_unbacked
 
         log.info("specialising a %s graph for input signature %s", self.kind, key)
         if self.evaluable is None:
@@ -448,7 +449,7 @@ def _trace_and_compile(gm: torch.fx.GraphModule, example_inputs, opts: Options, 
         )
     _stats.bump("graphs_seen")
     recompiles.frame_compiled(example_inputs, opts)  # a frame Dynamo compiled before: why again
-    # flex_attention's subgraphs become ATen ops before tracing (torchtpu/flex_attention.py).
+    # flex_attention's subgraphs become ATen ops before tracing (torchtpu/compiled/flex_attention.py).
     flex_attention.decompose(gm)
     cached = warm_start.takes_part(opts)  # AOTAutograd's cache keeps this graph's programs
     if opts.skip_aot_wrapper and (not cached or warm_start.saving_ahead()):

@@ -1,6 +1,7 @@
-"""Builds the tpu device's native device guard (torchtpu/csrc/device_guard.cpp) into
-torchtpu/_device_guard*.so against the installed torch: `scripts/setup.sh` runs
-`python setup_guard.py build_ext --inplace` from python/ (never compiled at import)."""
+"""Builds the tpu device's native shim (the device guard, hooks, allocator, dispatch, autocast,
+profiler and host kernels: torchtpu/csrc/*.cpp) into
+torchtpu/_device_shim*.so against the installed torch: `scripts/setup.sh` runs
+`python setup_shim.py build_ext --inplace` from python/ (never compiled at import)."""
 
 import os
 
@@ -8,12 +9,12 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 
 setup(
-    name="torchtpu-device-guard",
+    name="torchtpu-device-shim",
     packages=[],
     package_dir={"": "."},  # not the src/ layout setuptools would guess from python/src (Rust)
     ext_modules=[
         CppExtension(
-            "torchtpu._device_guard",
+            "torchtpu._device_shim",
             [
                 "torchtpu/csrc/device_guard.cpp",
                 "torchtpu/csrc/autocast.cpp",

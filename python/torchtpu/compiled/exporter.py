@@ -260,7 +260,7 @@ class _Writer:
     def size_node(self, node) -> bool:
         """Under a binding, a node computing a size becomes a number (no IR); an assertion on
         sizes is checked here."""
-        from torchtpu.specialize import is_size_node
+        from torchtpu.compiled.specialize import is_size_node
 
         if self.binding is None or not is_size_node(node):
             return False
@@ -675,7 +675,7 @@ def unsupported_nodes(
 ) -> dict[torch.fx.Node, str]:
     """Nodes the compiler cannot take, with the reason (op not lowered, dtype, ...). With
     `sizes_known` (a binding will give every size), size computations are not ops."""
-    from torchtpu.specialize import is_size_node
+    from torchtpu.compiled.specialize import is_size_node
 
     bad = {}
     for node in gm.graph.nodes:
