@@ -77,9 +77,6 @@ def register() -> None:
 
     # The one patch `import torch` applies: C++ made the renamed backend the accelerator.
     _patches.patch_accelerator(without_tpu)
-    # The others wait for the first tpu tensor (`_load`) or tpu_dist group, unless tpu is
-    # expected to be the machine's accelerator: a program that never touches tpu keeps torch's
-    # own functions.
     _serialization.register(_load)  # torch.load of tpu storages (a fresh process loads a tpu checkpoint)
     _registered = True
     # torch.distributed's backend for tpu tensors (`tpu_dist`), so that init_process_group()
@@ -87,6 +84,9 @@ def register() -> None:
     from torchtpu import distributed
 
     distributed.register()
+    # The other patches wait for the first tpu tensor (`_load`), tpu_dist group or answer that
+    # tpu is the accelerator, unless tpu is expected to be the machine's accelerator: a program
+    # that never touches tpu keeps torch's own functions.
     if _devices.accelerator_expected():
         _patches.apply_for_tpu_use()
 

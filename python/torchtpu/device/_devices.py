@@ -23,9 +23,9 @@ def accelerator_detected() -> bool:
     TORCHTPU_DEVICE=1: a CPU program must not change because torchtpu is installed. An
     explicit `device="tpu"` works either way."""
     global _detected
-    env = os.environ.get(DEVICE_ENV, "").strip().lower()
-    if env:
-        return env not in ("0", "false", "no", "off")
+    opted = _opted()
+    if opted is not None:
+        return opted
     if _detected is None:
         try:
             _detected = _C.platform_name() != "cpu"
@@ -39,10 +39,15 @@ def accelerator_expected() -> bool:
     where TORCHTPU_DEVICE opts in, or where the plugin is not the CPU plugin (an accelerator's,
     or one not found yet). What decides whether the patches a tpu program needs are applied
     when torch starts (`_patches.apply_for_tpu_use`) rather than at the first tpu tensor."""
+    opted = _opted()
+    return opted if opted is not None else predicted_count() is None
+
+
+def _opted() -> bool | None:
+    """TORCHTPU_DEVICE's answer, read at each call (a program may set it after torch started);
+    None where it is unset."""
     env = os.environ.get(DEVICE_ENV, "").strip().lower()
-    if env:
-        return env not in ("0", "false", "no", "off")
-    return predicted_count() is None
+    return env not in ("0", "false", "no", "off") if env else None
 
 
 def check_index(device) -> None:

@@ -3,8 +3,8 @@ registration points leave for a PrivateUse1 backend (each says which). `import t
 only `patch_accelerator` (C++ makes the renamed backend the accelerator at once); the rest are
 applied by `apply_for_tpu_use`: at the first tpu tensor, at the first tpu_dist group, when
 torch first answers that tpu is the accelerator, or when torch starts where tpu is expected to
-be the machine's accelerator. A program that never
-touches tpu runs with torch's own functions (`test_import_hygiene.py`)."""
+be the machine's accelerator. A program that never touches tpu runs with torch's own
+functions (`test_first_hour.py`, `_TORCH_ORIGINALS`)."""
 
 from __future__ import annotations
 
