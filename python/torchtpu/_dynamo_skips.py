@@ -6,7 +6,8 @@ after a graph break) runs torchtpu's Python kernels, and Dynamo compiled their f
 they were the user's code (a graph of `inductor.resize_storage_bytes_` from the kernel that
 resizes an out= tensor, which no backend lowers). The device's implementation files are put
 on Dynamo's skip list (each file alone; `module.py`, the `torch.tpu` API a user's compiled
-code may call, stays traceable). Called when the backend is first imported: `torch.compile`
+code may call, stays traceable, as do the files split from it: the device facts and streams it
+answers with, `_devices.py` and `_streams.py`, and the patched torch functions, `_patches.py`). Called when the backend is first imported: `torch.compile`
 does that before anything it compiles runs, and `import torch` never pays for Dynamo.
 """
 
@@ -16,8 +17,9 @@ import pathlib
 
 _done = False
 
-# The `torch.tpu` module and the accelerator functions it patches: user-facing, traceable.
-_USER_FACING = {"module.py"}
+# The `torch.tpu` module, the device facts and streams it answers with, and the torch functions
+# torchtpu patches (`torch.accelerator`'s, `Module._apply`, `data_ptr`): user-facing, traceable.
+_USER_FACING = {"module.py", "_devices.py", "_streams.py", "_patches.py"}
 
 
 def skip_device_kernels() -> None:
