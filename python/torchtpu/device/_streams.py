@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from torchtpu.device._devices import check_index, index_of, native_guard
+from torchtpu.device._devices import native_guard, stat_index
 
 
 class Stream(torch.Stream):
@@ -21,9 +21,7 @@ class Stream(torch.Stream):
     def __new__(cls, device=None, priority=0, **kwargs):
         if kwargs:  # PyTorch's own (stream_id, device_index, device_type)
             return super().__new__(cls, priority=priority, **kwargs)
-        index = index_of(device)
-        index = native_guard().current_device() if index < 0 else index
-        check_index(index)
+        index = stat_index(device)
         return super().__new__(cls, device=torch.device("tpu", index), priority=priority)
 
 
@@ -31,9 +29,7 @@ def Event(enable_timing=False, blocking=False, interprocess=False, device=None) 
     """`torch.tpu.Event(enable_timing=False, ...)`: a `torch.Event` of a tpu device (the current
     one by default). A function, not a subclass: `torch.Event.elapsed_time` takes only
     `torch.Event` itself."""
-    index = index_of(device)
-    index = native_guard().current_device() if index < 0 else index
-    check_index(index)
+    index = stat_index(device)
     return torch.Event(
         device=torch.device("tpu", index), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
     )
@@ -45,16 +41,12 @@ def _as_tpu_stream(s: torch.Stream) -> Stream:
 
 def current_stream(device=None) -> Stream:
     """This thread's current stream on `device` (default: the current device)."""
-    index = index_of(device)
-    index = native_guard().current_device() if index < 0 else index
-    check_index(index)
+    index = stat_index(device)
     return _as_tpu_stream(torch._C._accelerator_getStream(index))
 
 
 def default_stream(device=None) -> Stream:
-    index = index_of(device)
-    index = native_guard().current_device() if index < 0 else index
-    check_index(index)
+    index = stat_index(device)
     return Stream(stream_id=0, device_index=index, device_type=torch._C._autograd.DeviceType.PrivateUse1.value)
 
 
