@@ -27,7 +27,7 @@ import dataclasses
 import warnings
 
 import torch
-from opinfo_cases import DEFAULT_TOLERANCE, NOT_COMPARABLE, TOLERANCES
+from opinfo_cases import DEFAULT_TOLERANCE, NOT_COMPARABLE, TOLERANCES, sample
 
 DEVICE = "tpu"
 DTYPES = (torch.float32, torch.int64, torch.bool)
@@ -87,14 +87,6 @@ def all_cases() -> list[Case]:
             for v in variants:
                 cases.append(Case(base + (f"-{v}" if v else ""), op, dtype, 0, v))
     return cases
-
-
-def sample(case: Case):
-    torch.manual_seed(1234)
-    for i, s in enumerate(case.op.sample_inputs("cpu", case.dtype, requires_grad=False)):
-        if i == case.index:
-            return s
-    return None
 
 
 def _map(x, fn):
