@@ -94,13 +94,18 @@ def sample(case):
     """The case's sample input, made deterministic (seeded); `case` has `op`, `dtype` and
     `index` (this harness's Case or the device harness's)."""
     from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
 
     torch.manual_seed(1234)
-    # OpInfo's input iterator looks for the unittest.TestCase running it (to seed by the test's
-    # name) with `inspect.stack()`, which reads every frame's source: under pytest's deep stack
-    # that was half of each case's time. No frame here is a TestCase, so the search finds none
-    # and the iterator seeds with its constant; answering None at once gives the same inputs.
-    with mock.patch.object(common_utils, "extract_test_fn", lambda: None):
+    # OpInfo looks for the unittest.TestCase running it (its input iterator, to seed by the
+    # test's name; `sample_inputs`, for the test's per-sample skips) with `inspect.stack()`,
+    # which reads every frame's source: under pytest's deep stack that was two thirds of each
+    # case's time. No frame here is a TestCase, so the search finds none (the constant seed, no
+    # skips); answering None at once gives the same inputs.
+    with (
+        mock.patch.object(common_utils, "extract_test_fn", lambda: None),
+        mock.patch.object(core, "extract_test_fn", lambda: None),
+    ):
         for i, s in enumerate(case.op.sample_inputs("cpu", case.dtype, requires_grad=False)):
             if i == case.index:
                 return s
