@@ -33,8 +33,10 @@ lint:
 test-rust:
 	$(CARGO) test --workspace --exclude torchtpu-python
 
+# The binaries with the workspace's features, as test-rust built them (`-p` alone unifies
+# features differently and rebuilt dependencies).
 test-lit:
-	$(CARGO) build -p torchtpu-compiler --bins
+	$(CARGO) build --workspace --exclude torchtpu-python --bins
 	$(VENV)/bin/lit -sv lit-tests
 
 # Two workers (pytest-xdist), each taking whole files (tests of one file share a process and its
