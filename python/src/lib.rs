@@ -13,6 +13,7 @@
 mod device;
 mod distributed;
 mod dlpack;
+mod dtypes;
 mod eager;
 mod host_kernels;
 mod memory;
@@ -607,6 +608,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_pipeline, m)?)?;
     m.add("DEFAULT_PIPELINE", DEFAULT_PIPELINE)?;
     m.add_function(wrap_pyfunction!(list_passes, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes::ir_dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_ir, m)?)?;
     m.add_function(wrap_pyfunction!(run_ir, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;

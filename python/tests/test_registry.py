@@ -60,3 +60,17 @@ def test_check_lowerable_names_line_op_and_reason():
 }
 """
     assert _C.check_lowerable(text) == [(2, "aten.round", "round with decimals != 0")]
+
+
+def test_the_dtype_table_is_the_irs_own():
+    """`IR_DTYPES` is read from the IR's list (`_C.ir_dtypes`, Rust's `DType::ALL`), not kept
+    beside it: each IR dtype once, each a torch dtype a tensor can have, in both directions."""
+    from torchtpu.compiled.exporter import IR_DTYPES, TORCH_DTYPES
+
+    names = [name for name, _ in _C.ir_dtypes()]
+    assert len(set(names)) == len(names) == 12
+    assert list(IR_DTYPES.values()) == names
+    for dtype, name in IR_DTYPES.items():
+        assert torch.empty(0, dtype=dtype).dtype is dtype
+        assert TORCH_DTYPES[name] is dtype
+    assert {torch.float32: "f32", torch.bfloat16: "bf16", torch.bool: "bool"}.items() <= IR_DTYPES.items()

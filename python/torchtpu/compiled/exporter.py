@@ -18,24 +18,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchtpu import index_checks
+from torchtpu import _C, index_checks
 from torchtpu.errors import OpArgumentError, UnsupportedError
 from torchtpu.op_names import base_name, op_name  # noqa: F401  (re-exported: callers name them here)
 
-IR_DTYPES = {
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.float32: "f32",
-    torch.float64: "f64",
-    torch.int8: "i8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.uint8: "u8",
-    torch.bool: "bool",
-    torch.complex64: "c64",
-    torch.complex128: "c128",
-}
+# torch dtype -> its name in the IR's text, read from the IR's own list (`_C.ir_dtypes`, from
+# Rust's `DType::ALL`): every dtype the IR has, and no other.
+IR_DTYPES = {getattr(torch, attr): name for name, attr in _C.ir_dtypes()}
 TORCH_DTYPES = {v: k for k, v in IR_DTYPES.items()}
 
 
