@@ -63,6 +63,17 @@ fn the_extension_only_marshals() {
 }
 
 #[test]
+fn the_eager_runtime_needs_no_python_and_no_device() {
+    // The eager device's per-op runtime (keys, the recipe cache, waiting calls, the mode,
+    // region keys) is plain Rust, tested by `cargo test`: the extension marshals for it.
+    let bad = offenders("eager/src", &["pyo3", "torchtpu_engine", "torchtpu_runtime", "unsafe"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+    let manifest = std::fs::read_to_string(root().join("eager/Cargo.toml")).unwrap();
+    let deps = manifest.split("[dependencies]").nth(1).unwrap_or("");
+    assert!(deps.trim().is_empty(), "torchtpu-eager depends on nothing: {deps}");
+}
+
+#[test]
 fn the_disk_store_is_a_leaf() {
     // The store keeps opaque payloads under keys: it names nothing of the runtime around it
     // (PJRT client, plugin, runtime errors), only itself.

@@ -1,13 +1,11 @@
-//! What the native path keeps: per key, how to run the op (a `Recipe`, learnt from the Python
-//! path's first run of it), bounded; and per thread, the keys of the calls that missed and are
-//! running in Python now.
+//! How the native path runs an op it has seen: a `Recipe`, learnt from the Python path's first
+//! run of it and kept per key in `torchtpu_eager`'s recipe cache.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use torchtpu_eager::cache::RecipeCache;
 use torchtpu_engine::DType;
 
 use crate::device::DeviceBuffer;
@@ -117,84 +115,10 @@ impl Recipe {
     }
 }
 
-pub enum Entry {
-    Run(Arc<Recipe>),
-    /// The op reads its floats as numbers: recipes are kept per value (the key with the
-    /// floats' bits appended).
-    Baked,
-    /// The Python path ran it and gave no recipe (it falls back to the
-    /// CPU, writes in a way the recipe does not model): it goes to Python at once.
-    Python,
-}
+/// The recipes, per key (`torchtpu_eager::cache`: what is kept, the limit, the counters).
+static CACHE: Mutex<Option<RecipeCache<Recipe>>> = Mutex::new(None);
 
-/// Keys kept at most; past that the cache starts afresh (an op whose shapes change at every
-/// call would otherwise grow it without bound).
-pub const LIMIT: usize = 8192;
-
-#[derive(Default)]
-pub struct Cache {
-    pub map: HashMap<Vec<i64>, Entry>,
-    pub hits: u64,
-    pub misses: u64,
-    pub learnt: u64,
-    /// Keys the Python path keeps.
-    pub python: u64,
-    pub resets: u64,
-    /// In-place targets' buffers donated to their op's program (`path::donations`).
-    pub donated: u64,
-}
-
-pub static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
-
-pub fn with<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
+pub fn with<T>(f: impl FnOnce(&mut RecipeCache<Recipe>) -> T) -> T {
     let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    f(guard.get_or_insert_with(Cache::default))
-}
-
-pub fn lookup(key: &[i64]) -> Option<Lookup> {
-    with(|c| match c.map.get(key) {
-        Some(Entry::Run(r)) => Some(Lookup::Run(r.clone())),
-        Some(Entry::Baked) => Some(Lookup::Baked),
-        Some(Entry::Python) => Some(Lookup::Python),
-        None => None,
-    })
-}
-
-pub enum Lookup {
-    Run(Arc<Recipe>),
-    Baked,
-    Python,
-}
-
-/// `key` with the floats' bits appended: the key of a baked op's values.
-pub fn with_values(key: &[i64], float_bits: &[u64]) -> Vec<i64> {
-    let mut out = key.to_vec();
-    out.extend(float_bits.iter().map(|&b| b as i64));
-    out
-}
-
-pub fn insert(key: Vec<i64>, entry: Entry) {
-    with(|c| {
-        if c.map.len() >= LIMIT {
-            c.map.clear();
-            c.resets += 1;
-        }
-        c.map.insert(key, entry);
-    });
-}
-
-/// A call that missed, running in Python now: `learn` binds its recipe to `key` (with the
-/// floats' bits appended where the op bakes them).
-pub struct Pending {
-    pub key: Vec<i64>,
-    /// The key was known to bake its floats (only this call's values missed).
-    pub baked: bool,
-    pub name: String,
-    pub n_leaves: usize,
-    pub float_bits: Vec<u64>,
-    pub learnt: bool,
-}
-
-thread_local! {
-    pub static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    f(guard.get_or_insert_with(RecipeCache::default))
 }

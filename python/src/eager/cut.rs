@@ -5,24 +5,19 @@
 //! goes back to it, which compiles (`_region.py`), keeps the program here (`defer_keep`) and runs
 //! it through the same code (`defer_run`).
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
+use torchtpu_eager::region::RegionKey;
 use torchtpu_runtime::Buffer;
 
 use super::defer::{Pending, Region};
 use super::path::execute_donating;
 use crate::device::DeviceBuffer;
 use crate::Program;
-
-/// One recorded program in a key: its serial (op, attributes, input types) and its wiring (an
-/// earlier value, >= 0, or the k-th distinct external buffer, -1 - k).
-pub type Token = (i64, Box<[i64]>);
 
 /// `RegionKey`'s Python form: `(((serial, wiring), ...), live, dead)`.
 type PyKey = (Vec<(i64, Vec<i64>)>, Vec<usize>, Vec<usize>);
@@ -31,27 +26,10 @@ type PyKey = (Vec<(i64, Vec<i64>)>, Vec<usize>, Vec<usize>);
 /// program and its run's milliseconds.
 type Cut<'py> = (String, Bound<'py, PyTuple>, Bound<'py, PyTuple>, Option<Py<PyAny>>, f64);
 
-/// What makes two regions the same program: aliasing, liveness and donation are in it.
-#[derive(Hash, PartialEq, Eq)]
-pub struct RegionKey {
-    tokens: Vec<Token>,
-    live: Vec<usize>,
-    dead: Vec<usize>,
-}
-
-impl RegionKey {
-    /// The key's name in explain records and miss descriptions (stable within a build).
-    fn id(&self) -> String {
-        let mut h = DefaultHasher::new();
-        self.hash(&mut h);
-        format!("{:012x}", h.finish() & 0xFFFF_FFFF_FFFF)
-    }
-
-    /// From `_region`'s Python form of it.
-    fn from_py(key: &Bound<'_, PyAny>) -> PyResult<RegionKey> {
-        let (tokens, live, dead): PyKey = key.extract()?;
-        Ok(RegionKey { tokens: tokens.into_iter().map(|(s, w)| (s, w.into_boxed_slice())).collect(), live, dead })
-    }
+/// From `_region`'s Python form of it.
+fn region_key(key: &Bound<'_, PyAny>) -> PyResult<RegionKey> {
+    let (tokens, live, dead): PyKey = key.extract()?;
+    Ok(RegionKey { tokens: tokens.into_iter().map(|(s, w)| (s, w.into_boxed_slice())).collect(), live, dead })
 }
 
 /// Where an IR input of a region program comes from.
@@ -156,7 +134,7 @@ fn referenced(list: &Bound<'_, PyList>, keep: impl Fn(isize) -> bool) -> Vec<usi
 /// Keeps `program` (`_region.RegionProgram`) for `key` (`_region`'s Python form of it).
 #[pyfunction]
 pub fn defer_keep(key: &Bound<'_, PyAny>, program: &Bound<'_, PyAny>) -> PyResult<()> {
-    let (key, kept) = (RegionKey::from_py(key)?, Kept::from_py(program)?);
+    let (key, kept) = (region_key(key)?, Kept::from_py(program)?);
     KEPT.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(key, Arc::new(kept));
     Ok(())
 }
@@ -171,7 +149,7 @@ pub fn defer_forget() {
 /// The id `defer_cut` gives `key` (`_region`'s Python form of it).
 #[pyfunction]
 pub fn defer_key_id(key: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(RegionKey::from_py(key)?.id())
+    Ok(region_key(key)?.id())
 }
 
 /// Runs `program` (just compiled for the region after `defer_cut` missed) as a hit would;

@@ -11,7 +11,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-use super::cut::Token;
+use torchtpu_eager::region::Token;
 
 /// A value of the open region: output `index` of its recorded programs. `buffer` is the device
 /// buffer once the region ran (storages holding the Pending then use it).

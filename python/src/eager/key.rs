@@ -1,13 +1,8 @@
-//! An op's program key, and the buffers its program reads, from the shim's argument records.
-//!
-//! The key holds what the Python path's key holds (`torchtpu.device._dispatch._flatten`) and
-//! more: the op, whether index checks are on, each tensor's dtype, sizes, strides, offset,
-//! conjugate and negative bits and its storage's shape, every int, bool, enum and string, and a marker per
-//! float (floats are inputs; their values stay out of the key unless the op bakes them). So two
-//! calls with one native key make one Python key, and the program the Python path chose for the
-//! first serves the second.
+//! An op's program key (written by `torchtpu_eager::key`, which says what it holds), and the
+//! buffers its program reads, from the shim's argument records.
 
 use pyo3::prelude::*;
+use torchtpu_eager::key::{Key, KeyWriter, TensorKey};
 
 use super::defer::Pending;
 use super::slot::Slot;
@@ -69,7 +64,7 @@ pub struct Written<'a, 'py> {
 }
 
 pub struct Flat<'a, 'py> {
-    pub key: Vec<i64>,
+    pub key: Key,
     pub leaves: Vec<Leaf<'py>>,
     /// The slot and sizes of each tpu leaf tensor, in order (an in-place op's targets lead).
     pub tensors: Vec<Written<'a, 'py>>,
@@ -80,62 +75,53 @@ pub struct Flat<'a, 'py> {
     pub device: Option<usize>,
 }
 
-const NONE: i64 = 0;
-const TENSOR: i64 = 1;
-const CPU: i64 = 2;
-const INT: i64 = 3;
-const BOOL: i64 = 4;
-const FLOAT: i64 = 5;
-const ENUM: i64 = 6;
-const LIST: i64 = 7;
-const OUT: i64 = 8;
-const STR: i64 = 9;
-
 /// The key and leaves of a call, or None where the native path does not take it: an argument it
 /// does not model (a string, a CPU tensor that is not 0-d), a tpu tensor whose data is not a
 /// computed device buffer (a dtype view, DeferAndFuse's pending value unless `recording`), tensors on two devices. The Python path then runs the op and says what is
 /// wrong, if anything.
 pub fn flatten<'a, 'py>(op: u64, checks: bool, recording: bool, args: &'a [Arg<'a, 'py>]) -> Option<Flat<'a, 'py>> {
-    let mut key = Vec::with_capacity(8 + args.len() * 8);
-    key.push(op as i64);
-    key.push(checks as i64);
-    let mut flat =
-        Flat { key, leaves: Vec::new(), tensors: Vec::new(), outs: Vec::new(), floats: Vec::new(), device: None };
+    let mut key = KeyWriter::new(op, checks, args.len());
+    let mut flat = Flat {
+        key: Vec::new(),
+        leaves: Vec::new(),
+        tensors: Vec::new(),
+        outs: Vec::new(),
+        floats: Vec::new(),
+        device: None,
+    };
     for arg in args {
         match arg {
-            Arg::None => flat.key.push(NONE),
-            Arg::Tensor(t) => tensor(t, recording, &mut flat)?,
+            Arg::None => key.none(),
+            Arg::Tensor(t) => tensor(t, recording, &mut key, &mut flat)?,
             Arg::CpuScalar { dtype, wrapped, value } => {
-                flat.key.extend([CPU, *dtype as i64, *wrapped as i64]);
+                key.cpu_scalar(*dtype, *wrapped);
                 flat.leaves.push(Leaf::Cpu(match value {
                     Scalar::Int(v) => Scalar::Int(*v),
                     Scalar::Float(v) => Scalar::Float(*v),
                 }));
             }
-            Arg::Int(v) => flat.key.extend([INT, *v]),
-            Arg::Bool(v) => flat.key.extend([BOOL, *v as i64]),
+            Arg::Int(v) => key.int(*v),
+            Arg::Bool(v) => key.bool(*v),
             Arg::Float(v) => {
-                flat.key.push(FLOAT);
+                key.float();
                 flat.floats.push(*v);
             }
-            Arg::Enum(v) => flat.key.extend([ENUM, *v]),
-            Arg::List(n) => flat.key.extend([LIST, *n]),
-            Arg::Str(bytes) => {
-                // The bytes themselves, eight to a key element: no two strings share a key.
-                flat.key.extend([STR, bytes.len() as i64]);
-                flat.key.extend(bytes.chunks(8).map(|c| {
-                    let mut word = [0u8; 8];
-                    word[..c.len()].copy_from_slice(c);
-                    i64::from_le_bytes(word)
-                }));
-            }
+            Arg::Enum(v) => key.enumeration(*v),
+            Arg::List(n) => key.list(*n),
+            Arg::Str(bytes) => key.string(bytes),
             Arg::Other => return None,
         }
     }
+    flat.key = key.finish();
     Some(flat)
 }
 
-fn tensor<'a, 'py>(t: &'a TensorArg<'a, 'py>, recording: bool, flat: &mut Flat<'a, 'py>) -> Option<()> {
+fn tensor<'a, 'py>(
+    t: &'a TensorArg<'a, 'py>,
+    recording: bool,
+    key: &mut KeyWriter,
+    flat: &mut Flat<'a, 'py>,
+) -> Option<()> {
     let slot = t.slot.as_ref()?;
     let s = slot.borrow();
     if s.code != t.dtype || s.device as usize != t.device {
@@ -145,12 +131,17 @@ fn tensor<'a, 'py>(t: &'a TensorArg<'a, 'py>, recording: bool, flat: &mut Flat<'
         Some(d) if d != t.device => return None,
         _ => flat.device = Some(t.device),
     }
-    let key = &mut flat.key;
-    key.extend([if t.out { OUT } else { TENSOR }, t.dtype as i64, t.sizes.len() as i64]);
-    key.extend_from_slice(t.sizes);
-    key.extend_from_slice(t.strides);
-    key.extend([t.offset, t.conj as i64 | (t.neg as i64) << 1, s.numel, s.shape.len() as i64]);
-    key.extend_from_slice(&s.shape);
+    key.tensor(&TensorKey {
+        dtype: t.dtype,
+        sizes: t.sizes,
+        strides: t.strides,
+        offset: t.offset,
+        conj: t.conj,
+        neg: t.neg,
+        out: t.out,
+        storage_numel: s.numel,
+        storage_shape: &s.shape,
+    });
     let written = Written { slot: slot.clone(), sizes: t.sizes };
     if t.out {
         flat.outs.push(written);

@@ -1,4 +1,7 @@
-//! The eager `tpu` device's per-op path in Rust (docs/eager.md, "How an op runs").
+//! The eager `tpu` device's per-op path: its Python side (docs/eager.md, "How an op runs"). What
+//! needs no Python (the program key, the recipe cache, the calls waiting for a recipe, the
+//! per-thread mode, the region key) is the `torchtpu_eager` crate, with its tests; this module
+//! marshals the shim's records and the Python path's objects for it and launches what it keeps.
 //!
 //! The dispatcher shim (`python/torchtpu/csrc/dispatch.cpp`) hands every non-view op that reaches
 //! the tpu device here as argument records. `key` builds its program key and leaves; `cache`
@@ -16,13 +19,12 @@ mod key;
 mod path;
 mod slot;
 
-use std::sync::atomic::Ordering;
-
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use torchtpu_eager::mode;
 use torchtpu_engine::DType;
 
-pub use slot::Slot;
+pub use slot::{scalar_type_code, Slot};
 
 use crate::device::DeviceBuffer;
 use crate::{py_error, Program};
@@ -145,14 +147,14 @@ fn writes(results: Bound<'_, PyAny>) -> PyResult<Vec<Write>> {
 /// Forgets every recipe and uploaded scalar (`torchtpu.device._programs.clear`).
 #[pyfunction]
 fn eager_native_clear() {
-    cache::with(|c| c.map.clear());
+    cache::with(|c| c.clear());
     path::clear_scalars();
 }
 
 /// Whether index checks are on for the programs built from now on (part of the key).
 #[pyfunction]
 fn eager_native_checks(on: bool) {
-    path::CHECKS.store(on, Ordering::Relaxed);
+    mode::set_checks(on);
 }
 
 /// Whether the calling thread's mode is DeferAndFuse (cached ops are recorded natively while
@@ -161,9 +163,9 @@ fn eager_native_checks(on: bool) {
 #[pyo3(signature = (on, default = false))]
 fn eager_native_defer(on: bool, default: bool) {
     if default {
-        path::DEFER_DEFAULT.store(on, Ordering::Relaxed);
+        mode::set_defer_default(on);
     } else {
-        path::DEFER_HERE.with(|d| d.set(Some(on)));
+        mode::set_defer(on);
     }
 }
 
@@ -206,17 +208,15 @@ fn eager_native_wait(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 fn eager_native_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
-    cache::with(|c| -> PyResult<()> {
-        d.set_item("hits", c.hits)?;
-        d.set_item("misses", c.misses)?;
-        d.set_item("learnt", c.learnt)?;
-        d.set_item("python", c.python)?;
-        d.set_item("keys", c.map.len())?;
-        d.set_item("resets", c.resets)?;
-        d.set_item("donated", c.donated)?;
-        d.set_item("limit", cache::LIMIT)?;
-        Ok(())
-    })?;
+    let (counters, keys, limit) = cache::with(|c| (c.counters, c.len(), c.limit()));
+    d.set_item("hits", counters.hits)?;
+    d.set_item("misses", counters.misses)?;
+    d.set_item("learnt", counters.learnt)?;
+    d.set_item("python", counters.python)?;
+    d.set_item("keys", keys)?;
+    d.set_item("resets", counters.resets)?;
+    d.set_item("donated", counters.donated)?;
+    d.set_item("limit", limit)?;
     Ok(d)
 }
 

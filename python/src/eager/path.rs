@@ -3,15 +3,20 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
 use torchtpu_engine::DType;
 use torchtpu_runtime::Buffer;
 
-use super::cache::{self, Entry, Lookup, OutType, Pending, Recipe, Results, Source, Write, PENDING};
+use torchtpu_eager::cache::Found;
+use torchtpu_eager::calls::{self, Missed};
+use torchtpu_eager::layout::contiguous;
+use torchtpu_eager::mode;
+
+use super::cache::{self, OutType, Recipe, Results, Source, Write};
 use super::defer::{self, Recorded};
 use super::key::{self, Arg, Flat, Leaf, Scalar, Written};
 use super::slot::Slot;
@@ -19,54 +24,29 @@ use super::{Answer, Made};
 use crate::device::DeviceBuffer;
 use crate::{default_engine, engine_error};
 
-/// Whether the programs being built check their indices (`_programs.use_checks`): part of the
-/// key, as the Python path keeps programs per setting.
-pub static CHECKS: AtomicBool = AtomicBool::new(true);
-
-/// Whether the mode is DeferAndFuse (`_native.set_mode`), per thread as the mode is; a thread
-/// that never set its mode has the default's. Then a cached op is recorded, not run, while the
-/// thread's `state.active` says ops are recorded.
-pub static DEFER_DEFAULT: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    pub static DEFER_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-fn defer_mode() -> bool {
-    DEFER_HERE.with(|d| d.get()).unwrap_or_else(|| DEFER_DEFAULT.load(Ordering::Relaxed))
-}
-
 pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyResult<Answer> {
-    let recording = defer_mode() && defer::recording(py)?;
-    let Some(flat) = key::flatten(op, CHECKS.load(Ordering::Relaxed), recording, args) else {
+    let recording = mode::defer() && defer::recording(py)?;
+    let Some(flat) = key::flatten(op, mode::checks(), recording, args) else {
         return Ok(Answer::Skip);
     };
     if flat.device.is_none() {
         return Ok(Answer::Skip); // no tpu tensor to say where it runs: factories stay in Python
     }
     let float_bits: Vec<u64> = flat.floats.iter().map(|f| f.to_bits()).collect();
-    let (recipe, baked) = match cache::lookup(&flat.key) {
-        Some(Lookup::Run(r)) => (Some(r), false),
-        Some(Lookup::Python) => return Ok(Answer::Skip),
-        Some(Lookup::Baked) => match cache::lookup(&cache::with_values(&flat.key, &float_bits)) {
-            Some(Lookup::Run(r)) => (Some(r), true),
-            Some(Lookup::Python) => return Ok(Answer::Skip),
-            _ => (None, true),
-        },
-        None => (None, false),
-    };
-    let Some(recipe) = recipe else {
-        cache::with(|c| c.misses += 1);
-        let pending = Pending {
-            key: flat.key,
-            baked,
-            name: name.to_string_lossy().into_owned(),
-            n_leaves: flat.leaves.len(),
-            float_bits,
-            learnt: false,
-        };
-        PENDING.with(|p| p.borrow_mut().push(pending));
-        return Ok(Answer::Miss);
+    let recipe = match cache::with(|c| c.find(&flat.key, &float_bits)) {
+        Found::Run { recipe, .. } => recipe,
+        Found::Python => return Ok(Answer::Skip),
+        Found::Miss { baked } => {
+            cache::with(|c| c.counters.misses += 1);
+            calls::missed(Missed {
+                key: flat.key,
+                baked,
+                name: name.to_string_lossy().into_owned(),
+                n_leaves: flat.leaves.len(),
+                float_bits,
+            });
+            return Ok(Answer::Miss);
+        }
     };
     let mut flat = flat;
     if !give_zeros(py, &mut flat, recording)? {
@@ -74,7 +54,7 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
     }
     let made = if recording { record_op(py, &recipe, &flat)? } else { launch(py, &recipe, &flat)? };
     if made.is_some() {
-        cache::with(|c| c.hits += 1);
+        cache::with(|c| c.counters.hits += 1);
     }
     Ok(made.map_or(Answer::Skip, Answer::Hit))
 }
@@ -121,7 +101,7 @@ pub fn zeros<'py>(
     shape: &[i64],
     device: usize,
 ) -> PyResult<Option<Bound<'py, DeviceBuffer>>> {
-    let Some(dtype) = dtype_of_code(code) else { return Ok(None) };
+    let Some(dtype) = crate::dtypes::of_scalar_type(py, code)? else { return Ok(None) };
     let bytes = shape.iter().product::<i64>().max(0) as usize * dtype.size_bytes();
     if bytes > ZEROS_MAX_BYTES {
         return Ok(None);
@@ -135,35 +115,10 @@ pub fn zeros<'py>(
 /// Zeros up to this size are uploaded (a larger unwritten tensor gets the zeros program's output).
 pub const ZEROS_MAX_BYTES: usize = 4096;
 
-/// The IR dtype of PyTorch's `c10::ScalarType` code.
-fn dtype_of_code(code: i32) -> Option<DType> {
-    Some(match code {
-        0 => DType::U8,
-        1 => DType::I8,
-        2 => DType::I16,
-        3 => DType::I32,
-        4 => DType::I64,
-        5 => DType::F16,
-        6 => DType::F32,
-        7 => DType::F64,
-        9 => DType::C64,
-        10 => DType::C128,
-        11 => DType::Bool,
-        15 => DType::BF16,
-        _ => return None,
-    })
-}
-
-/// Ends the innermost pending call: a key the Python path gave no recipe for is its from now on.
+/// Ends this thread's innermost call that missed: a key the Python path gave no recipe for is
+/// its from now on.
 pub fn done() {
-    if let Some(top) = PENDING.with(|p| p.borrow_mut().pop()) {
-        if !top.learnt {
-            // A baked op's other values keep their recipes: only these values are Python's.
-            let key = if top.baked { cache::with_values(&top.key, &top.float_bits) } else { top.key };
-            cache::insert(key, Entry::Python);
-            cache::with(|c| c.python += 1);
-        }
-    }
+    cache::with(calls::done);
 }
 
 /// `dst.copy_(src)` where it is only a buffer's reuse (buffers are immutable): both tpu tensors
@@ -207,40 +162,12 @@ pub fn copy(py: Python<'_>, dst: &Arg<'_, '_>, src: &Arg<'_, '_>) -> bool {
     true
 }
 
-/// Whether `strides` are row-major for `sizes` (PyTorch's rule: size-1 dims may have any stride).
-fn contiguous(sizes: &[i64], strides: &[i64]) -> bool {
-    let mut expected = 1;
-    for (&n, &s) in sizes.iter().zip(strides).rev() {
-        if n != 1 && s != expected {
-            return false;
-        }
-        expected *= n.max(1);
-    }
-    true
-}
-
 /// Binds `recipe` (how the Python path just ran the call of `name`; `baked`: its floats are
 /// attributes, kept per value) to the pending key of that call, if it is the innermost pending
 /// one and its leaves are the ones the recipe reads. Returns whether it did.
 pub fn learn(name: &str, recipe: Recipe, baked: bool) -> bool {
-    PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        let Some(top) = p.last_mut() else { return false };
-        let floats_match = if baked { recipe.n_floats == 0 } else { recipe.n_floats == top.float_bits.len() };
-        if top.learnt || top.name != name || top.n_leaves != recipe.leaf_dtypes.len() || !floats_match {
-            return false;
-        }
-        top.learnt = true;
-        let recipe = Entry::Run(Arc::new(recipe));
-        if baked {
-            cache::insert(top.key.clone(), Entry::Baked);
-            cache::insert(cache::with_values(&top.key, &top.float_bits), recipe);
-        } else {
-            cache::insert(top.key.clone(), recipe);
-        }
-        cache::with(|c| c.learnt += 1);
-        true
-    })
+    let (n_leaves, n_floats) = (recipe.leaf_dtypes.len(), recipe.n_floats);
+    cache::with(|c| calls::learn(c, name, n_leaves, n_floats, baked, recipe))
 }
 
 /// Runs `recipe` on the call's leaves; None where this call cannot (a constant on another
@@ -286,7 +213,7 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
         .collect();
     let buffers = execute_donating(py, &program.get().compiled, &inputs, &donate, &donated, device)?;
     if !donated.is_empty() {
-        cache::with(|c| c.donated += donated.len() as u64);
+        cache::with(|c| c.counters.donated += donated.len() as u64);
     }
     let outs = take_flag(py, recipe, buffers.into_iter().map(Bound::into_any).collect())?;
     // The leaves are the program's: the writes' donation counts only what holds a buffer after.
@@ -499,7 +426,7 @@ fn write(
             // it can be: the view's write costs the view, not a copy of the storage.
             if donatable(&base, 1, flat) && !base.is(&result) {
                 let program = scatter.donating(py)?;
-                cache::with(|c| c.donated += 1);
+                cache::with(|c| c.counters.donated += 1);
                 execute_donating(py, &program.get().compiled, &inputs, &[0], &[base.get()], device)?.remove(0)
             } else {
                 execute(py, &scatter.program.get().compiled, &inputs, device)?.remove(0)

@@ -1,0 +1,21 @@
+//! The eager `tpu` device's per-op runtime, the part that needs no Python (docs/eager.md, "How
+//! an op runs").
+//!
+//! The extension (`python/src/eager/`) turns the dispatcher shim's argument records and the
+//! Python path's objects into what this crate decides on, and launches what it decides:
+//! - `key`: an op call's program key, written from its arguments' descriptions;
+//! - `cache`: per key, a recipe (generic: the extension's holds Python objects), or the word
+//!   that the key bakes its floats or is the Python path's; bounded, with its counters;
+//! - `calls`: per thread, the calls that missed and run in Python now, and how a recipe the
+//!   Python path gives back is bound to one of them (or the key becomes Python's);
+//! - `mode`: the per-thread DeferAndFuse switch and whether index checks are on;
+//! - `region`: DeferAndFuse's region key (its recorded programs, live values and dead
+//!   externals) and its name in explain records;
+//! - `layout`: PyTorch's contiguity rule, which decides whether a copy is a buffer's reuse.
+
+pub mod cache;
+pub mod calls;
+pub mod key;
+pub mod layout;
+pub mod mode;
+pub mod region;
