@@ -8,7 +8,8 @@
 //!   that the key bakes its floats or is the Python path's; bounded, with its counters;
 //! - `calls`: per thread, the calls that missed and run in Python now, and how a recipe the
 //!   Python path gives back is bound to one of them (or the key becomes Python's);
-//! - `mode`: the per-thread DeferAndFuse switch and whether index checks are on;
+//! - `mode`: the eager mode, per thread (its one copy: the shim and Python read it here), and
+//!   whether index checks are on;
 //! - `region`: DeferAndFuse's region key (its recorded programs, live values and dead
 //!   externals) and its name in explain records;
 //! - `layout`: PyTorch's contiguity rule, which decides whether a copy is a buffer's reuse.

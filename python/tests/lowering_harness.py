@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from torchtpu import _C
-from torchtpu.compiled.exporter import IR_DTYPES, TORCH_DTYPES, attr_text, tensor_type  # the exporter's own IR writers
+from torchtpu.compiled.exporter import attr_text, tensor_type  # the exporter's own IR writers
+from torchtpu.ir_text import IR_DTYPES, TORCH_DTYPES, GraphWriter
 
 
 def to_wire(t: torch.Tensor):
@@ -30,19 +31,16 @@ def from_wire(w) -> torch.Tensor:
 def run_op(op: str, inputs: list[torch.Tensor], attrs: dict, expected) -> list[torch.Tensor]:
     """Builds a one-node graph `op(inputs) {attrs}` typed like `expected`, runs it."""
     outs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    params = ", ".join(f"%a{i}: {tensor_type(t)}" for i, t in enumerate(inputs))
-    operands = ", ".join(f"%a{i}" for i in range(len(inputs)))
-    attr_part = ""
-    if attrs:
-        attr_part = " {" + ", ".join(f"{k} = {attr_text(v)}" for k, v in sorted(attrs.items())) + "}"
-    types = ", ".join(tensor_type(o) for o in outs)
+    w = GraphWriter("case")
+    operands = [w.param(tensor_type(t)) for t in inputs]
+    attr_pairs = [(k, attr_text(v)) for k, v in sorted(attrs.items())]
+    types = [tensor_type(o) for o in outs]
     if len(outs) == 1:
-        node = f"  %r = {op}({operands}){attr_part} : {types}\n"
-        ret = "%r"
+        rets = [w.op(op, operands, attr_pairs, types[0])]
     else:
-        node = f"  %r:{len(outs)} = {op}({operands}){attr_part} : ({types})\n"
-        ret = ", ".join(f"%r#{i}" for i in range(len(outs)))
-    ir = f"graph @case({params}) -> ({types}) {{\n{node}  return {ret}\n}}\n"
+        r = w.op(op, operands, attr_pairs, types)
+        rets = [w.result(r, i) for i in range(len(outs))]
+    ir = w.text(rets, types)
     # No passes: the op under test must reach the lowering as written.
     wires = _C.run_ir(ir, [to_wire(t) for t in inputs], "")
     return [from_wire(w) for w in wires]

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
+
+import torch
 
 import torchtpu.device
 
@@ -119,3 +122,51 @@ def test_leaves_import_no_device_module():
         assert edges[leaf] == set(), (leaf, edges[leaf])
     for module, allowed in ALLOWED_BELOW.items():
         assert edges[module] <= allowed, (module, edges[module])
+
+
+def _string_parts(tree: ast.AST):
+    """Every string literal of a module (f-strings' literal parts included), docstrings left out."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+# A graph's header (`graph @name(`) or an op line's left-hand side (`%v1 = `, `%v1:2 = `).
+_IR_TEXT = re.compile(r"^\s*graph @|%\w+(:\d+)? = ")
+
+
+def test_the_ir_text_has_one_writer():
+    """Every program Python hands the compiler is written by `torchtpu/ir_text.py`; no other
+    module writes a graph header or an op line of its own."""
+    writers = [
+        f"{path.relative_to(ROOT.parent)}:{line}"
+        for path in sorted(ROOT.rglob("*.py"))
+        if path.name != "ir_text.py"
+        for line, text in _string_parts(ast.parse(path.read_text()))
+        if _IR_TEXT.search(text)
+    ]
+    assert writers == [], f"IR text written outside ir_text.py: {writers}"
+
+
+def test_the_writer_writes_what_the_compiler_parses():
+    from torchtpu import canonical_ir
+    from torchtpu.ir_text import GraphWriter, group_attrs, mesh_text, sharding_text, string_text, type_text
+
+    w = GraphWriter("g")
+    x = w.param(type_text(torch.float32, [4, 2]))
+    w.declare_mesh(mesh_text([("dp", 2)]))
+    s = w.op("tpu.sharding_constraint", [x], (), "f32[4, 2]", annotation=sharding_text([("dp",), ()]), comment="c")
+    g = w.op("aten.gelu.default", [s], [("approximate", string_text("tanh"))], "f32[4, 2]")
+    r = w.op("c10d.all_reduce", [g], [*group_attrs(1), ("reduce_op", string_text("sum"))], "f32[4, 2]")
+    m = w.op("aten.max.dim", [r], [("dim", "1")], ["f32[4]", "i64[4]"])
+    text = w.text([w.result(m, 0), w.result(m, 1)], ["f32[4]", "i64[4]"])
+    assert w.first_op_line() == 3  # header, mesh, then the ops
+    printed = canonical_ir(text)
+    for part in ("aten.gelu.default", "c10d.all_reduce", "aten.max.dim", 'sharding<[{"dp"}, {}]>'):
+        assert part in printed, (part, printed)

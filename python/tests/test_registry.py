@@ -65,7 +65,7 @@ def test_check_lowerable_names_line_op_and_reason():
 def test_the_dtype_table_is_the_irs_own():
     """`IR_DTYPES` is read from the IR's list (`_C.ir_dtypes`, Rust's `DType::ALL`), not kept
     beside it: each IR dtype once, each a torch dtype a tensor can have, in both directions."""
-    from torchtpu.compiled.exporter import IR_DTYPES, TORCH_DTYPES
+    from torchtpu.ir_text import IR_DTYPES, TORCH_DTYPES
 
     names = [name for name, _ in _C.ir_dtypes()]
     assert len(set(names)) == len(names) == 12

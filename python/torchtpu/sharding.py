@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from torchtpu import _C
+from torchtpu import _C, ir_text
 from torchtpu.errors import ShardingError
 
 # Set once any Mesh exists: the executor looks for shardings only then, so programs of a
@@ -107,7 +107,7 @@ class Mesh:
 
     def text(self) -> str:
         """The IR's mesh declaration: `mesh<["dp"=2, "tp"=2]>`."""
-        return "mesh<[" + ", ".join(f'"{a}"={n}' for a, n in self._axes) + "]>"
+        return ir_text.mesh_text(self._axes)
 
     def __eq__(self, other):
         return isinstance(other, Mesh) and self._axes == other._axes
@@ -188,7 +188,7 @@ class ShardSpec:
 
     def ir_text(self) -> str:
         """`sharding<[{"dp", "tp"}, {}]>`, the IR's sharding after a type."""
-        return "sharding<[" + ", ".join("{" + ", ".join(f'"{a}"' for a in axes) + "}" for axes in self.dims) + "]>"
+        return ir_text.sharding_text(self.dims)
 
     def encode(self) -> str:
         """The custom op's string argument: mesh `|` dims, e.g. `dp=2,tp=2|dp+tp,_`."""

@@ -14,7 +14,7 @@ use super::key::{Arg, Scalar, TensorArg};
 use super::slot::Slot;
 use super::{path, Answer};
 
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 
 const TAG_NONE: i32 = 0;
 const TAG_TENSOR: i32 = 1;
@@ -69,9 +69,10 @@ pub struct NativeApi {
     done: unsafe extern "C" fn(),
     new_slot: unsafe extern "C" fn(i32, *mut PyObject, *const i64, usize, i32) -> *mut PyObject,
     copy: unsafe extern "C" fn(*const ArgRecord, *const ArgRecord) -> i32,
+    takes_native: extern "C" fn() -> i32,
 }
 
-static API: NativeApi = NativeApi { version: VERSION, call, done, new_slot, copy };
+static API: NativeApi = NativeApi { version: VERSION, call, done, new_slot, copy, takes_native };
 
 /// # Safety
 /// Called with the GIL held, on two valid records.
@@ -167,6 +168,12 @@ unsafe extern "C" fn call(
 
 unsafe extern "C" fn done() {
     path::done();
+}
+
+/// Whether the calling thread's mode takes the native path (`torchtpu_eager::mode`: the shim
+/// keeps no copy of the mode).
+extern "C" fn takes_native() -> i32 {
+    torchtpu_eager::mode::current().takes_native() as i32
 }
 
 /// # Safety

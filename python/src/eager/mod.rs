@@ -21,7 +21,7 @@ mod slot;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use torchtpu_eager::mode;
+use torchtpu_eager::mode::{self, Mode};
 use torchtpu_engine::DType;
 
 pub use slot::{scalar_type_code, Slot};
@@ -157,16 +157,35 @@ fn eager_native_checks(on: bool) {
     mode::set_checks(on);
 }
 
-/// Whether the calling thread's mode is DeferAndFuse (cached ops are recorded natively while
-/// its `state.active`), or with `default`, the mode of threads that never set theirs.
+/// Sets the calling thread's mode to the one named `name` (`torchtpu_eager::mode`, its one copy),
+/// or with `default`, the mode of threads that never set theirs.
 #[pyfunction]
-#[pyo3(signature = (on, default = false))]
-fn eager_native_defer(on: bool, default: bool) {
+#[pyo3(signature = (name, default = false))]
+fn eager_set_mode(name: &str, default: bool) -> PyResult<()> {
+    let Some(m) = Mode::from_name(name) else {
+        let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "unknown eager mode {name:?}: expected one of {names:?}"
+        )));
+    };
     if default {
-        mode::set_defer_default(on);
+        mode::set_default(m);
     } else {
-        mode::set_defer(on);
+        mode::set(m);
     }
+    Ok(())
+}
+
+/// The calling thread's mode's name.
+#[pyfunction]
+fn eager_mode() -> &'static str {
+    mode::current().name()
+}
+
+/// Every mode's name, the default's first.
+#[pyfunction]
+fn eager_modes() -> Vec<&'static str> {
+    Mode::ALL.iter().map(|m| m.name()).collect()
 }
 
 /// The 0-d buffer of `value` as IR dtype `dtype` on tpu:`device`, from the cache both paths
@@ -232,7 +251,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cut::defer_keep, m)?)?;
     m.add_function(wrap_pyfunction!(cut::defer_forget, m)?)?;
     m.add_function(wrap_pyfunction!(cut::defer_key_id, m)?)?;
-    m.add_function(wrap_pyfunction!(eager_native_defer, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_set_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_modes, m)?)?;
     m.add_function(wrap_pyfunction!(eager_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(eager_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_api, m)?)?;

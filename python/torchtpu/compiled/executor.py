@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 
 import torch
@@ -14,8 +13,9 @@ import torch
 from torchtpu import _C, _stats, policy
 from torchtpu import host_kernels as _host_kernels
 from torchtpu import sharding as _sharding
-from torchtpu.compiled.exporter import TORCH_DTYPES, Exported
+from torchtpu.compiled.exporter import Exported
 from torchtpu.errors import CompileError, ExecutionError, InputError, InternalError, OptionsError, ShardingError
+from torchtpu.ir_text import TORCH_DTYPES, signature
 from torchtpu.options import Options
 
 log = logging.getLogger("torchtpu")
@@ -513,13 +513,6 @@ _from_dlpack = torch._C._from_dlpack
 
 
 def _signature_shapes(ir_text: str) -> tuple[list[tuple], list[tuple]]:
-    """The input and output shapes of an IR graph's signature
-    (`graph @g(%in0: f32[8, 16]) -> (f32[8, 16], i64[]) {`)."""
-    header = ir_text.split("\n", 1)[0]
-    inputs, _, outputs = header.rpartition(") -> (")
-
-    def shapes(text: str) -> list[tuple]:
-        found = re.findall(r"\b(?:f16|bf16|f32|f64|i8|i16|i32|i64|u8|bool|c64|c128)\[([^\]]*)\]", text)
-        return [tuple(int(d) if d.isdigit() else d for d in shape.split(", ") if d) for shape in found]
-
-    return shapes(inputs), shapes(outputs)
+    """The input and output shapes of an IR graph's signature."""
+    ins, outs = signature(ir_text)
+    return [tuple(dims) for _, dims in ins], [tuple(dims) for _, dims in outs]

@@ -18,14 +18,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchtpu import _C, index_checks
+from torchtpu import index_checks, ir_text
 from torchtpu.errors import OpArgumentError, UnsupportedError
+from torchtpu.ir_text import IR_DTYPES, GraphWriter, string_text, type_text, value_text
 from torchtpu.op_names import base_name, op_name  # noqa: F401  (re-exported: callers name them here)
-
-# torch dtype -> its name in the IR's text, read from the IR's own list (`_C.ir_dtypes`, from
-# Rust's `DType::ALL`): every dtype the IR has, and no other.
-IR_DTYPES = {getattr(torch, attr): name for name, attr in _C.ir_dtypes()}
-TORCH_DTYPES = {v: k for k, v in IR_DTYPES.items()}
 
 
 class Unsupported(UnsupportedError):
@@ -104,50 +100,12 @@ def tensor_type(t, binding=None) -> str:
     for d in binding.shape(t) if binding is not None else t.shape:
         if not isinstance(d, int):
             raise Unsupported("symbolic shapes reach the exporter only after specialisation", ["<dynamic shape>"])
-        dims.append(str(d))
-    return f"{IR_DTYPES[t.dtype]}[{', '.join(dims)}]"
-
-
-def _float(v: float) -> str:
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    r = repr(float(v))
-    return r if ("." in r or "e" in r or "n" in r) else r + ".0"
-
-
-def _string(s: str) -> str:
-    out = ['"']
-    for c in s:
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\u{{{ord(c):x}}}")
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
+        dims.append(d)
+    return type_text(t.dtype, dims)
 
 
 def attr_text(v) -> str | None:
     """The IR text of a non-tensor argument, or None to leave it out (devices, layouts)."""
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return _float(v)
-    if isinstance(v, str):
-        return _string(v)
     if isinstance(v, torch.dtype):
         if v not in IR_DTYPES:
             raise Unsupported(f"dtype {v} is not supported")
@@ -155,16 +113,12 @@ def attr_text(v) -> str | None:
     if isinstance(v, (torch.device, torch.layout)):
         return None
     if isinstance(v, torch.memory_format):
-        return _string(str(v))
-    if isinstance(v, (list, tuple)):
-        if all(isinstance(x, bool) for x in v) and v:
-            return "[" + ", ".join(str(int(x)) for x in v) + "]"
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-            return "[" + ", ".join(str(x) for x in v) + "]"
-        if all(isinstance(x, (int, float)) for x in v):
-            return "[" + ", ".join(_float(float(x)) for x in v) + "]"
+        return string_text(str(v))
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise Unsupported("symbolic scalars reach the exporter only after specialisation", ["<dynamic shape>"])
+    text = value_text(v)
+    if text is not None:
+        return text
     if isinstance(v, complex):
         raise Unsupported("complex scalar arguments are not supported")
     raise Unsupported(f"argument of type {type(v).__name__} is not supported")
@@ -214,19 +168,13 @@ class _Writer:
         self.scalars: dict[torch.fx.Node, object] = {}  # size nodes -> their value
         self.values: dict[torch.fx.Node, str] = {}  # fx node -> IR value (or None: not a tensor)
         self.multi: dict[torch.fx.Node, int] = {}  # fx node -> number of IR results
-        self.lines: list[str] = []
-        self.params: list[str] = []
+        self.out = GraphWriter(name)
         self.inputs: list[InputSpec] = []
         self.arg_index: dict[torch.fx.Node, int] = {}  # placeholder -> positional input index
         self.ops: list[str] = []
         self.line_nodes: list[torch.fx.Node] = []  # the FX node of each entry of `lines`
         self.mesh = None  # the one mesh of the graph's sharding constraints
         self.group = None  # the one in-process group of the graph's collectives (`collectives.py`)
-        self.counter = 0
-
-    def fresh(self) -> str:
-        self.counter += 1
-        return f"%v{self.counter}"
 
     def ref(self, n) -> str:
         if not isinstance(n, torch.fx.Node):
@@ -262,8 +210,7 @@ class _Writer:
         return True
 
     def add_input(self, val, spec: InputSpec) -> str:
-        name = f"%in{len(self.params)}"
-        self.params.append(f"{name}: {tensor_type(val, self.binding)}")
+        name = self.out.param(tensor_type(val, self.binding))
         self.inputs.append(spec)
         return name
 
@@ -385,18 +332,9 @@ class _Writer:
         is_multi = isinstance(val, (list, tuple))
         # Results that are None (optional outputs) still need a slot: give them a dummy type.
         types = [tensor_type(r, self.binding) if r is not None else "f32[0]" for r in results]
-        name = self.fresh()
-        attr_part = ""
-        if attrs:
-            attr_part = " {" + ", ".join(f"{k} = {v}" for k, v in sorted(attrs)) + "}"
         if is_multi:
-            lhs = f"{name}:{len(types)} = " if types else ""
-            ty = "(" + ", ".join(types) + ")"
             self.multi[node] = len(types)
-        else:
-            lhs = f"{name} = "
-            ty = types[0]
-        self.lines.append(f"  {lhs}{full}({', '.join(operands)}){attr_part} : {ty}  // {node.name}")
+        name = self.out.op(full, operands, sorted(attrs), types if is_multi else types[0], comment=node.name)
         self.line_nodes.append(node)
         self.values[node] = name
 
@@ -416,8 +354,7 @@ class _Writer:
             raise ShardingError(f"one graph uses two meshes: {self.mesh!r} and {s.mesh!r} (at {node.name})")
         self.mesh = s.mesh
         self.ops.append("tpu.sharding_constraint")
-        name = self.fresh()
-        self.lines.append(f"  {name} = tpu.sharding_constraint({self.ref(x)}) : {ty} {s.ir_text()}  // {node.name}")
+        name = self.out.op("tpu.sharding_constraint", [self.ref(x)], (), ty, annotation=s.ir_text(), comment=node.name)
         self.line_nodes.append(node)
         self.values[node] = name
 
@@ -438,25 +375,23 @@ class _Writer:
                 f"{base}: one graph with collectives of two groups ({self.group.name!r}, {group.name!r})", [base]
             )
         self.group = group
-        n = group.size
-        attrs = f"groups = [{', '.join(str(r) for r in range(n))}], group_size = {n}"
+        group_attrs = ir_text.group_attrs(group.size)
         a = node.args
         x = self.ref(a[0])
         ty = tensor_type(node.meta.get("val"), self.binding)
         op = base.split(".", 1)[1]
         if op == "all_reduce":
-            line = f'c10d.all_reduce({x}) {{{attrs}, reduce_op = "{a[1]}"}}'
+            line = ("c10d.all_reduce", [*group_attrs, ("reduce_op", string_text(a[1]))])
         elif op == "all_gather_into_tensor":
-            line = f"c10d.all_gather({x}) {{dim = 0, {attrs}}}"
+            line = ("c10d.all_gather", [("dim", "0"), *group_attrs])
         elif op == "reduce_scatter_tensor":
-            line = f'c10d.reduce_scatter({x}) {{dim = 0, {attrs}, reduce_op = "{a[1]}"}}'
+            line = ("c10d.reduce_scatter", [("dim", "0"), *group_attrs, ("reduce_op", string_text(a[1]))])
         elif op == "all_to_all_single":
-            line = f"c10d.all_to_all({x}) {{concat_dim = 0, {attrs}, split_dim = 0}}"
+            line = ("c10d.all_to_all", [("concat_dim", "0"), *group_attrs, ("split_dim", "0")])
         else:  # broadcast
-            line = f"c10d.broadcast({x}) {{{attrs}, src = {int(a[1])}}}"
+            line = ("c10d.broadcast", [*group_attrs, ("src", str(int(a[1])))])
         self.ops.append(base)
-        name = self.fresh()
-        self.lines.append(f"  {name} = {line} : {ty}  // {node.name}")
+        name = self.out.op(line[0], [x], line[1], ty, comment=node.name)
         self.line_nodes.append(node)
         self.values[node] = name
 
@@ -630,13 +565,11 @@ def export(gm: torch.fx.GraphModule, name: str = "graph", binding=None) -> Expor
             raise Unsupported(f"FX node kind {node.op} ({node.target}) is not supported", [str(node.target)])
     specs, refs, types, is_tuple = out
     # The IR declares `sym` lines (none are written here), then the mesh, then the nodes.
-    header = [f"  {w.mesh.text()}"] if w.mesh is not None else []
-    text = (
-        f"graph @{name}({', '.join(w.params)}) -> ({', '.join(types)}) {{\n"
-        + "".join(line + "\n" for line in header + w.lines)
-        + f"  return {', '.join(refs)}\n}}\n"
-    ).replace("return \n", "return\n")
-    nodes_by_line = {i + 2 + len(header): n for i, n in enumerate(w.line_nodes)}
+    if w.mesh is not None:
+        w.out.declare_mesh(w.mesh.text())
+    text = w.out.text(refs, types)
+    first = w.out.first_op_line()
+    nodes_by_line = {first + i: n for i, n in enumerate(w.line_nodes)}
     return Exported(text, w.inputs, specs, is_tuple, w.ops, nodes_by_line, w.mesh, w.group, _made_on(gm))
 
 

@@ -47,13 +47,9 @@ constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 
 const torchtpu::NativeApi* api = nullptr;  // set once the device code loads (`install`)
 PyObject* python_kernel = nullptr;          // `kernel(op, *args, **kwargs)`: the Python path
-// Whether the mode takes the native path (strict and DeferAndFuse, not debug): per thread, as
-// the mode is (`device/_state.py`); a thread that never set its mode has the default's.
-std::atomic<bool> native_default{false};
-thread_local int8_t native_here = -1;  // -1: the default
-
+// Whether the calling thread's mode takes the native path: Rust's answer (the mode's one copy).
 bool native_on() {
-  return native_here < 0 ? native_default.load(std::memory_order_relaxed) : native_here == 1;
+  return api != nullptr && api->takes_native() != 0;
 }
 std::atomic<uint64_t> native_ops{0};        // ops the native path ran (views included)
 
@@ -367,7 +363,7 @@ void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, 
     return;
   }
   pybind11::gil_scoped_acquire gil;
-  if (api != nullptr && native_on() && run_through_rust(op, shape, stack)) {
+  if (native_on() && run_through_rust(op, shape, stack)) {
     return;
   }
   call_python(op, stack);
@@ -504,8 +500,6 @@ void init_dispatch(pybind11::module& m) {
     capsule.inc_ref();  // the table lives as long as the extension: keep its capsule
     api = table;
   });
-  m.def("set_native", [](bool on) { native_here = on ? 1 : 0; });  // the calling thread's
-  m.def("set_native_default", [](bool on) { native_default.store(on); });
   m.def("native_ops", []() { return native_ops.load(); });
   m.def("tensor_slot", [](const at::Tensor& t) -> pybind11::object {
     if (!t.defined() || t.device().type() != kTpu || !t.has_storage()) {

@@ -11,7 +11,7 @@
 
 namespace torchtpu {
 
-constexpr uint32_t kNativeApiVersion = 4;
+constexpr uint32_t kNativeApiVersion = 5;
 
 enum ArgTag : int32_t {
   kArgNone = 0,
@@ -77,6 +77,9 @@ struct NativeApi {
   // `dst.copy_(src)` where it is only a buffer's reuse (tpu to tpu, one device, dtype and shape,
   // both whole): 1 done, 0 not such a copy (run the Python kernel), -1 a Python error (GIL held).
   int32_t (*copy)(const ArgRecord* dst, const ArgRecord* src);
+  // Whether the calling thread's mode takes the native path (strict and DeferAndFuse, not
+  // debug): 1 or 0. The mode is Rust's (`torchtpu_eager::mode`); the shim keeps no copy.
+  int32_t (*takes_native)();
 };
 
 }  // namespace torchtpu

@@ -11,8 +11,8 @@ import weakref
 import torch
 
 from torchtpu import _C
-from torchtpu.compiled.exporter import IR_DTYPES
 from torchtpu.device._guard import guard as _guard
+from torchtpu.ir_text import IR_DTYPES
 
 # The device data of one storage: `buffer` (None until first written) of `shape`, on
 # tpu:`device` (the storage's device: every buffer it ever holds lives there). A Rust object

@@ -29,7 +29,7 @@ import torch
 
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
-from torchtpu.compiled.exporter import IR_DTYPES, Unsupported
+from torchtpu.compiled.exporter import Unsupported
 from torchtpu.device import _defer, _modes, _native, _programs, _storage
 from torchtpu.device._frames import first_user_frame
 from torchtpu.device._guard import guard as _guard
@@ -41,6 +41,7 @@ from torchtpu.errors import (
     TorchTPUError,
     UnsupportedError,
 )
+from torchtpu.ir_text import IR_DTYPES
 
 aten = torch.ops.aten
 _DK = torch._C.DispatchKey

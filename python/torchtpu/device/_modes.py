@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from torchtpu import policy
-from torchtpu.device import _defer, _native, _programs, _state
+from torchtpu.device import _defer, _programs, _state
 from torchtpu.device._state import MODE_ENV, MODES  # noqa: F401  (re-exported)
 from torchtpu.index_checks import check_indices_default
 
@@ -41,8 +41,7 @@ class _State:
         # recorded. A thread in another mode than the default runs its backward passes itself:
         # autograd's device thread has the default mode.
         s = _state.state
-        s.mode = name
-        _native.set_mode(name)
+        s.mode = name  # Rust's copy, which the shim and the native path read
         if name != _state.DEFAULT_MODE or name == "defer_and_fuse":
             _state.keep_backward_on_this_thread(s)
         else:

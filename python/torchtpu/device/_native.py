@@ -7,7 +7,8 @@ not seen yet (a miss) and what it does not take run the Python path (`_dispatch.
 miss `_dispatch` tells Rust how the Python path ran the op (`_dispatch._teach_native`), so the
 next call with that key is native.
 
-Strict and DeferAndFuse modes take the native path for ops that compute (views in every mode):
+Strict and DeferAndFuse modes take the native path for ops that compute (views in every mode;
+the mode is Rust's, `torchtpu_eager::mode`, which the shim asks per op):
 in DeferAndFuse a cached op is recorded natively into the open region (`_C.Region`, the records
 `_defer.py` cuts and `_region.py` compiles). Debug mode's per-op checks stay in Python.
 """
@@ -15,26 +16,13 @@ in DeferAndFuse a cached op is recorded natively into the open region (`_C.Regio
 from __future__ import annotations
 
 from torchtpu import _C
-from torchtpu.device import _state
 from torchtpu.device._guard import guard as _guard
 
 
 def install() -> None:
-    """Hands the shim Rust's per-op path (at the first op, with the device code); threads that
-    never set their mode take the default's (`_state.DEFAULT_MODE`)."""
-    _guard.set_native_default(_takes_native(_state.DEFAULT_MODE))
-    _C.eager_native_defer(_state.DEFAULT_MODE == "defer_and_fuse", default=True)
+    """Hands the shim Rust's per-op path (at the first op, with the device code). Whether a
+    thread's ops take it is the thread's mode, which both read from Rust (`_state.py`)."""
     _guard.install_native(_C.eager_native_api())
-
-
-def _takes_native(mode: str) -> bool:
-    return mode in ("strict", "defer_and_fuse")
-
-
-def set_mode(mode: str) -> None:
-    """The calling thread's mode is `mode` (the shim's switch and Rust's are per thread)."""
-    _guard.set_native(_takes_native(mode))
-    _C.eager_native_defer(mode == "defer_and_fuse")
 
 
 def set_checks(on: bool) -> None:

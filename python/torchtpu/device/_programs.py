@@ -17,10 +17,11 @@ import time
 import torch
 
 from torchtpu import _C, _stats, index_checks
-from torchtpu.compiled.exporter import IR_DTYPES, TORCH_DTYPES, export
+from torchtpu.compiled.exporter import export
 from torchtpu.device import _ahead, _buffers, _checks, _defer, _native, _state
 from torchtpu.device._buffers import input_sources, mark_last, on_device  # noqa: F401  (used here and re-exported)
 from torchtpu.device._frames import first_user_frame
+from torchtpu.ir_text import IR_DTYPES, TORCH_DTYPES
 
 aten = torch.ops.aten
 

@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from torchtpu.compiled.exporter import IR_DTYPES
 from torchtpu.device import _checks, _programs, _storage
+from torchtpu.ir_text import GraphWriter, float_text, type_text
 
 aten = torch.ops.aten
 
@@ -80,22 +80,18 @@ def _program(kind: str, dtype, shape, attrs: dict):
     key = ("rng", kind, dtype, shape, tuple(sorted(attrs.items())))
     p = _programs._programs.get(key)
     if p is None:
-        ty = f"{IR_DTYPES[dtype]}[{', '.join(str(d) for d in shape)}]"
-        attr_text = ", ".join(f"{k} = {_attr(v)}" for k, v in sorted(attrs.items()))
-        text = (
-            f"graph @eager_rng_{kind}(%in0: i64[2]) -> (i64[2], {ty}) {{\n"
-            f"  %v1:2 = tpu.rng_{kind}(%in0) {{{attr_text}}} : (i64[2], {ty})\n"
-            f"  return %v1#0, %v1#1\n}}\n"
-        )
+        ty = type_text(dtype, shape)
+        w = GraphWriter(f"eager_rng_{kind}")
+        state = w.param("i64[2]")
+        attrs = [(k, _attr(v)) for k, v in sorted(attrs.items())]
+        drawn = w.op(f"tpu.rng_{kind}", [state], attrs, ["i64[2]", ty])
+        text = w.text([w.result(drawn, 0), w.result(drawn, 1)], ["i64[2]", ty])
         p = _programs.build_text(key, text, f"eager_rng_{kind}")
     return p
 
 
 def _attr(v) -> str:
-    if isinstance(v, float):
-        r = repr(v)
-        return r if ("." in r or "e" in r or "n" in r) else r + ".0"
-    return str(int(v))
+    return float_text(v) if isinstance(v, float) else str(int(v))
 
 
 def _check_no_generator(generator) -> None:

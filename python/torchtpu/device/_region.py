@@ -201,7 +201,8 @@ def _splice(r, live: tuple, order: list):
 
 
 def _program_text(program) -> str:
-    from torchtpu.compiled.exporter import IR_DTYPES, tensor_type
+    from torchtpu.compiled.exporter import tensor_type
+    from torchtpu.ir_text import IR_DTYPES
 
     types = [
         tensor_type(ph.meta["val"]) for ph in program.placeholders() if isinstance(ph.meta.get("val"), torch.Tensor)

@@ -1,5 +1,6 @@
-"""The eager device's per-thread state: each thread has its own mode and, in DeferAndFuse mode,
-its own open region, as PyTorch keeps grad mode and autocast per thread. A thread that never set
+"""The eager device's per-thread state: each thread has its own mode (kept in Rust, which the
+shim and the native path read: `mode` below) and, in DeferAndFuse mode, its own open region, as
+PyTorch keeps grad mode and autocast per thread. A thread that never set
 its mode takes the process default (TORCHTPU_EAGER_MODE, "strict" if unset). What stays
 process-wide: the program and region caches, index checks on or off (`_programs.use_checks`),
 the CPU-fallback policy's environment default, stats and `explain()`'s records.
@@ -16,8 +17,11 @@ import threading
 
 import torch
 
+from torchtpu import _C
+
 MODE_ENV = "TORCHTPU_EAGER_MODE"
-MODES = ("strict", "debug", "defer_and_fuse")
+# The modes' names, the default's first (`torchtpu_eager::mode::Mode`, their one list).
+MODES = tuple(_C.eager_modes())
 
 
 def _default_mode() -> str:
@@ -28,13 +32,14 @@ def _default_mode() -> str:
 
 
 DEFAULT_MODE = _default_mode()
+# Threads that never set their mode have this one (Rust keeps each thread's: `mode` below).
+_C.eager_set_mode(DEFAULT_MODE, default=True)
 
 
 class _ThreadState(threading.local):
     """One per thread, made at the thread's first access with the default mode's state."""
 
     def __init__(self):
-        self.mode = DEFAULT_MODE
         self.check_finite = False
         self.fallback_error = None  # None: follow TORCHTPU_FALLBACK
         # DeferAndFuse: whether the mode is defer_and_fuse; whether ops are recorded (the mode,
@@ -46,6 +51,16 @@ class _ThreadState(threading.local):
         self.multithreading = None
         if self.in_mode:
             keep_backward_on_this_thread(self)
+
+    @property
+    def mode(self) -> str:
+        """The calling thread's mode: Rust's copy, the only one (`torchtpu_eager::mode`), which
+        the shim asks per op and the native path reads (setting it here sets theirs)."""
+        return _C.eager_mode()
+
+    @mode.setter
+    def mode(self, name: str) -> None:
+        _C.eager_set_mode(name)
 
 
 def keep_backward_on_this_thread(s) -> None:

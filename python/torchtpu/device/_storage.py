@@ -35,13 +35,14 @@ import math
 
 import torch
 
-from torchtpu.compiled.exporter import IR_DTYPES, is_contiguous
+from torchtpu.compiled.exporter import is_contiguous
 from torchtpu.device import _checks, _defer, _programs
 
 # The slot helpers, uploads and the last execution's outputs live in the leaf `_buffers.py`.
 from torchtpu.device._buffers import Slot, slot_of, slot_of_storage, storage_slot, tensor_slot, upload  # noqa: E402,F401
 from torchtpu.device._defer import Pending
 from torchtpu.device._guard import guard as _guard
+from torchtpu.ir_text import IR_DTYPES
 
 
 def contiguous_strides(shape) -> tuple:

@@ -13,7 +13,6 @@ counted in `inprocess.STATS["host_fallbacks"]` by op: a slower route, never a wr
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -25,6 +24,16 @@ from torch._C._distributed_c10d import ReduceOp
 from torch.futures import Future
 
 from torchtpu.distributed._errors import CollectiveError, CollectiveMismatchError
+from torchtpu.ir_text import (
+    GraphWriter,
+    dims_text,
+    float_text,
+    group_attrs,
+    signature,
+    string_text,
+    type_text,
+    without_names,
+)
 
 RedOpType = ReduceOp.RedOpType
 _REDUCE_NAMES = {RedOpType.SUM: "sum", RedOpType.PRODUCT: "product", RedOpType.MIN: "min", RedOpType.MAX: "max"}
@@ -169,13 +178,7 @@ def _writer(outputs: list, keep: bool = True):
 
 
 def _ty(t) -> str:
-    from torchtpu.compiled.exporter import IR_DTYPES
-
-    return f"{IR_DTYPES[t.dtype]}[{', '.join(str(d) for d in t.shape)}]"
-
-
-def _dims(shape) -> str:
-    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+    return type_text(t.dtype, t.shape)
 
 
 class InProcessTransport:
@@ -289,14 +292,16 @@ class InProcessTransport:
     def _shapes(ts) -> tuple:
         return tuple((str(t.dtype), tuple(t.shape)) for t in ts)
 
-    @staticmethod
-    def _graph(name: str, inputs: list, lines: list[str], outputs: list[str], out_types: list[str]) -> str:
-        params = ", ".join(f"%a{i}: {_ty(t)}" for i, t in enumerate(inputs))
-        body = "\n".join(f"  {line}" for line in lines)
-        return f"graph @{name}({params}) -> ({', '.join(out_types)}) {{\n{body}\n  return {', '.join(outputs)}\n}}\n"
+    def _graph(self, name: str, inputs: list, build) -> str:
+        """A program of this group's collectives: `build(writer, params)` writes its ops on the
+        inputs' values and returns its outputs and their types."""
+        w = GraphWriter(name)
+        params = [w.param(_ty(t)) for t in inputs]
+        outputs, types = build(w, params)
+        return w.text(outputs, types)
 
-    def _group(self) -> str:
-        return f"groups = [{self.groups}], group_size = {self.size}"
+    def _group(self) -> list:
+        return group_attrs(self.size)
 
     def _agree(self, op: str, sig, ok: bool = True) -> bool:
         """Whether the programs can run this collective: every rank's `sig` (shapes, dtypes)
@@ -323,22 +328,25 @@ class InProcessTransport:
             return "avg"
         return kind
 
-    def _reduced(self, x: str, in_ty: str, red, kind: str, i: int, op="all_reduce", extra="", out_ty=None) -> list:
-        lines = []
+    def _reduced(self, w: GraphWriter, x: str, in_ty: str, red, kind: str, op="all_reduce", dims=(), out_ty=None):
+        """`x` (scaled first for a pre-multiplied average) reduced by `c10d.{op}`: its value."""
         if red.pre is not None:
-            lines.append(f"%p{i} = aten.mul.Tensor({x}) {{other = {float(red.pre)!r}}} : {in_ty}")
-            x = f"%p{i}"
-        lines.append(f'%r{i} = c10d.{op}({x}) {{{self._group()}{extra}, reduce_op = "{kind}"}} : {out_ty or in_ty}')
-        return lines
+            x = w.op("aten.mul.Tensor", [x], [("other", float_text(float(red.pre)))], in_ty)
+        attrs = [*dims, *self._group(), ("reduce_op", string_text(kind))]
+        return w.op(f"c10d.{op}", [x], attrs, out_ty or in_ty)
+
+    def _reduce_all(self, name: str, tensors, red, kind: str) -> str:
+        def build(w, params):
+            types = [_ty(t) for t in tensors]
+            return [self._reduced(w, x, ty, red, kind) for x, ty in zip(params, types)], types
+
+        return self._graph(name, tensors, build)
 
     def all_reduce(self, tensors, red, sync):
         kind = self._reduce_kind(tensors, red)
         if kind is None:
             return self._fallback("all_reduce").all_reduce(tensors, red, sync)
-        lines = [line for i, t in enumerate(tensors) for line in self._reduced(f"%a{i}", _ty(t), red, kind, i)]
-        text = self._graph(
-            "all_reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors]
-        )
+        text = self._reduce_all("all_reduce", tensors, red, kind)
         key = ("all_reduce", kind, red.pre, self._shapes(tensors))
 
         return self._run("all_reduce", key, text, tensors, _writer(tensors), sync)
@@ -347,19 +355,18 @@ class InProcessTransport:
         kind = self._reduce_kind(tensors, red)
         if kind is None:
             return self._fallback("reduce").reduce(tensors, root, red, sync)
-        lines = [line for i, t in enumerate(tensors) for line in self._reduced(f"%a{i}", _ty(t), red, kind, i)]
-        text = self._graph("reduce", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors])
+        text = self._reduce_all("reduce", tensors, red, kind)
         key = ("all_reduce", kind, red.pre, self._shapes(tensors))  # the same program
 
         return self._run("reduce", key, text, tensors, _writer(tensors, self.rank == root), sync)
 
     def broadcast(self, tensors, root, sync):
-        lines = [
-            f"%r{i} = c10d.broadcast(%a{i}) {{{self._group()}, src = {root}}} : {_ty(t)}" for i, t in enumerate(tensors)
-        ]
-        text = self._graph(
-            "broadcast", tensors, lines, [f"%r{i}" for i in range(len(tensors))], [_ty(t) for t in tensors]
-        )
+        def build(w, params):
+            types = [_ty(t) for t in tensors]
+            attrs = [*self._group(), ("src", str(int(root)))]
+            return [w.op("c10d.broadcast", [x], attrs, ty) for x, ty in zip(params, types)], types
+
+        text = self._graph("broadcast", tensors, build)
         key = ("broadcast", root, self._shapes(tensors))
 
         return self._run("broadcast", key, text, tensors, _writer(tensors, self.rank != root), sync)
@@ -367,18 +374,19 @@ class InProcessTransport:
     def all_gather(self, outputs, inputs, sync):
         if not self._agree("all_gather", self._shapes(inputs)):
             return self._fallback("all_gather").all_gather(outputs, inputs, sync)
-        lines, outs, types = [], [], []
-        for i, t in enumerate(inputs):
-            dt, one, full = _ty(t).split("[")[0], (1, *t.shape), (self.size, *t.shape)
-            lines += [
-                f"%u{i} = aten.view.default(%a{i}) {{size = {_dims(one)}}} : {dt}{_dims(one)}",
-                f"%g{i} = c10d.all_gather(%u{i}) {{dim = 0, {self._group()}}} : {dt}{_dims(full)}",
-            ]
-            for r in range(self.size):  # one output per rank's piece
-                lines.append(f"%s{i}_{r} = aten.select.int(%g{i}) {{dim = 0, index = {r}}} : {_ty(t)}")
-                outs.append(f"%s{i}_{r}")
-                types.append(_ty(t))
-        text = self._graph("all_gather", inputs, lines, outs, types)
+
+        def build(w, params):
+            outs, types = [], []
+            for x, t in zip(params, inputs):
+                one, full = (1, *t.shape), (self.size, *t.shape)
+                u = w.op("aten.view.default", [x], [("size", dims_text(one))], type_text(t.dtype, one))
+                g = w.op("c10d.all_gather", [u], [("dim", "0"), *self._group()], type_text(t.dtype, full))
+                for r in range(self.size):  # one output per rank's piece
+                    outs.append(w.op("aten.select.int", [g], [("dim", "0"), ("index", str(r))], _ty(t)))
+                    types.append(_ty(t))
+            return outs, types
+
+        text = self._graph("all_gather", inputs, build)
         key = ("all_gather", self._shapes(inputs))
 
         return self._run("all_gather", key, text, inputs, _writer([o for outs in outputs for o in outs]), sync)
@@ -386,17 +394,17 @@ class InProcessTransport:
     def all_gather_into(self, outputs, inputs, sync):
         if not self._agree("all_gather_into", self._shapes(inputs)):
             return self._fallback("all_gather_into").all_gather_into(outputs, inputs, sync)
-        lines, outs = [], []
-        for i, (o, t) in enumerate(zip(outputs, inputs)):
-            n = t.numel()
-            dt = _ty(t).split("[")[0]
-            lines += [
-                f"%f{i} = aten.view.default(%a{i}) {{size = [{n}]}} : {dt}[{n}]",
-                f"%g{i} = c10d.all_gather(%f{i}) {{dim = 0, {self._group()}}} : {dt}[{n * self.size}]",
-                f"%o{i} = aten.view.default(%g{i}) {{size = {_dims(o.shape)}}} : {_ty(o)}",
-            ]
-            outs.append(f"%o{i}")
-        text = self._graph("all_gather_into", inputs, lines, outs, [_ty(o) for o in outputs])
+
+        def build(w, params):
+            outs = []
+            for x, o, t in zip(params, outputs, inputs):
+                n = t.numel()
+                f = w.op("aten.view.default", [x], [("size", dims_text([n]))], type_text(t.dtype, [n]))
+                g = w.op("c10d.all_gather", [f], [("dim", "0"), *self._group()], type_text(t.dtype, [n * self.size]))
+                outs.append(w.op("aten.view.default", [g], [("size", dims_text(o.shape))], _ty(o)))
+            return outs, [_ty(o) for o in outputs]
+
+        text = self._graph("all_gather_into", inputs, build)
         key = ("all_gather_into", self._shapes(inputs), self._shapes(outputs))
 
         return self._run("all_gather_into", key, text, inputs, _writer(outputs), sync)
@@ -405,16 +413,19 @@ class InProcessTransport:
         kind = self._reduce_kind(inputs, red)
         if kind is None:
             return self._fallback("reduce_scatter_tensor").reduce_scatter_tensor(outputs, inputs, red, sync)
-        lines, outs = [], []
-        for i, (o, t) in enumerate(zip(outputs, inputs)):
-            n = t.numel()
-            dt = _ty(t).split("[")[0]
-            lines.append(f"%f{i} = aten.view.default(%a{i}) {{size = [{n}]}} : {dt}[{n}]")
-            part = n // self.size
-            lines += self._reduced(f"%f{i}", f"{dt}[{n}]", red, kind, i, "reduce_scatter", ", dim = 0", f"{dt}[{part}]")
-            lines.append(f"%o{i} = aten.view.default(%r{i}) {{size = {_dims(o.shape)}}} : {_ty(o)}")
-            outs.append(f"%o{i}")
-        text = self._graph("reduce_scatter", inputs, lines, outs, [_ty(o) for o in outputs])
+
+        def build(w, params):
+            outs = []
+            for x, o, t in zip(params, outputs, inputs):
+                n = t.numel()
+                flat = type_text(t.dtype, [n])
+                f = w.op("aten.view.default", [x], [("size", dims_text([n]))], flat)
+                part = type_text(t.dtype, [n // self.size])
+                r = self._reduced(w, f, flat, red, kind, "reduce_scatter", [("dim", "0")], part)
+                outs.append(w.op("aten.view.default", [r], [("size", dims_text(o.shape))], _ty(o)))
+            return outs, [_ty(o) for o in outputs]
+
+        text = self._graph("reduce_scatter", inputs, build)
         key = ("reduce_scatter_tensor", kind, red.pre, self._shapes(inputs), self._shapes(outputs))
 
         return self._run("reduce_scatter_tensor", key, text, inputs, _writer(outputs), sync)
@@ -431,12 +442,13 @@ class InProcessTransport:
         even = (not out_splits or len(set(out_splits)) == 1) and (not in_splits or len(set(in_splits)) == 1)
         if not self._agree("all_to_all", self._shapes([input]), even and input.shape[0] % self.size == 0):
             return self._fallback("all_to_all_single").all_to_all_single(output, input, out_splits, in_splits, sync)
-        dt = _ty(input).split("[")[0]
-        lines = [
-            f"%r0 = c10d.all_to_all(%a0) {{concat_dim = 0, {self._group()}, split_dim = 0}} : {_ty(input)}",
-            f"%o0 = aten.view.default(%r0) {{size = {_dims(output.shape)}}} : {dt}{_dims(output.shape)}",
-        ]
-        text = self._graph("all_to_all", [input], lines, ["%o0"], [_ty(output)])
+
+        def build(w, params):
+            attrs = [("concat_dim", "0"), *self._group(), ("split_dim", "0")]
+            r = w.op("c10d.all_to_all", params, attrs, _ty(input))
+            return [w.op("aten.view.default", [r], [("size", dims_text(output.shape))], _ty(output))], [_ty(output)]
+
+        text = self._graph("all_to_all", [input], build)
         key = ("all_to_all_single", self._shapes([input]), self._shapes([output]))
 
         return self._run("all_to_all_single", key, text, [input], _writer([output]), sync)
@@ -544,10 +556,12 @@ class ReplicatedGraph:
 
     def __init__(self, text: str, group, name: str):
         self.text, self.group, self.name = text, group, name
-        self.input_types, self.output_types = _signature(text)
+        self.input_types, self.output_types = signature(text)
+        # Each rank compiled the graph itself: the same IR but for the graph's name and comments.
+        self.key = ("graph", without_names(text))
 
     def run_device(self, buffers: list, wait: bool = False, device: int = 0) -> list:
-        return run_graph(self.group.transport, self.text, self.name, buffers, device)
+        return run_graph(self.group.transport, self.key, self.text, self.name, buffers, device)
 
     def run(self, tensors):
         from torchtpu.errors import InputError
@@ -559,25 +573,10 @@ class ReplicatedGraph:
         )
 
 
-def _signature(text: str) -> tuple[list, list]:
-    """The input and output types of the graph `text`, from its header line."""
-    header = text.split("\n", 1)[0]
-    ins, _, outs = header.rpartition(") -> (")
-
-    def types(s: str) -> list:
-        found = re.findall(r"\b(f16|bf16|f32|f64|i8|i16|i32|i64|u8|bool|c64|c128)\[([^\]]*)\]", s)
-        return [(d, [int(x) for x in dims.split(", ") if x]) for d, dims in found]
-
-    return types(ins), types(outs)
-
-
-def run_graph(transport: InProcessTransport, text: str, name: str, buffers: list, device: int) -> list:
+def run_graph(transport: InProcessTransport, key: tuple, text: str, name: str, buffers: list, device: int) -> list:
     """One call of a compiled graph with in-process collectives (`ReplicatedGraph`)
     by this rank: its input buffers (on `device`) meet the other ranks' calls, the graph's
     replicated program runs once for all, and this rank's output buffers come back."""
-    # Each rank compiled the graph itself: the same IR but for the graph's name and comments.
-    body = re.sub(r"  // [^\n]*", "", re.sub(r"^graph @[^(]*", "graph @g", text))
-    key = ("graph", body)
 
     def action(payloads):
         devices = [d for _, d in payloads]
