@@ -37,11 +37,11 @@ CUDA12_LIBS=(nvidia-cublas-cu12 nvidia-cuda-cupti-cu12 "nvidia-cuda-nvcc-cu12>=1
              nvidia-nccl-cu12 nvidia-nvjitlink-cu12 nvidia-cuda-nvrtc-cu12 nvidia-nvshmem-cu12)
 
 # What runs on the GPU: the eager device and the compiled path against CPU eager, a few minutes.
-GPU_TESTS=(python/tests/test_extension.py python/tests/test_backend.py python/tests/test_device.py
-           python/tests/test_device_native.py python/tests/test_device_models.py
-           python/tests/test_compile_inputs.py python/tests/test_low_precision.py
-           python/tests/test_lowering_vs_eager.py)
-DRY_TESTS=(python/tests/test_extension.py)
+GPU_TESTS=(python/tests/structure/test_extension.py python/tests/compile/test_backend.py python/tests/device/test_device.py
+           python/tests/device/test_device_native.py python/tests/device/test_device_models.py
+           python/tests/compile/test_compile_inputs.py python/tests/compile/test_low_precision.py
+           python/tests/compile/test_lowering_vs_eager.py)
+DRY_TESTS=(python/tests/structure/test_extension.py)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 

@@ -24,9 +24,9 @@ ACCELERATE_VERSION=1.15.0   # HF Trainer and device_map (the tests of what a use
 PYTEST_TIMEOUT_VERSION=2.4.0 # every test under a timeout: a hang fails, it does not stall CI
 PYTEST_XDIST_VERSION=3.8.0 # `make test` runs the pytest suite on two workers (one per core)
 RUFF_VERSION=0.17.6        # `make lint`: format and lint python/
-TORCHAO_VERSION=0.18.0     # quantization (python/tests/test_quantization.py, docs/quantization.md)
+TORCHAO_VERSION=0.18.0     # quantization (python/tests/compile/test_quantization.py, docs/quantization.md)
 TORCHTITAN_VERSION=0.3.0   # examples/torchtitan (llama3 debug model on tpu); its datasets<4.8 holds huggingface_hub<2
-# `transformers serve` (transformers' `serving` extra; docs/serving.md, python/tests/test_serving.py)
+# `transformers serve` (transformers' `serving` extra; docs/serving.md, python/tests/frameworks/test_serving.py)
 OPENAI_VERSION=3.63.0
 UVICORN_VERSION=0.55.0
 FASTAPI_VERSION=0.165.0

@@ -109,23 +109,10 @@ pub(crate) fn live_bytes(device: usize) -> usize {
     counters().get(device).map_or(0, |c| c.live.load(Ordering::Relaxed))
 }
 
-/// The IR dtype of a PJRT element type (None for the unsigned types the IR lacks).
+/// The IR dtype a PJRT element type carries (None for the unsigned types the IR lacks): the
+/// inverse of the engine's `element_type`, not a second table.
 fn dtype_of(ty: ElementType) -> Option<DType> {
-    Some(match ty {
-        ElementType::Pred => DType::Bool,
-        ElementType::S8 => DType::I8,
-        ElementType::S16 => DType::I16,
-        ElementType::S32 => DType::I32,
-        ElementType::S64 => DType::I64,
-        ElementType::U8 => DType::U8,
-        ElementType::F16 => DType::F16,
-        ElementType::BF16 => DType::BF16,
-        ElementType::F32 => DType::F32,
-        ElementType::F64 => DType::F64,
-        ElementType::C64 => DType::C64,
-        ElementType::C128 => DType::C128,
-        ElementType::U16 | ElementType::U32 | ElementType::U64 => return None,
-    })
+    DType::ALL.iter().copied().find(|&d| torchtpu_engine::element_type(d) == ty)
 }
 
 #[pymethods]

@@ -75,7 +75,7 @@ pub struct Signature {
 }
 
 /// Which side wins where PyTorch (or torchtpu's Python decompositions) can also decompose an
-/// op that the registry lowers. A test (`python/tests/test_registry.py`) fails when an op is
+/// op that the registry lowers. A test (`python/tests/structure/test_registry.py`) fails when an op is
 /// decomposed in Python and lowered here without one of the explicit policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decomposition {

@@ -9,7 +9,6 @@ step rtol 1e-4 / atol 1e-5 (as test_backend.py's training tests)."""
 from __future__ import annotations
 
 import copy
-import pathlib
 
 import pytest
 import torch
@@ -17,10 +16,10 @@ import torch.nn.functional as F
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from lowering_harness import from_wire, to_wire
 from models.small import CNN
+from paths import ROOT
 
 from torchtpu import _C
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("fresh_torchtpu")
 FWD = dict(rtol=1e-5, atol=1e-5)
 TRAIN = dict(rtol=1e-4, atol=1e-5)

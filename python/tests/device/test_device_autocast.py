@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from paths import TESTS
 
 import torchtpu
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(TESTS))
 
 TPU = "tpu"
 MODES = ["strict", "debug", "defer_and_fuse"]

@@ -15,12 +15,11 @@ one must pass, so the list stays true. The totals are printed at the end of the 
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 from opinfo_cases import all_cases, run_case
+from paths import TESTS
 
-EXPECTED_FILE = pathlib.Path(__file__).with_name("opinfo_expected_failures.txt")
+EXPECTED_FILE = TESTS / "opinfo_expected_failures.txt"
 
 
 def load_expected() -> dict[str, str]:

@@ -4,14 +4,13 @@ the CPU plugin; without a GPU and without --dry-run it refuses with status 2. Th
 needs a machine with an NVIDIA GPU."""
 
 import os
-import pathlib
 import re
 import shutil
 import subprocess
 
 import pytest
+from paths import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "accelerator_check.sh"
 
 

@@ -15,6 +15,7 @@ import sys
 import pytest
 import torch
 from models import tiny_llama
+from paths import TESTS
 
 import torchtpu
 from torchtpu.device import _state
@@ -111,7 +112,7 @@ def test_manager_api_on_tpu(expected):
 
 CPU_CHILD = r"""
 import json, sys, torch
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1:3]
 from models import tiny_llama
 from test_continuous_batching import PROMPTS, cb_config, generation_config
 assert torch.tpu.__name__ == "torch.tpu"  # torchtpu is installed and registered
@@ -129,8 +130,10 @@ def test_cpu_continuous_batching_unchanged_by_torchtpu(expected):
     which accelerator there is and must get what it gets without torchtpu (`torch.cpu`, or
     `torch.cuda` on a CUDA build), not `torch.tpu`."""
     env = {k: v for k, v in os.environ.items() if k != "TORCHTPU_DEVICE"}
-    tests = os.path.dirname(os.path.abspath(__file__))
-    run = subprocess.run([sys.executable, "-c", CPU_CHILD, tests], env=env, capture_output=True, text=True, timeout=300)
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run(
+        [sys.executable, "-c", CPU_CHILD, here, str(TESTS)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     import json
 

@@ -35,6 +35,7 @@ import textwrap
 
 import pytest
 import torch
+from paths import TESTS
 
 import torchtpu
 from torchtpu import sharding as S
@@ -173,7 +174,7 @@ def test_every_block_of_every_small_shape_matches_eager(key):
     script = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {tests!r})
+        sys.path[:0] = [{tests!r}, {str(TESTS)!r}]
         import test_sharding_blocks as t
         failures = t.check_mesh({key!r})
         print("\\n".join(failures[:40]))

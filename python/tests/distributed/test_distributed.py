@@ -20,8 +20,9 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
+from paths import TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = str(TESTS)  # the workers
 sys.path.insert(0, HERE)
 import distributed_worker as worker  # noqa: E402
 

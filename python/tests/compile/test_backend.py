@@ -8,7 +8,6 @@ that the compiled path really ran (executions > 0) and that nothing fell back un
 
 import copy
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -18,12 +17,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from models.small import CNN, MLP, HandAttention, MHABlock
+from paths import ROOT
 
 import torchtpu
 from torchtpu import _C
 from torchtpu.compiled.fallback import FallbackError
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 FWD = dict(rtol=1e-5, atol=1e-5)
 TRAIN = dict(rtol=1e-4, atol=1e-5)
 

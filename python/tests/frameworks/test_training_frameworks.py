@@ -18,10 +18,11 @@ import sys
 import launch
 import pytest
 import torch
+from paths import TESTS
 
 pytest.importorskip("accelerate")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = str(TESTS)  # the worker
 WORKER = os.path.join(HERE, "frameworks_worker.py")
 RANKS = 2
 

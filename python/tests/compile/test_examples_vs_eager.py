@@ -1,15 +1,14 @@
 """The example graphs in examples/ run on PJRT and match the same computation in PyTorch
 eager (f32; rtol 1e-4, atol 1e-4: matmuls and softmax sum in different orders)."""
 
-import pathlib
-
 import torch
 import torch.nn.functional as F
 from lowering_harness import from_wire, to_wire
+from paths import ROOT
 
 from torchtpu import _C
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def rand(*shape, seed):

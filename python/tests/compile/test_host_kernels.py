@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn as nn
 from models.small import MLP, MHABlock
+from paths import TESTS
 
 import torchtpu
 from torchtpu import _C
@@ -111,7 +112,7 @@ def test_a_program_found_in_the_graph_cache_lists_its_race(tmp_path):
         "s = torchtpu.stats()\n"
         "print(json.dumps([s['disk_hits'], [k for k in s['kernel_choices'] if k['op'] == 'program']]))\n"
     )
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = str(TESTS)
     env = dict(
         os.environ, TORCHTPU_CACHE_DIR=str(tmp_path), PYTHONPATH=tests + os.pathsep + os.environ.get("PYTHONPATH", "")
     )

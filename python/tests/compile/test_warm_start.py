@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 
+import paths
 import pytest
 import torch
 
 import torchtpu
 from torchtpu.compiled import warm_start
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = str(paths.TESTS)
 
 # Saves (argv "save") or loads (argv "load") three aot_compile'd functions: an MLP's inference
 # (compiled without AOTAutograd's wrapper), its training step (forward and backward, through
@@ -28,6 +29,7 @@ import torch, torchtpu
 from torch._dynamo.utils import counters
 sys.path.insert(0, sys.argv[1])
 from models.small import CNN, MLP
+import paths
 mode, folder = sys.argv[2], sys.argv[3]
 
 def run(model, x):

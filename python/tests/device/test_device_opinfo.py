@@ -14,14 +14,13 @@ the end of the session.
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 from device_opinfo_cases import SKIP, all_cases, run_case
+from paths import TESTS
 
 import torchtpu
 
-EXPECTED_FILE = pathlib.Path(__file__).with_name("device_opinfo_expected_failures.txt")
+EXPECTED_FILE = TESTS / "device_opinfo_expected_failures.txt"
 
 
 def load_expected() -> dict[str, str]:

@@ -157,9 +157,7 @@ def test_compiled_gradients_match_the_dense_reference_on_cpu(name):
 def test_hf_llama_with_flex_attention_matches_cpu():
     """`attn_implementation="flex_attention"`: transformers compiles flex_attention itself (the
     default backend, which sends tpu graphs to torchtpu) and builds its causal BlockMask."""
-    import sys
 
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from models import tiny_llama
 
     model = tiny_llama.model(seed=0, attn_implementation="flex_attention").eval()

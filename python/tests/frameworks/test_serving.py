@@ -22,8 +22,9 @@ import launch
 import openai
 import pytest
 from models import tiny_llama
+from paths import TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = str(TESTS)
 SERVE = os.path.join(os.path.dirname(sys.executable), "transformers")  # the console script users run
 PROMPTS = [f"the {w} fox" for w in "red green blue old young warm cold dark".split()]  # 23 tokens each
 MAX_TOKENS = 8

@@ -26,11 +26,11 @@ import sys
 
 import launch
 import pytest
+from paths import ROOT
 
 pytest.importorskip("torchtitan")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.normpath(os.path.join(HERE, "..", "..", "examples", "torchtitan"))
+EXAMPLE = str(ROOT / "examples" / "torchtitan")
 STEPS = 3
 TOL = 1e-4
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -1,0 +1,9 @@
+"""Where the tests' files are. The tests are grouped by layer in the folders below this one
+(compile/, sharding/, device/, distributed/, frameworks/, structure/); what they share (the
+workers torchrun launches, the harnesses, models/) stays here, which conftest.py puts on
+`sys.path`."""
+
+import pathlib
+
+TESTS = pathlib.Path(__file__).resolve().parent
+ROOT = TESTS.parents[1]
