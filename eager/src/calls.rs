@@ -37,7 +37,8 @@ pub fn missed(call: Missed) {
 /// Binds `recipe`, how the Python path just ran the call of `name` (reading `n_leaves` tensor
 /// leaves and `n_floats` floats; `baked`: its floats are attributes, kept per value), to that
 /// call's key, if it is this thread's innermost waiting call, not yet bound, and its leaves and
-/// floats are the ones the recipe reads. Returns whether it did.
+/// floats are the ones the recipe reads. A recipe it refuses comes back (`Err`), so the caller
+/// drops it where it chooses (the extension's holds Python objects: not under its cache's lock).
 pub fn learn<R>(
     cache: &mut RecipeCache<R>,
     name: &str,
@@ -45,14 +46,14 @@ pub fn learn<R>(
     n_floats: usize,
     baked: bool,
     recipe: R,
-) -> bool {
+) -> Result<(), R> {
     WAITING.with(|w| {
         let mut w = w.borrow_mut();
-        let Some(top) = w.last_mut() else { return false };
+        let Some(top) = w.last_mut() else { return Err(recipe) };
         let call = &top.call;
         let floats_match = if baked { n_floats == 0 } else { n_floats == call.float_bits.len() };
         if top.learnt || call.name != name || call.n_leaves != n_leaves || !floats_match {
-            return false;
+            return Err(recipe);
         }
         top.learnt = true;
         let recipe = Entry::Run(Arc::new(recipe));
@@ -63,7 +64,7 @@ pub fn learn<R>(
             cache.insert(call.key.clone(), recipe);
         }
         cache.counters.learnt += 1;
-        true
+        Ok(())
     })
 }
 
@@ -107,7 +108,7 @@ mod tests {
     fn a_recipe_binds_to_the_call_that_missed() {
         let mut cache = RecipeCache::default();
         missed(call(&[1], "aten::add.Tensor", 2, &[1.0]));
-        assert!(learn(&mut cache, "aten::add.Tensor", 2, 1, false, 10));
+        assert!(learn(&mut cache, "aten::add.Tensor", 2, 1, false, 10).is_ok());
         done(&mut cache);
         assert_eq!(runs(&cache, &[1], &[7.0]), Some(10), "a float's value is an input");
         assert_eq!(cache.counters.learnt, 1);
@@ -118,11 +119,11 @@ mod tests {
     fn a_recipe_for_other_leaves_floats_or_another_op_is_refused() {
         let mut cache = RecipeCache::default();
         missed(call(&[2], "aten::mul.Tensor", 2, &[]));
-        assert!(!learn(&mut cache, "aten::add.Tensor", 2, 0, false, 1));
-        assert!(!learn(&mut cache, "aten::mul.Tensor", 3, 0, false, 1));
-        assert!(!learn(&mut cache, "aten::mul.Tensor", 2, 1, false, 1));
-        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, 1));
-        assert!(!learn(&mut cache, "aten::mul.Tensor", 2, 0, false, 2), "bound once");
+        assert!(learn(&mut cache, "aten::add.Tensor", 2, 0, false, 1).is_err());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 3, 0, false, 1).is_err());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 1, false, 1).is_err());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, 1).is_ok());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, 2).is_err(), "bound once");
         done(&mut cache);
         assert_eq!(runs(&cache, &[2], &[]), Some(1));
     }
@@ -142,7 +143,7 @@ mod tests {
     fn a_baked_op_is_learnt_and_refused_per_value() {
         let mut cache = RecipeCache::default();
         missed(call(&[4], "aten::pow.Tensor_Scalar", 1, &[2.0]));
-        assert!(learn(&mut cache, "aten::pow.Tensor_Scalar", 1, 0, true, 20));
+        assert!(learn(&mut cache, "aten::pow.Tensor_Scalar", 1, 0, true, 20).is_ok());
         done(&mut cache);
         assert_eq!(runs(&cache, &[4], &[2.0]), Some(20));
         assert!(matches!(cache.find(&[4], &[3.0f64.to_bits()]), Found::Miss { baked: true }));
@@ -157,10 +158,10 @@ mod tests {
         let mut cache = RecipeCache::default();
         missed(call(&[5], "outer", 1, &[]));
         missed(call(&[6], "inner", 1, &[]));
-        assert!(!learn(&mut cache, "outer", 1, 0, false, 5));
-        assert!(learn(&mut cache, "inner", 1, 0, false, 6));
+        assert!(learn(&mut cache, "outer", 1, 0, false, 5).is_err());
+        assert!(learn(&mut cache, "inner", 1, 0, false, 6).is_ok());
         done(&mut cache);
-        assert!(learn(&mut cache, "outer", 1, 0, false, 5));
+        assert!(learn(&mut cache, "outer", 1, 0, false, 5).is_ok());
         done(&mut cache);
         assert_eq!((runs(&cache, &[5], &[]), runs(&cache, &[6], &[])), (Some(5), Some(6)));
     }
@@ -170,9 +171,9 @@ mod tests {
         missed(call(&[7], "aten::abs", 1, &[]));
         let answered =
             std::thread::spawn(|| learn(&mut RecipeCache::default(), "aten::abs", 1, 0, false, 7u32)).join().unwrap();
-        assert!(!answered);
+        assert_eq!(answered, Err(7), "refused, and the recipe comes back");
         let mut cache = RecipeCache::default();
-        assert!(learn(&mut cache, "aten::abs", 1, 0, false, 7u32));
+        assert!(learn(&mut cache, "aten::abs", 1, 0, false, 7u32).is_ok());
         done(&mut cache);
     }
 }

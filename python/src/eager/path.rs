@@ -167,7 +167,8 @@ pub fn copy(py: Python<'_>, dst: &Arg<'_, '_>, src: &Arg<'_, '_>) -> bool {
 /// one and its leaves are the ones the recipe reads. Returns whether it did.
 pub fn learn(name: &str, recipe: Recipe, baked: bool) -> bool {
     let (n_leaves, n_floats) = (recipe.leaf_dtypes.len(), recipe.n_floats);
-    cache::with(|c| calls::learn(c, name, n_leaves, n_floats, baked, recipe))
+    // A refused recipe is dropped here, after the cache's lock is let go.
+    cache::with(|c| calls::learn(c, name, n_leaves, n_floats, baked, recipe)).is_ok()
 }
 
 /// Runs `recipe` on the call's leaves; None where this call cannot (a constant on another
