@@ -22,8 +22,9 @@ const LIST: i64 = 7;
 const OUT: i64 = 8;
 const STR: i64 = 9;
 
-/// What of a tpu tensor argument goes into the key.
-pub struct TensorKey<'a> {
+/// A tpu tensor argument as the shim describes it: how it views its storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct View<'a> {
     /// PyTorch's `c10::ScalarType` code.
     pub dtype: i32,
     pub sizes: &'a [i64],
@@ -33,8 +34,12 @@ pub struct TensorKey<'a> {
     pub neg: bool,
     /// An out= argument: written, not read.
     pub out: bool,
-    /// Its storage's element count and shape (a view of one storage reads another program
-    /// than the same view of a larger one).
+}
+
+/// What of a tpu tensor argument goes into the key: its view and its storage's element count
+/// and shape (a view of one storage reads another program than the same view of a larger one).
+pub struct TensorKey<'a> {
+    pub view: View<'a>,
     pub storage_numel: i64,
     pub storage_shape: &'a [i64],
 }
@@ -59,11 +64,11 @@ impl KeyWriter {
     }
 
     pub fn tensor(&mut self, t: &TensorKey<'_>) {
-        let key = &mut self.key;
-        key.extend([if t.out { OUT } else { TENSOR }, t.dtype as i64, t.sizes.len() as i64]);
-        key.extend_from_slice(t.sizes);
-        key.extend_from_slice(t.strides);
-        key.extend([t.offset, t.conj as i64 | (t.neg as i64) << 1, t.storage_numel, t.storage_shape.len() as i64]);
+        let (key, v) = (&mut self.key, &t.view);
+        key.extend([if v.out { OUT } else { TENSOR }, v.dtype as i64, v.sizes.len() as i64]);
+        key.extend_from_slice(v.sizes);
+        key.extend_from_slice(v.strides);
+        key.extend([v.offset, v.conj as i64 | (v.neg as i64) << 1, t.storage_numel, t.storage_shape.len() as i64]);
         key.extend_from_slice(t.storage_shape);
     }
 
@@ -123,18 +128,16 @@ pub fn with_values(key: &[i64], float_bits: &[u64]) -> Key {
 mod tests {
     use super::*;
 
+    fn view<'a>(sizes: &'a [i64], strides: &'a [i64]) -> View<'a> {
+        View { dtype: 6, sizes, strides, offset: 0, conj: false, neg: false, out: false }
+    }
+
     fn tensor<'a>(sizes: &'a [i64], strides: &'a [i64]) -> TensorKey<'a> {
-        TensorKey {
-            dtype: 6,
-            sizes,
-            strides,
-            offset: 0,
-            conj: false,
-            neg: false,
-            out: false,
-            storage_numel: sizes.iter().product(),
-            storage_shape: sizes,
-        }
+        TensorKey { view: view(sizes, strides), storage_numel: sizes.iter().product(), storage_shape: sizes }
+    }
+
+    fn viewed(v: View<'_>) -> Key {
+        key_of(|w| w.tensor(&TensorKey { view: v, storage_numel: 6, storage_shape: &[2, 3] }))
     }
 
     fn key_of(write: impl FnOnce(&mut KeyWriter)) -> Key {
@@ -154,11 +157,13 @@ mod tests {
         let base = key_of(|w| w.tensor(&tensor(&[2, 3], &[3, 1])));
         assert_eq!(base, key_of(|w| w.tensor(&tensor(&[2, 3], &[3, 1]))));
         assert_ne!(base, key_of(|w| w.tensor(&tensor(&[2, 3], &[1, 2]))));
-        assert_ne!(base, key_of(|w| w.tensor(&TensorKey { offset: 1, ..tensor(&[2, 3], &[3, 1]) })));
-        assert_ne!(base, key_of(|w| w.tensor(&TensorKey { conj: true, ..tensor(&[2, 3], &[3, 1]) })));
-        assert_ne!(base, key_of(|w| w.tensor(&TensorKey { neg: true, ..tensor(&[2, 3], &[3, 1]) })));
-        assert_ne!(base, key_of(|w| w.tensor(&TensorKey { out: true, ..tensor(&[2, 3], &[3, 1]) })));
-        assert_ne!(base, key_of(|w| w.tensor(&TensorKey { dtype: 7, ..tensor(&[2, 3], &[3, 1]) })));
+        let v = view(&[2, 3], &[3, 1]);
+        assert_eq!(base, viewed(v));
+        assert_ne!(base, viewed(View { offset: 1, ..v }));
+        assert_ne!(base, viewed(View { conj: true, ..v }));
+        assert_ne!(base, viewed(View { neg: true, ..v }));
+        assert_ne!(base, viewed(View { out: true, ..v }));
+        assert_ne!(base, viewed(View { dtype: 7, ..v }));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use pyo3::ffi::PyObject;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use torchtpu_eager::key::View;
+
 use super::key::{Arg, Scalar, TensorArg};
 use super::slot::Slot;
 use super::{path, Answer};
@@ -221,13 +223,15 @@ unsafe fn arg_of<'a, 'py>(py: Python<'py>, r: &'a ArgRecord) -> Arg<'a, 'py> {
                 any.cast_into::<Slot>().ok()
             };
             Arg::Tensor(TensorArg {
-                dtype: r.dtype,
-                sizes,
-                strides,
-                offset: r.offset,
-                conj: r.flags & FLAG_CONJ != 0,
-                neg: r.flags & FLAG_NEG != 0,
-                out: r.flags & FLAG_OUT != 0,
+                view: View {
+                    dtype: r.dtype,
+                    sizes,
+                    strides,
+                    offset: r.offset,
+                    conj: r.flags & FLAG_CONJ != 0,
+                    neg: r.flags & FLAG_NEG != 0,
+                    out: r.flags & FLAG_OUT != 0,
+                },
                 device: r.device.max(0) as usize,
                 slot,
             })

@@ -2,7 +2,7 @@
 //! buffers its program reads, from the shim's argument records.
 
 use pyo3::prelude::*;
-use torchtpu_eager::key::{Key, KeyWriter, TensorKey};
+use torchtpu_eager::key::{Key, KeyWriter, TensorKey, View};
 
 use super::defer::Pending;
 use super::slot::Slot;
@@ -14,14 +14,7 @@ pub enum Scalar {
 }
 
 pub struct TensorArg<'a, 'py> {
-    pub dtype: i32,
-    pub sizes: &'a [i64],
-    pub strides: &'a [i64],
-    pub offset: i64,
-    pub conj: bool,
-    pub neg: bool,
-    /// An out= argument: written, not read.
-    pub out: bool,
+    pub view: View<'a>,
     pub device: usize,
     pub slot: Option<Bound<'py, Slot>>,
 }
@@ -124,26 +117,16 @@ fn tensor<'a, 'py>(
 ) -> Option<()> {
     let slot = t.slot.as_ref()?;
     let s = slot.borrow();
-    if s.code != t.dtype || s.device as usize != t.device {
+    if s.code != t.view.dtype || s.device as usize != t.device {
         return None;
     }
     match flat.device {
         Some(d) if d != t.device => return None,
         _ => flat.device = Some(t.device),
     }
-    key.tensor(&TensorKey {
-        dtype: t.dtype,
-        sizes: t.sizes,
-        strides: t.strides,
-        offset: t.offset,
-        conj: t.conj,
-        neg: t.neg,
-        out: t.out,
-        storage_numel: s.numel,
-        storage_shape: &s.shape,
-    });
-    let written = Written { slot: slot.clone(), sizes: t.sizes };
-    if t.out {
+    key.tensor(&TensorKey { view: t.view, storage_numel: s.numel, storage_shape: &s.shape });
+    let written = Written { slot: slot.clone(), sizes: t.view.sizes };
+    if t.view.out {
         flat.outs.push(written);
         return Some(());
     }

@@ -13,6 +13,7 @@ use torchtpu_runtime::Buffer;
 
 use torchtpu_eager::cache::Found;
 use torchtpu_eager::calls::{self, Missed};
+use torchtpu_eager::key::View;
 use torchtpu_eager::layout::contiguous;
 use torchtpu_eager::mode;
 
@@ -125,12 +126,13 @@ pub fn done() {
 /// on one device, one dtype and shape, both all of their storage, neither conjugate nor negative
 /// view, `src` computed. Returns whether it did it (else the Python kernel does the copy).
 pub fn copy(py: Python<'_>, dst: &Arg<'_, '_>, src: &Arg<'_, '_>) -> bool {
-    let (Arg::Tensor(d), Arg::Tensor(s)) = (dst, src) else { return false };
-    let (Some(dslot), Some(sslot)) = (&d.slot, &s.slot) else { return false };
-    if d.dtype != s.dtype || d.sizes != s.sizes || d.device != s.device || d.conj || d.neg || s.conj || s.neg {
+    let (Arg::Tensor(dt), Arg::Tensor(st)) = (dst, src) else { return false };
+    let (Some(dslot), Some(sslot)) = (&dt.slot, &st.slot) else { return false };
+    let (d, s) = (&dt.view, &st.view);
+    if d.dtype != s.dtype || d.sizes != s.sizes || dt.device != st.device || d.conj || d.neg || s.conj || s.neg {
         return false;
     }
-    let whole = |t: &key::TensorArg<'_, '_>, slot: &Slot| {
+    let whole = |t: &View<'_>, slot: &Slot| {
         t.offset == 0
             && slot.code == t.dtype
             && slot.numel == t.sizes.iter().product::<i64>()
