@@ -24,8 +24,12 @@ setup(
             ],
             # Kineto's headers (the profiler bridge) live beside torch's; torch is built with it.
             include_dirs=[os.path.join(include_paths()[0], "kineto")],
-            extra_compile_args=["-O2", "-DUSE_KINETO"],
+            # -g0: Python's flags ask for debug info, which made each source's compile ~40%
+            # longer and the library 37 MB instead of 1.1 MB.
+            extra_compile_args=["-O2", "-g0", "-DUSE_KINETO"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    # ninja (setup installs it) compiles the sources in parallel, MAX_JOBS at a time; without it
+    # setuptools compiles them one after another (~1 minute each).
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
 )
