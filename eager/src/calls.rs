@@ -45,8 +45,8 @@ pub fn learn<R>(
     n_leaves: usize,
     n_floats: usize,
     baked: bool,
-    recipe: R,
-) -> Result<(), R> {
+    recipe: Arc<R>,
+) -> Result<(), Arc<R>> {
     WAITING.with(|w| {
         let mut w = w.borrow_mut();
         let Some(top) = w.last_mut() else { return Err(recipe) };
@@ -56,7 +56,7 @@ pub fn learn<R>(
             return Err(recipe);
         }
         top.learnt = true;
-        let recipe = Entry::Run(Arc::new(recipe));
+        let recipe = Entry::Run(recipe);
         if baked {
             cache.insert(call.key.clone(), Entry::Baked);
             cache.insert(with_values(&call.key, &call.float_bits), recipe);
@@ -108,7 +108,7 @@ mod tests {
     fn a_recipe_binds_to_the_call_that_missed() {
         let mut cache = RecipeCache::default();
         missed(call(&[1], "aten::add.Tensor", 2, &[1.0]));
-        assert!(learn(&mut cache, "aten::add.Tensor", 2, 1, false, 10).is_ok());
+        assert!(learn(&mut cache, "aten::add.Tensor", 2, 1, false, Arc::new(10)).is_ok());
         done(&mut cache);
         assert_eq!(runs(&cache, &[1], &[7.0]), Some(10), "a float's value is an input");
         assert_eq!(cache.counters.learnt, 1);
@@ -119,11 +119,11 @@ mod tests {
     fn a_recipe_for_other_leaves_floats_or_another_op_is_refused() {
         let mut cache = RecipeCache::default();
         missed(call(&[2], "aten::mul.Tensor", 2, &[]));
-        assert!(learn(&mut cache, "aten::add.Tensor", 2, 0, false, 1).is_err());
-        assert!(learn(&mut cache, "aten::mul.Tensor", 3, 0, false, 1).is_err());
-        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 1, false, 1).is_err());
-        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, 1).is_ok());
-        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, 2).is_err(), "bound once");
+        assert!(learn(&mut cache, "aten::add.Tensor", 2, 0, false, Arc::new(1)).is_err());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 3, 0, false, Arc::new(1)).is_err());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 1, false, Arc::new(1)).is_err());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, Arc::new(1)).is_ok());
+        assert!(learn(&mut cache, "aten::mul.Tensor", 2, 0, false, Arc::new(2)).is_err(), "bound once");
         done(&mut cache);
         assert_eq!(runs(&cache, &[2], &[]), Some(1));
     }
@@ -143,7 +143,7 @@ mod tests {
     fn a_baked_op_is_learnt_and_refused_per_value() {
         let mut cache = RecipeCache::default();
         missed(call(&[4], "aten::pow.Tensor_Scalar", 1, &[2.0]));
-        assert!(learn(&mut cache, "aten::pow.Tensor_Scalar", 1, 0, true, 20).is_ok());
+        assert!(learn(&mut cache, "aten::pow.Tensor_Scalar", 1, 0, true, Arc::new(20)).is_ok());
         done(&mut cache);
         assert_eq!(runs(&cache, &[4], &[2.0]), Some(20));
         assert!(matches!(cache.find(&[4], &[3.0f64.to_bits()]), Found::Miss { baked: true }));
@@ -158,10 +158,10 @@ mod tests {
         let mut cache = RecipeCache::default();
         missed(call(&[5], "outer", 1, &[]));
         missed(call(&[6], "inner", 1, &[]));
-        assert!(learn(&mut cache, "outer", 1, 0, false, 5).is_err());
-        assert!(learn(&mut cache, "inner", 1, 0, false, 6).is_ok());
+        assert!(learn(&mut cache, "outer", 1, 0, false, Arc::new(5)).is_err());
+        assert!(learn(&mut cache, "inner", 1, 0, false, Arc::new(6)).is_ok());
         done(&mut cache);
-        assert!(learn(&mut cache, "outer", 1, 0, false, 5).is_ok());
+        assert!(learn(&mut cache, "outer", 1, 0, false, Arc::new(5)).is_ok());
         done(&mut cache);
         assert_eq!((runs(&cache, &[5], &[]), runs(&cache, &[6], &[])), (Some(5), Some(6)));
     }
@@ -170,10 +170,12 @@ mod tests {
     fn another_thread_cannot_answer_this_threads_call() {
         missed(call(&[7], "aten::abs", 1, &[]));
         let answered =
-            std::thread::spawn(|| learn(&mut RecipeCache::default(), "aten::abs", 1, 0, false, 7u32)).join().unwrap();
-        assert_eq!(answered, Err(7), "refused, and the recipe comes back");
+            std::thread::spawn(|| learn(&mut RecipeCache::default(), "aten::abs", 1, 0, false, Arc::new(7u32)))
+                .join()
+                .unwrap();
+        assert_eq!(answered, Err(Arc::new(7)), "refused, and the recipe comes back");
         let mut cache = RecipeCache::default();
-        assert!(learn(&mut cache, "aten::abs", 1, 0, false, 7u32).is_ok());
+        assert!(learn(&mut cache, "aten::abs", 1, 0, false, Arc::new(7u32)).is_ok());
         done(&mut cache);
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
@@ -170,7 +170,7 @@ pub fn copy(py: Python<'_>, dst: &Arg<'_, '_>, src: &Arg<'_, '_>) -> bool {
 pub fn learn(name: &str, recipe: Recipe, baked: bool) -> bool {
     let (n_leaves, n_floats) = (recipe.leaf_dtypes.len(), recipe.n_floats);
     // A refused recipe is dropped here, after the cache's lock is let go.
-    cache::with(|c| calls::learn(c, name, n_leaves, n_floats, baked, recipe)).is_ok()
+    cache::with(|c| calls::learn(c, name, n_leaves, n_floats, baked, Arc::new(recipe))).is_ok()
 }
 
 /// Runs `recipe` on the call's leaves; None where this call cannot (a constant on another
