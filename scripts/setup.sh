@@ -146,7 +146,8 @@ if [ -z "$SHIM_SO" ] || [ -n "$(find python/torchtpu/csrc -newer "$SHIM_SO" 2>/d
     || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$SHIM_SO" 2>/dev/null)" ]; then
   log "building torchtpu._device_shim against the installed torch"
   # Without autoload: torch's start would register the tpu device, which needs this very guard.
-  (cd python && TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_shim.py -q build_ext --inplace \
+  # The venv's bin first: torch's BuildExtension looks for `ninja` on PATH.
+  (cd python && PATH="$VENV/bin:$PATH" TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_shim.py -q build_ext --inplace \
       --build-temp "$ROOT/target/device-guard")
 else
   log "torchtpu._device_shim up to date"

@@ -16,12 +16,15 @@ in DeferAndFuse a cached op is recorded natively into the open region (`_C.Regio
 from __future__ import annotations
 
 from torchtpu import _C
+from torchtpu.device import _state
 from torchtpu.device._guard import guard as _guard
 
 
 def install() -> None:
     """Hands the shim Rust's per-op path (at the first op, with the device code). Whether a
-    thread's ops take it is the thread's mode, which both read from Rust (`_state.py`)."""
+    thread's ops take it is the thread's mode, which both read from Rust (`_state.py`, which
+    gives Rust the default at its import; again here, so no op runs before it)."""
+    _C.eager_set_mode(_state.DEFAULT_MODE, default=True)
     _guard.install_native(_C.eager_native_api())
 
 
