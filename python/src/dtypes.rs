@@ -1,4 +1,4 @@
-//! The IR's dtypes as torch names: Python's table of them (`compiled/exporter.py`'s
+//! The IR's dtypes as torch names: Python's table of them (`torchtpu/ir_text.py`'s
 //! `IR_DTYPES`) is read from here, so it holds every dtype the IR has and no other, and so is
 //! the native path's table of PyTorch's `c10::ScalarType` codes (`of_scalar_type`).
 
