@@ -34,11 +34,17 @@ pub fn call(py: Python<'_>, op: u64, name: &CStr, args: &[Arg<'_, '_>]) -> PyRes
         return Ok(Answer::Skip); // no tpu tensor to say where it runs: factories stay in Python
     }
     let float_bits: Vec<u64> = flat.floats.iter().map(|f| f.to_bits()).collect();
-    let recipe = match cache::with(|c| c.find(&flat.key, &float_bits)) {
+    let found = cache::with(|c| {
+        let found = c.find(&flat.key, &float_bits);
+        if matches!(found, Found::Miss { .. }) {
+            c.counters.misses += 1;
+        }
+        found
+    });
+    let recipe = match found {
         Found::Run { recipe, .. } => recipe,
         Found::Python => return Ok(Answer::Skip),
         Found::Miss { baked } => {
-            cache::with(|c| c.counters.misses += 1);
             calls::missed(Missed {
                 key: flat.key,
                 baked,

@@ -172,10 +172,8 @@ def _mlp_step(model, x):
 
 
 def test_a_damaged_entry_of_autograds_cache_is_a_miss_and_recompiled(tmp_path, monkeypatch):
-    from torch._dynamo.utils import counters
-
-    sys.path.insert(0, TESTS)
     from models.small import MLP
+    from torch._dynamo.utils import counters
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)

@@ -13,15 +13,11 @@ the gradients are not compared closer.
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import pytest
 import torch
-from paths import TESTS
 
 import torchtpu
-
-sys.path.insert(0, str(TESTS))
 
 TPU = "tpu"
 MODES = ["strict", "debug", "defer_and_fuse"]

@@ -23,7 +23,6 @@ import torch.distributed as dist
 from paths import TESTS
 
 HERE = str(TESTS)  # the workers
-sys.path.insert(0, HERE)
 import distributed_worker as worker  # noqa: E402
 
 WORLD = worker.WORLD

@@ -16,15 +16,14 @@ in DeferAndFuse a cached op is recorded natively into the open region (`_C.Regio
 from __future__ import annotations
 
 from torchtpu import _C
-from torchtpu.device import _state
+from torchtpu.device import _state  # noqa: F401  (gives Rust the default mode)
 from torchtpu.device._guard import guard as _guard
 
 
 def install() -> None:
     """Hands the shim Rust's per-op path (at the first op, with the device code). Whether a
-    thread's ops take it is the thread's mode, which both read from Rust (`_state.py`, which
-    gives Rust the default at its import; again here, so no op runs before it)."""
-    _C.eager_set_mode(_state.DEFAULT_MODE, default=True)
+    thread's ops take it is the thread's mode, which both read from Rust; `_state`, imported
+    above, gave Rust the default mode at its import, before any op."""
     _guard.install_native(_C.eager_native_api())
 
 
