@@ -10,14 +10,21 @@ export CARGO_BUILD_JOBS ?= 2
 setup:
 	@bash scripts/setup.sh
 
+# Everything Rust builds with the release profile, the extension's (`maturin develop --release`
+# in setup): clippy, the tests and the CLIs then reuse its compiled dependencies, build scripts
+# and proc macros instead of building them again for the dev profile (2 cores, after the
+# extension's build: clippy 37 s instead of 220 s).
+PROFILE := --release
+BIN := target/release
+
 build: setup
-	$(CARGO) build --workspace --exclude torchtpu-python --bins
+	$(CARGO) build $(PROFILE) --workspace --exclude torchtpu-python --bins
 
 demo: build
 	$(VENV)/bin/python examples/quickstart.py
 	$(VENV)/bin/python examples/device_quickstart.py
-	./target/debug/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce --timing
-	./target/debug/torchtpu-run examples/transformer_block.ir
+	$(BIN)/torchtpu-opt examples/mlp.ir --pass-pipeline=canonicalize,fold-constants,cse,dce --timing
+	$(BIN)/torchtpu-run examples/transformer_block.ir
 
 test: setup
 	$(MAKE) --no-print-directory lint test-rust test-lit test-python
@@ -26,17 +33,17 @@ test: setup
 # formatter and linter over python/ (rules in python/pyproject.toml, docs/architecture.md "Lint").
 lint:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(PROFILE) --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff format --check python
 	$(VENV)/bin/ruff check python
 
 test-rust:
-	$(CARGO) test --workspace --exclude torchtpu-python
+	$(CARGO) test $(PROFILE) --workspace --exclude torchtpu-python
 
 # The binaries with the workspace's features, as test-rust built them (`-p` alone unifies
 # features differently and rebuilt dependencies).
 test-lit:
-	$(CARGO) build --workspace --exclude torchtpu-python --bins
+	$(CARGO) build $(PROFILE) --workspace --exclude torchtpu-python --bins
 	$(VENV)/bin/lit -sv lit-tests
 
 # Two workers (pytest-xdist), each taking whole files (tests of one file share a process and its

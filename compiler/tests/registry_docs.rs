@@ -8,7 +8,7 @@ fn docs_ops_md_matches_the_registry() {
     let generated = torchtpu_compiler::catalog::markdown();
     assert!(
         on_disk == generated,
-        "docs/ops.md is stale: regenerate it with `./target/debug/torchtpu-opt --list-ops=markdown -o docs/ops.md`"
+        "docs/ops.md is stale: regenerate it with `./target/release/torchtpu-opt --list-ops=markdown -o docs/ops.md`"
     );
 }
 

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from compiled import assert_compiled_cleanly, fresh_torchtpu  # noqa: F401 - the fixture
 from models.small import CNN, MLP, HandAttention, MHABlock
-from paths import ROOT
+from paths import BIN
 
 import torchtpu
 from torchtpu import _C
@@ -274,7 +274,7 @@ def test_dump_dir_reproduces_stablehlo_byte_for_byte(tmp_path):
         torch.compile(model, backend="torchtpu", options={"dump_dir": str(tmp_path)})(torch.randn(2, 12))
     irs = sorted(tmp_path.glob("*.input.ir"))
     assert irs, list(tmp_path.iterdir())
-    opt = ROOT / "target" / "debug" / "torchtpu-opt"
+    opt = BIN / "torchtpu-opt"
     for input_ir in irs:
         stem = input_ir.name[: -len(".input.ir")]
         want = (tmp_path / f"{stem}.stablehlo.mlir").read_text()
