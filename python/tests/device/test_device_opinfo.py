@@ -43,9 +43,11 @@ def test_device_opinfo_sample(case, record_property):
 
 # DeferAndFuse (docs/eager.md): every case again with its ops recorded and run as regions, cut
 # by the harness's own `.cpu()` reads. Same expectations: the mode changes when ops run, not
-# what they compute.
+# what they compute. `make test-slow` (another mode of the sweep above; ~105 worker-seconds):
+# `make test` covers DeferAndFuse with test_defer.py and the zoo's device modes.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_device_opinfo_sample_deferred(case, record_property):
     with torchtpu.eager.mode("defer_and_fuse"):
