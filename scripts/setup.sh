@@ -122,34 +122,52 @@ else
   log "PJRT CPU plugin present: $PLUGIN_SO"
 fi
 
-# --- the extension (torchtpu._C) into the venv ------------------------------
-# Rebuilt only when a Rust or Python source is newer than the last install stamp.
-STAMP="$VENV/.torchtpu-ext.stamp"
-if [ ! -f "$STAMP" ] || [ -n "$(find Cargo.toml Cargo.lock compiler runtime engine python -newer "$STAMP" \
-      \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name Cargo.lock \) -print -quit 2>/dev/null)" ]; then
-  log "building torchtpu._C (release) into $VENV"
-  # Release: every model call crosses this extension, and a debug build costs ~100 us per
-  # call of a tiny graph (benches/call_overhead.py); the release build takes ~80 s more.
-  VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
-    "$VENV/bin/maturin" develop --release -q -m python/Cargo.toml
-  touch "$STAMP"
-else
-  log "torchtpu._C up to date"
-fi
+# --- the extension (torchtpu._C) and the device's shim (torchtpu._device_shim) --------------
+# Built at the same time: each leaves a core idle in its serial steps (rustc's last crates and
+# links, the shim's last file), which the other fills.
 
-# --- the tpu device's native shim (torchtpu._device_shim) -----------------
-# A small C++ extension against the installed torch's headers (docs/eager.md, "Devices"):
-# built here, never at import. Rebuilt when its source, its build script or torch changed.
-SHIM_SO="$(ls python/torchtpu/_device_shim*.so 2>/dev/null | head -n1 || true)"
-if [ -z "$SHIM_SO" ] || [ -n "$(find python/torchtpu/csrc -newer "$SHIM_SO" 2>/dev/null)" ] \
-    || [ python/setup_shim.py -nt "$SHIM_SO" ] \
-    || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$SHIM_SO" 2>/dev/null)" ]; then
-  log "building torchtpu._device_shim against the installed torch"
-  # Without autoload: torch's start would register the tpu device, which needs this very guard.
-  # The venv's bin first: torch's BuildExtension looks for `ninja` on PATH.
-  (cd python && PATH="$VENV/bin:$PATH" TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" "$VPY" setup_shim.py -q build_ext --inplace \
-      --build-temp "$ROOT/target/device-guard")
-else
-  log "torchtpu._device_shim up to date"
+# The extension into the venv, rebuilt only when a Rust or Python source is newer than the last
+# install stamp. Release: every model call crosses this extension, and a debug build costs
+# ~100 us per call of a tiny graph (benches/call_overhead.py); the release build takes ~80 s more.
+STAMP="$VENV/.torchtpu-ext.stamp"
+build_extension() {
+  if [ ! -f "$STAMP" ] || [ -n "$(find Cargo.toml Cargo.lock compiler runtime engine eager python -newer "$STAMP" \
+        \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name Cargo.lock \) -print -quit 2>/dev/null)" ]; then
+    log "building torchtpu._C (release) into $VENV"
+    VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
+      "$VENV/bin/maturin" develop --release -q -m python/Cargo.toml
+    touch "$STAMP"
+  else
+    log "torchtpu._C up to date"
+  fi
+}
+
+# The shim: a small C++ extension against the installed torch's headers (docs/eager.md,
+# "Devices"), built here, never at import; rebuilt when its source, its build script or torch
+# changed.
+build_shim() {
+  local so
+  so="$(ls python/torchtpu/_device_shim*.so 2>/dev/null | head -n1 || true)"
+  if [ -z "$so" ] || [ -n "$(find python/torchtpu/csrc -newer "$so" 2>/dev/null)" ] \
+      || [ python/setup_shim.py -nt "$so" ] \
+      || [ -n "$(find "$VENV"/lib/python*/site-packages/torch/version.py -newer "$so" 2>/dev/null)" ]; then
+    log "building torchtpu._device_shim against the installed torch"
+    # Without autoload: torch's start would register the tpu device, which needs this very guard.
+    # The venv's bin first: torch's BuildExtension looks for `ninja` on PATH.
+    (cd python && PATH="$VENV/bin:$PATH" TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS="${CARGO_BUILD_JOBS:-2}" \
+      "$VPY" setup_shim.py -q build_ext --inplace --build-temp "$ROOT/target/device-guard")
+  else
+    log "torchtpu._device_shim up to date"
+  fi
+}
+
+build_extension & extension_pid=$!
+build_shim & shim_pid=$!
+extension_status=0; shim_status=0
+wait "$extension_pid" || extension_status=$?
+wait "$shim_pid" || shim_status=$?
+if ((extension_status || shim_status)); then
+  log "failed: torchtpu._C (status $extension_status), torchtpu._device_shim (status $shim_status)"
+  exit 1
 fi
 log "done"

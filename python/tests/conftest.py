@@ -36,24 +36,24 @@ def pytest_configure(config):
     )
 
 
-# The longest files, longest first (seconds of one worker in a full run, 2026-12-07): collected
+# The longest files, longest first (seconds of one worker in a full run, 2026-12-07, second): collected
 # first, so that `make test`'s two workers (pytest-xdist `--dist loadfile`, which hands out files
 # in collection order to whichever worker is free) start them early and end together, instead of
 # one worker running a long file alone at the end (measured on a clean clone: TorchTitan's 3.5
 # minutes ran last while the other worker sat idle).
 _LONGEST_FIRST = (
-    "test_opinfo.py",  # 420
-    "test_device_opinfo.py",  # 309
-    "test_model_zoo.py",  # 210
-    "test_serving.py",  # 202
-    "test_torchtitan.py",  # 189
-    "test_distributed.py",  # 188
-    "test_workloads.py",  # 136
-    "test_device_sampling.py",  # 128
-    "test_last_mile_models.py",  # 116
-    "test_first_hour.py",  # 96
-    "test_quantization.py",  # 95
-    "test_training_frameworks.py",  # 94
+    "test_opinfo.py",  # 346
+    "test_model_zoo.py",  # 168
+    "test_device_opinfo.py",  # 161
+    "test_distributed.py",  # 157
+    "test_serving.py",  # 143
+    "test_torchtitan.py",  # 139
+    "test_workloads.py",  # 100
+    "test_last_mile_models.py",  # 87
+    "test_first_hour.py",  # 81
+    "test_quantization.py",  # 70
+    "test_continuous_batching.py",  # 65
+    "test_device_real_use.py",  # 60
 )
 
 
