@@ -12,7 +12,9 @@
 //!   whether index checks are on;
 //! - `region`: DeferAndFuse's region key (its recorded programs, live values and dead
 //!   externals) and its name in explain records;
-//! - `layout`: PyTorch's contiguity rule, which decides whether a copy is a buffer's reuse.
+//! - `layout`: PyTorch's contiguity rule, which decides whether a copy is a buffer's reuse;
+//! - `schema`: an op's kind (view, functional, in-place, out=, mutating) from its schema, the
+//!   one classification the shim and the Python path both read.
 
 pub mod cache;
 pub mod calls;
@@ -20,3 +22,4 @@ pub mod key;
 pub mod layout;
 pub mod mode;
 pub mod region;
+pub mod schema;

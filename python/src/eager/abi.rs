@@ -1,5 +1,6 @@
 //! The ABI the dispatcher shim calls (`python/torchtpu/csrc/native_api.h` declares the same
-//! structs): a table of two functions in a capsule, `call` and `done`. This is the only unsafe
+//! structs): a table of functions in a capsule (`call`, `done`, `new_slot`, `copy`,
+//! `takes_native`, `classify`). This is the only unsafe
 //! code of the per-op path: it turns the shim's records into safe `Arg`s and the answer into
 //! `OutRecord`s.
 
@@ -11,12 +12,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use torchtpu_eager::key::View;
+use torchtpu_eager::schema;
 
 use super::key::{Arg, Scalar, TensorArg};
 use super::slot::Slot;
 use super::{path, Answer};
 
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 
 const TAG_NONE: i32 = 0;
 const TAG_TENSOR: i32 = 1;
@@ -65,6 +67,14 @@ pub struct OutRecord {
 }
 
 #[repr(C)]
+pub struct SchemaParam {
+    aliased: u32,
+    alias: *const c_char,
+    writes: u32,
+    kwarg_only: u32,
+}
+
+#[repr(C)]
 pub struct NativeApi {
     version: u32,
     call: unsafe extern "C" fn(u64, *const c_char, *const ArgRecord, usize, *mut OutRecord, usize, *mut usize) -> i32,
@@ -72,9 +82,10 @@ pub struct NativeApi {
     new_slot: unsafe extern "C" fn(i32, *mut PyObject, *const i64, usize, i32) -> *mut PyObject,
     copy: unsafe extern "C" fn(*const ArgRecord, *const ArgRecord) -> i32,
     takes_native: extern "C" fn() -> i32,
+    classify: unsafe extern "C" fn(*const SchemaParam, usize, *const SchemaParam, usize, *mut u32, *mut i32) -> i32,
 }
 
-static API: NativeApi = NativeApi { version: VERSION, call, done, new_slot, copy, takes_native };
+static API: NativeApi = NativeApi { version: VERSION, call, done, new_slot, copy, takes_native, classify };
 
 /// # Safety
 /// Called with the GIL held, on two valid records.
@@ -176,6 +187,45 @@ unsafe extern "C" fn done() {
 /// keeps no copy of the mode).
 extern "C" fn takes_native() -> i32 {
     torchtpu_eager::mode::current().takes_native() as i32
+}
+
+/// # Safety
+/// `args` and `arg_flags` hold `n_args` values, `returns` and `return_alias` `n_returns`; each
+/// alias is a NUL-terminated string.
+unsafe extern "C" fn classify(
+    args: *const SchemaParam,
+    n_args: usize,
+    returns: *const SchemaParam,
+    n_returns: usize,
+    arg_flags: *mut u32,
+    return_alias: *mut i32,
+) -> i32 {
+    let params = |records: *const SchemaParam, n: usize| -> Vec<schema::Param> {
+        if n == 0 {
+            return Vec::new();
+        }
+        // SAFETY: the shim passes `n` records whose aliases are NUL-terminated strings.
+        let records = unsafe { std::slice::from_raw_parts(records, n) };
+        records
+            .iter()
+            .map(|r| schema::Param {
+                aliased: r.aliased != 0,
+                alias: unsafe { CStr::from_ptr(r.alias) }.to_string_lossy().into_owned(),
+                writes: r.writes != 0,
+                kwarg_only: r.kwarg_only != 0,
+            })
+            .collect()
+    };
+    let c = schema::classify(&params(args, n_args), &params(returns, n_returns));
+    for (i, out) in c.out_args.iter().enumerate() {
+        // SAFETY: the shim gives room for one flag per argument.
+        unsafe { *arg_flags.add(i) = if *out { FLAG_OUT } else { 0 } };
+    }
+    for (i, alias) in c.return_alias.iter().enumerate() {
+        // SAFETY: the shim gives room for one value per return.
+        unsafe { *return_alias.add(i) = alias.map_or(-1, |a| a as i32) };
+    }
+    c.kind.code()
 }
 
 /// # Safety

@@ -22,6 +22,7 @@ mod slot;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use torchtpu_eager::mode::{self, Mode};
+use torchtpu_eager::schema;
 use torchtpu_engine::DType;
 
 pub use slot::{scalar_type_code, Slot};
@@ -182,6 +183,22 @@ fn eager_mode() -> &'static str {
     mode::current().name()
 }
 
+/// An op's schema classified (`torchtpu_eager::schema`): each argument and return as (aliased,
+/// alias set, writes, keyword-only); gives (kind's name, written arguments, per return the
+/// argument it is or None).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn eager_classify(
+    args: Vec<(bool, String, bool, bool)>,
+    returns: Vec<(bool, String, bool, bool)>,
+) -> (&'static str, Vec<usize>, Vec<Option<usize>>) {
+    let param = |(aliased, alias, writes, kwarg_only)| schema::Param { aliased, alias, writes, kwarg_only };
+    let args: Vec<schema::Param> = args.into_iter().map(param).collect();
+    let returns: Vec<schema::Param> = returns.into_iter().map(param).collect();
+    let c = schema::classify(&args, &returns);
+    (c.kind.name(), c.written, c.return_alias)
+}
+
 /// Every mode's name, the default's first.
 #[pyfunction]
 fn eager_modes() -> Vec<&'static str> {
@@ -254,6 +271,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eager_set_mode, m)?)?;
     m.add_function(wrap_pyfunction!(eager_mode, m)?)?;
     m.add_function(wrap_pyfunction!(eager_modes, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_classify, m)?)?;
     m.add_function(wrap_pyfunction!(eager_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(eager_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_api, m)?)?;

@@ -15,7 +15,7 @@ import torchtpu.device
 
 PACKAGE = pathlib.Path(torchtpu.device.__file__).parent
 ROOT = PACKAGE.parent
-LEAVES = {"_state", "_frames", "_guard", "_trace", "_attention", "_optim"}
+LEAVES = {"_state", "_frames", "_guard", "_trace", "_attention", "_optim", "_schema"}
 ALLOWED_BELOW = {"_buffers": {"_guard"}}
 
 
@@ -170,3 +170,35 @@ def test_the_writer_writes_what_the_compiler_parses():
     printed = canonical_ir(text)
     for part in ("aten.gelu.default", "c10d.all_reduce", "aten.max.dim", 'sharding<[{"dp"}, {}]>'):
         assert part in printed, (part, printed)
+
+
+def test_the_op_classification_has_one_owner():
+    """An op's kind (view, functional, in-place, out=, mutating) is `torchtpu_eager::schema`'s,
+    which the shim reads through the native API and Python through `device/_schema.py`: no other
+    module reads the schema's write annotations to decide it again."""
+    readers = [
+        f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+        for path in sorted(ROOT.rglob("*.py"))
+        if path != PACKAGE / "_schema.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("is_write", "before_set")
+    ]
+    assert readers == [], f"schema write annotations read outside device/_schema.py: {readers}"
+
+
+def test_the_classification_reads_pytorchs_schemas_as_the_rules_say():
+    from torchtpu.device import _dispatch, _schema
+
+    aten = torch.ops.aten
+    kinds = {
+        aten.transpose.int: _schema.VIEW,
+        aten.split.Tensor: _schema.VIEW,  # a list of aliases
+        aten.add.Tensor: _schema.FUNCTIONAL,
+        aten.add_.Tensor: _schema.INPLACE,
+        aten.add.out: _schema.OUT,
+        aten.max.dim_max: _schema.OUT,
+        aten._amp_foreach_non_finite_check_and_unscale_.default: _schema.MUTATING,
+    }
+    assert {op: _dispatch.info_of(op).kind for op in kinds} == kinds
+    assert _schema.classify(aten.max.dim_max._schema)[1:] == ([3, 4], [3, 4])
+    assert _schema.classify(aten.add_.Tensor._schema)[1:] == ([0], [0])

@@ -53,18 +53,37 @@ bool native_on() {
 }
 std::atomic<uint64_t> native_ops{0};        // ops the native path ran (views included)
 
-// What an operator's schema says, read once per operator.
+// What an operator's schema says, read once per operator: its kind is Rust's classification
+// (`api->classify`, torchtpu_eager::schema); this file only converts the schema for it.
 struct OpShape {
-  bool view = false;               // returns alias an argument, nothing is written
-  std::string name;                // "aten::add.Tensor"
-  std::vector<uint32_t> arg_flags; // kFlagOut for out= arguments
-  std::vector<int> return_alias;   // per return: the argument it is, or -1 (a new tensor)
-  bool list_return = false;        // one Tensor[] return: every new tensor, as a list
+  bool view = false;                  // returns alias an argument, nothing is written
+  std::string name;                   // "aten::add.Tensor"
+  std::vector<uint32_t> arg_flags;    // kFlagOut for out= arguments
+  std::vector<int32_t> return_alias;  // per return: the argument it is, or -1 (a new tensor)
+  bool list_return = false;           // one Tensor[] return: every new tensor, as a list
 };
 
 std::mutex shapes_lock;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpShape>> shapes;
 
+// An argument's or return's alias set before the call, as `classify` reads it: "" for none.
+std::string alias_set(const c10::AliasInfo* alias) {
+  if (alias == nullptr) {
+    return "";
+  }
+  std::vector<std::string> names;
+  for (const c10::Symbol& s : alias->beforeSets()) {
+    names.push_back(s.toUnqualString());
+  }
+  std::sort(names.begin(), names.end());
+  std::string joined;
+  for (const std::string& n : names) {
+    joined += (joined.empty() ? "" : "|") + n;
+  }
+  return joined;
+}
+
+// Needs `api` (installed): callers check it first.
 const OpShape& shape_of(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   std::lock_guard<std::mutex> guard(shapes_lock);
@@ -79,33 +98,29 @@ const OpShape& shape_of(const c10::OperatorHandle& op) {
   if (!schema->overload_name().empty()) {
     s->name += "." + schema->overload_name();
   }
-  bool writes = false;
-  s->arg_flags.resize(args.size(), 0);
-  for (size_t i = 0; i < args.size(); ++i) {
-    const c10::AliasInfo* alias = args[i].alias_info();
-    if (alias != nullptr && alias->isWrite()) {
-      writes = true;
-      if (args[i].kwarg_only()) {
-        s->arg_flags[i] = torchtpu::kFlagOut;
-      }
-    }
+  // The strings outlive the call: `params` points into them.
+  std::vector<std::string> aliases;
+  aliases.reserve(args.size() + rets.size());
+  std::vector<torchtpu::SchemaParam> params;
+  params.reserve(args.size() + rets.size());
+  auto add = [&](const c10::Argument& a) {
+    const c10::AliasInfo* alias = a.alias_info();
+    aliases.push_back(alias_set(alias));
+    params.push_back({static_cast<uint32_t>(alias != nullptr), aliases.back().c_str(),
+                      static_cast<uint32_t>(alias != nullptr && alias->isWrite()),
+                      static_cast<uint32_t>(a.kwarg_only())});
+  };
+  for (const auto& a : args) {
+    add(a);
   }
-  bool aliased_return = false;
   for (const auto& r : rets) {
-    int index = -1;
-    const c10::AliasInfo* alias = r.alias_info();
-    if (alias != nullptr) {
-      aliased_return = true;
-      for (size_t i = 0; i < args.size() && index < 0; ++i) {
-        const c10::AliasInfo* a = args[i].alias_info();
-        if (a != nullptr && !a->beforeSets().empty() && a->beforeSets() == alias->beforeSets()) {
-          index = static_cast<int>(i);
-        }
-      }
-    }
-    s->return_alias.push_back(index);
+    add(r);
   }
-  s->view = !writes && aliased_return;
+  s->arg_flags.resize(args.size(), 0);
+  s->return_alias.resize(rets.size(), -1);
+  int32_t kind = api->classify(params.data(), args.size(), params.data() + args.size(), rets.size(),
+                               s->arg_flags.data(), s->return_alias.data());
+  s->view = kind == torchtpu::kKindView;
   s->list_return = rets.size() == 1 && rets[0].type()->kind() == c10::TypeKind::ListType;
   return *shapes.emplace(schema, std::move(s)).first->second;
 }
@@ -357,8 +372,13 @@ bool run_through_rust(const c10::OperatorHandle& op, const OpShape& shape, torch
 }
 
 void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
+  if (api == nullptr) {  // before the device code loads, the Python path takes every op
+    pybind11::gil_scoped_acquire gil;
+    call_python(op, stack);
+    return;
+  }
   const OpShape& shape = shape_of(op);
-  if (shape.view && api != nullptr) {
+  if (shape.view) {
     run_view(op, shape, stack);
     return;
   }

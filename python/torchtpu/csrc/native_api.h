@@ -11,7 +11,7 @@
 
 namespace torchtpu {
 
-constexpr uint32_t kNativeApiVersion = 5;
+constexpr uint32_t kNativeApiVersion = 6;
 
 enum ArgTag : int32_t {
   kArgNone = 0,
@@ -64,6 +64,23 @@ enum CallResult : int32_t {
   kError = -1, // a Python exception is set
 };
 
+// One schema argument or return, as its annotation says, for `classify`.
+struct SchemaParam {
+  uint32_t aliased;   // it carries an alias annotation (`Tensor(a)`, `Tensor(a)[]`)
+  const char* alias;  // its alias set before the call ("a"; several joined by '|'), or "": NUL-terminated
+  uint32_t writes;
+  uint32_t kwarg_only;
+};
+
+// An operator's kind (torchtpu_eager::schema::Kind's codes).
+enum OpKind : int32_t {
+  kKindView = 0,
+  kKindFunctional = 1,
+  kKindInPlace = 2,
+  kKindOut = 3,
+  kKindMutating = 4,
+};
+
 struct NativeApi {
   uint32_t version;
   // Called with the GIL held. `op` identifies the operator; `name` is its full name.
@@ -80,6 +97,11 @@ struct NativeApi {
   // Whether the calling thread's mode takes the native path (strict and DeferAndFuse, not
   // debug): 1 or 0. The mode is Rust's (`torchtpu_eager::mode`); the shim keeps no copy.
   int32_t (*takes_native)();
+  // Classifies an operator's schema (torchtpu_eager::schema, the one classification): returns its
+  // OpKind and fills `arg_flags` (kFlagOut for each out= argument; room for `n_args`) and
+  // `return_alias` (per return the argument it is, or -1; room for `n_returns`). No GIL needed.
+  int32_t (*classify)(const SchemaParam* args, size_t n_args, const SchemaParam* returns, size_t n_returns,
+                      uint32_t* arg_flags, int32_t* return_alias);
 };
 
 }  // namespace torchtpu

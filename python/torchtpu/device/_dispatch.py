@@ -30,7 +30,7 @@ import torch
 from torchtpu import _C, _stats
 from torchtpu._log import warn_once
 from torchtpu.compiled.exporter import Unsupported
-from torchtpu.device import _defer, _modes, _native, _programs, _storage
+from torchtpu.device import _defer, _modes, _native, _programs, _schema, _storage
 from torchtpu.device._frames import first_user_frame
 from torchtpu.device._guard import guard as _guard
 from torchtpu.errors import (
@@ -58,8 +58,9 @@ class _CpuFallback:
 
 
 class OpInfo:
-    """What the schema says about an op: its kind (view, functional, inplace, out, mutating),
-    the functional op for inplace/out, and which arguments it writes."""
+    """What the schema says about an op: its kind (view, functional, inplace, out, mutating:
+    `torchtpu_eager::schema`'s classification, the shim's too), the functional op for inplace
+    and out, and which arguments it writes."""
 
     __slots__ = ("op", "name", "kind", "functional", "written", "base", "out_names", "returns", "tensor_slots")
 
@@ -68,28 +69,19 @@ class OpInfo:
         self.name = op.name()
         self.base = "aten." + self.name.split("::", 1)[1].split(".")[0] if self.name.startswith("aten::") else self.name
         schema = op._schema
-        self.written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
-        aliased_returns = any(r.alias_info is not None for r in schema.returns)
+        args = schema.arguments
+        self.kind, self.written, _ = _schema.classify(schema)
         rets = schema.returns
         self.returns = "tuple" if len(rets) != 1 else ("list" if isinstance(rets[0].type, torch.ListType) else "one")
-        self.functional = None
-        args = schema.arguments
         # Positional Tensor parameters: a wrapped number arrives there as a Python number.
         self.tensor_slots = tuple(
             i for i, a in enumerate(args) if isinstance(a.type, torch.TensorType) and not a.kwarg_only
         )
-        if not self.written:
-            self.kind = "view" if aliased_returns else "functional"
-        else:
-            self.functional = _functional_of(op, schema, self.written)
-            if self.functional is None:
-                self.kind = "mutating"
-            elif self.written == [0] and not args[0].kwarg_only:
-                self.kind = "inplace"
-            elif all(args[i].kwarg_only for i in self.written):
-                self.kind = "out"
-            else:
-                self.kind = "mutating"
+        # What an in-place or out= op computes is its functional overload, which only torch.ops
+        # can find: without one the op is mutating.
+        self.functional = _functional_of(op, schema, self.written) if self.written else None
+        if self.functional is None and self.kind in (_schema.INPLACE, _schema.OUT):
+            self.kind = _schema.MUTATING
         self.out_names = {args[i].name for i in self.written} if self.kind == "out" else set()
         if self.functional is not None:
             # What the compiler lowers is the functional form.
@@ -110,10 +102,6 @@ def _without_options(args):
     return [(a.name, str(a.type)) for a in args if not (a.kwarg_only and a.name in _OPTIONS)]
 
 
-def _writes(schema) -> bool:
-    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-
-
 def _functional_of(op, schema, written):
     """The overload computing what `op` (in-place or out=) writes, or None."""
     ns, name = schema.name.split("::", 1)
@@ -132,7 +120,7 @@ def _functional_of(op, schema, written):
         # Factories (`arange.start_out`, `linspace.out`, `eye.m_out`): the functional form
         # with tensor options, the out tensor's dtype coming from the cast every out= result gets.
         want, matches = _signature(schema.arguments, skip=set(written)), (_signature, _without_options)
-    candidates = [c for c in candidates if not _writes(c._schema)]
+    candidates = [c for c in candidates if not _schema.writes(c._schema)]
     for match in matches:
         for candidate in candidates:
             if match(candidate._schema.arguments) == want:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from torchtpu.compiled.exporter import is_contiguous
-from torchtpu.device import _checks, _dispatch, _storage
+from torchtpu.device import _checks, _dispatch, _schema, _storage
 from torchtpu.device._guard import guard as _guard
 
 aten = torch.ops.aten
@@ -242,9 +242,7 @@ def functional_kernels() -> list:
             continue
         if not structured or own:
             continue
-        if any(a.alias_info is not None for a in schema.arguments) or any(
-            r.alias_info is not None for r in schema.returns
-        ):
+        if _schema.classify(schema)[0] != _schema.FUNCTIONAL:
             continue
         packet = getattr(aten, name[len("aten::") :], None)
         if packet is None or getattr(packet, schema.overload_name or "default", None) is None:

@@ -18,7 +18,7 @@ import torch
 
 from torchtpu import _C, _stats, index_checks
 from torchtpu.compiled.exporter import export
-from torchtpu.device import _ahead, _buffers, _checks, _defer, _native, _state
+from torchtpu.device import _ahead, _buffers, _checks, _defer, _native, _schema, _state
 from torchtpu.device._buffers import input_sources, mark_last, on_device  # noqa: F401  (used here and re-exported)
 from torchtpu.device._frames import first_user_frame
 from torchtpu.ir_text import IR_DTYPES, TORCH_DTYPES
@@ -74,7 +74,7 @@ def _tensor_sibling(op):
     for ov in packet.overloads():
         candidate = getattr(packet, ov)
         cs = candidate._schema
-        if any(a.alias_info is not None and a.alias_info.is_write for a in cs.arguments):
+        if _schema.writes(cs):
             continue
         if [(a.name, str(a.type)) for a in cs.arguments] == want:
             return candidate
