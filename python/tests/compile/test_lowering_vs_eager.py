@@ -322,6 +322,15 @@ CASES = [
         aten._int_mm.default,
         TIGHT,
     ),
+    # torchao's activations on a CPU with VNNI are uint8: PyTorch's CPU kernel takes u8 x s8.
+    (
+        "int_mm_u8",
+        "aten._int_mm.default",
+        [ints(32, 64, lo=0, hi=256, dtype=torch.uint8), ints(64, 16, lo=-128, hi=128, seed=4, dtype=torch.int8)],
+        {},
+        aten._int_mm.default,
+        TIGHT,
+    ),
     # out_dtype(mm / addmm, int32, x_i8, w_i8), written as mm with an int32 result.
     (
         "mm_int8_into_int32",

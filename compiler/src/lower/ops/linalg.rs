@@ -74,17 +74,24 @@ fn read_as(a: &Tv, b: &Tv, out: DType) -> DType {
 }
 
 /// `torch._int_mm(a, b)`: int8 matrices, their products summed in int32 (what torchao's
-/// dynamically quantized linear layers run), one `s8 x s8 -> s32` dot.
+/// dynamically quantized linear layers run), one `s8 x s8 -> s32` dot. PyTorch's CPU kernel also
+/// takes an unsigned left operand (`u8 x s8`, torchao's activations on CPUs with VNNI); both are
+/// then read as int32, which holds every product exactly.
 pub fn int_mm<'c, 'a>(e: &Emitter<'c, 'a>, n: &NodeCtx<'c, 'a, '_>) -> R<'c, 'a> {
-    Ok(vec![dot_in(e, n.arg(0)?, n.arg(1)?, DType::I8, DType::I32)?])
+    let a = n.arg(0)?;
+    let read = if a.dtype == DType::U8 { DType::I32 } else { DType::I8 };
+    Ok(vec![dot_in(e, a, n.arg(1)?, read, DType::I32)?])
 }
 
-/// `_int_mm` takes int8 operands and gives int32, as PyTorch requires.
+/// `_int_mm` takes an int8 (or, as PyTorch's CPU kernel does, uint8) left operand and an int8
+/// right one, and gives int32.
 pub fn int_mm_legal(c: &Check) -> Result<(), String> {
     let dtypes = (c.operand_dtype(0), c.operand_dtype(1), c.out_dtype());
     match dtypes {
-        (Some(DType::I8), Some(DType::I8), Some(DType::I32)) => Ok(()),
-        (a, b, out) => Err(format!("_int_mm of {a:?} and {b:?} into {out:?} (int8 operands, an int32 result only)")),
+        (Some(DType::I8 | DType::U8), Some(DType::I8), Some(DType::I32)) => Ok(()),
+        (a, b, out) => Err(format!(
+            "_int_mm of {a:?} and {b:?} into {out:?} (an int8 or uint8 left operand, an int8 right one, an int32 result only)"
+        )),
     }
 }
 
