@@ -8,6 +8,7 @@
 //!   that the key bakes its floats or is the Python path's; bounded, with its counters;
 //! - `calls`: per thread, the calls that missed and run in Python now, and how a recipe the
 //!   Python path gives back is bound to one of them (or the key becomes Python's);
+//! - `donation`: which inputs of an in-place or out= op's program are donated (both paths' rule);
 //! - `mode`: the eager mode, per thread (its one copy: the shim and Python read it here), and
 //!   whether index checks are on;
 //! - `region`: DeferAndFuse's region key (its recorded programs, live values and dead
@@ -18,6 +19,7 @@
 
 pub mod cache;
 pub mod calls;
+pub mod donation;
 pub mod key;
 pub mod layout;
 pub mod mode;

@@ -22,7 +22,7 @@ mod slot;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use torchtpu_eager::mode::{self, Mode};
-use torchtpu_eager::schema;
+use torchtpu_eager::{donation, schema};
 use torchtpu_engine::DType;
 
 pub use slot::{scalar_type_code, Slot};
@@ -199,6 +199,23 @@ fn eager_classify(
     (c.kind.name(), c.written, c.return_alias)
 }
 
+/// The program inputs an in-place or out= op donates (`torchtpu_eager::donation`), from the
+/// Python path's targets: (replaces its storage's buffer, the inputs reading it, its bytes, its
+/// other holders) each.
+#[pyfunction]
+fn eager_donations(targets: Vec<(bool, Vec<usize>, usize, usize)>) -> Vec<usize> {
+    let targets: Vec<donation::Target> = targets
+        .into_iter()
+        .map(|(replaces_buffer, read_by, nbytes, other_holders)| donation::Target {
+            replaces_buffer,
+            read_by,
+            nbytes,
+            other_holders,
+        })
+        .collect();
+    donation::donations(&targets, donation::min_bytes())
+}
+
 /// Every mode's name, the default's first.
 #[pyfunction]
 fn eager_modes() -> Vec<&'static str> {
@@ -272,6 +289,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eager_mode, m)?)?;
     m.add_function(wrap_pyfunction!(eager_modes, m)?)?;
     m.add_function(wrap_pyfunction!(eager_classify, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_donations, m)?)?;
     m.add_function(wrap_pyfunction!(eager_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(eager_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_api, m)?)?;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
@@ -13,6 +13,7 @@ use torchtpu_runtime::Buffer;
 
 use torchtpu_eager::cache::Found;
 use torchtpu_eager::calls::{self, Missed};
+use torchtpu_eager::donation;
 use torchtpu_eager::key::View;
 use torchtpu_eager::layout::contiguous;
 use torchtpu_eager::mode;
@@ -239,61 +240,61 @@ fn launch(py: Python<'_>, recipe: &Recipe, flat: &Flat<'_, '_>) -> PyResult<Opti
     }
 }
 
-/// Below this size (bytes) an in-place op's target is not donated: copying it costs less than
-/// compiling the program's donating variant. Both paths read it (`_dispatch._donations` through
-/// `_C.eager_donate_min_bytes`); `benches/inplace_peak.py` moves it to measure donation.
-static DONATE_MIN_BYTES: AtomicUsize = AtomicUsize::new(1 << 20);
-
-/// The smallest in-place target an op's program donates, in bytes.
+/// The smallest in-place target an op's program donates, in bytes (`torchtpu_eager::donation`).
 #[pyfunction]
 pub fn eager_donate_min_bytes() -> usize {
-    DONATE_MIN_BYTES.load(Ordering::Relaxed)
+    donation::min_bytes()
 }
 
-/// Sets `eager_donate_min_bytes` (0: every target; a huge value: none), returning the old one.
+/// Sets `eager_donate_min_bytes` (0: every target; a huge value: none), returning the old one;
+/// `benches/inplace_peak.py` moves it to measure donation.
 #[pyfunction]
 pub fn eager_set_donate_min_bytes(bytes: usize) -> usize {
-    DONATE_MIN_BYTES.swap(bytes, Ordering::Relaxed)
+    donation::set_min_bytes(bytes)
 }
 
-/// The program inputs (positions in `recipe.sources`) to donate: the buffer of each target an
-/// in-place or out= op replaces whole (`Write::Whole`, or `Write::Base`: its storage's buffer,
-/// scattered into by the program), where the program reads it as exactly one input and
-/// nothing but the target's storage holds it (its slot, and this call's `leaves`): then PJRT
-/// may write the result into its memory instead of a copy of it. The strict mode's in-place
-/// update of a large tensor (a KV cache's `index_copy_`) costs the update, not the tensor.
+/// The program inputs (positions in `recipe.sources`) to donate, by `torchtpu_eager::donation`'s
+/// rule, for an in-place or out= op: each target as this path sees it (`Write::Whole` or
+/// `Write::Base` replace its storage's buffer; the other holders are the buffer's references
+/// beyond its slot, this call's `leaves` and its keyed leaves).
 fn donations(recipe: &Recipe, flat: &Flat<'_, '_>, leaves: &[Bound<'_, DeviceBuffer>]) -> Vec<usize> {
     let (Results::InPlace(writes) | Results::Out(writes)) = &recipe.results else { return Vec::new() };
-    let mut donate = Vec::new();
-    for (w, target) in writes.iter().zip(targets(recipe, flat)) {
-        if !matches!(w, Write::Whole | Write::Base) {
-            continue;
-        }
-        let slot = target.slot.borrow();
-        let held = slot.buffer.as_ptr();
-        let at: Vec<usize> = recipe
-            .sources
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| matches!(s, Source::Leaf(l) if leaves.get(*l).is_some_and(|b| b.as_ptr() == held)))
-            .map(|(i, _)| i)
-            .collect();
-        let [input] = at[..] else { continue };
-        let Source::Leaf(l) = recipe.sources[input] else { continue };
-        let in_leaves = leaves.iter().filter(|b| b.as_ptr() == held).count();
-        if donatable(&leaves[l], in_leaves, flat) && !donate.contains(&input) {
-            donate.push(input);
-        }
-    }
-    donate
+    let described: Vec<donation::Target> = writes
+        .iter()
+        .zip(targets(recipe, flat))
+        .map(|(w, target)| {
+            let held = target.slot.borrow().buffer.as_ptr();
+            let read_by = recipe
+                .sources
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| matches!(s, Source::Leaf(l) if leaves.get(*l).is_some_and(|b| b.as_ptr() == held)))
+                .map(|(i, _)| i)
+                .collect();
+            let (nbytes, other_holders) = match leaves.iter().find(|b| b.as_ptr() == held) {
+                Some(buffer) => {
+                    let in_leaves = leaves.iter().filter(|b| b.as_ptr() == held).count();
+                    (buffer.get().nbytes, other_holders(buffer, in_leaves, flat))
+                }
+                None => (0, 0),
+            };
+            donation::Target {
+                replaces_buffer: matches!(w, Write::Whole | Write::Base),
+                read_by,
+                nbytes,
+                other_holders,
+            }
+        })
+        .collect();
+    donation::donations(&described, donation::min_bytes())
 }
 
-/// Whether a target storage's `buffer` may be donated: at least `DONATE_MIN_BYTES`, and held
-/// by nothing but the storage's slot, the caller's `local` references and this call's keyed
-/// leaves (no other storage, as a copy_ shares buffers, no pending value, no Python variable).
-fn donatable(buffer: &Bound<'_, DeviceBuffer>, local: usize, flat: &Flat<'_, '_>) -> bool {
+/// A target storage's `buffer`'s holders beyond the storage's slot, the caller's `local`
+/// references and this call's keyed leaves: another storage (a copy_ shares buffers), a pending
+/// value, a Python variable.
+fn other_holders(buffer: &Bound<'_, DeviceBuffer>, local: usize, flat: &Flat<'_, '_>) -> usize {
     let keyed = flat.leaves.iter().filter(|l| matches!(l, Leaf::Device { buffer: b } if b.is(buffer))).count();
-    buffer.get().nbytes >= eager_donate_min_bytes() && buffer.get_refcnt() as usize == 1 + local + keyed
+    (buffer.get_refcnt() as usize).abs_diff(1 + local + keyed)
 }
 
 /// Records `recipe`'s program on the call's leaves in the open DeferAndFuse region, as
@@ -433,7 +434,13 @@ fn write(
             let inputs = [&base.get().buffer, &result.get().buffer];
             // The storage's buffer (held here by `base` too) is donated to the scatter where
             // it can be: the view's write costs the view, not a copy of the storage.
-            if donatable(&base, 1, flat) && !base.is(&result) {
+            let target = donation::Target {
+                replaces_buffer: true,
+                read_by: vec![0],
+                nbytes: base.get().nbytes,
+                other_holders: other_holders(&base, 1, flat),
+            };
+            if !donation::donations(&[target], donation::min_bytes()).is_empty() && !base.is(&result) {
                 let program = scatter.donating(py)?;
                 cache::with(|c| c.counters.donated += 1);
                 execute_donating(py, &program.get().compiled, &inputs, &[0], &[base.get()], device)?.remove(0)

@@ -440,14 +440,13 @@ def _run(info: OpInfo, op, args, kwargs):
 
 
 def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: list) -> list:
-    """The IR inputs to donate when an in-place or out= op replaces all of a target's storage
-    (`x.add_(y)` arrives as `add.out(x, y, out=x)`): the target's buffer, read by the program
-    as exactly one input, held by nothing but the storage's slot and `leaves` (no other
-    storage, pending value or Python variable; `flattened`, the leaves before floats were
-    appended, holds it too where it is another list). Then the result may take its memory, as the
-    native path donates (`path.rs`, `donations`), so `x.fill_(1)` needs one buffer of `x`, not
-    two. A target the program scatters into (`write_base`: a view), of another shape (resized)
-    or of another dtype than its storage is not donated."""
+    """The IR inputs to donate when an in-place or out= op replaces a target's storage (`x.add_(y)`
+    arrives as `add.out(x, y, out=x)`), by the native path's rule (`_C.eager_donations`,
+    `torchtpu_eager::donation`): this describes each target as the Python path sees it. Its
+    result replaces the buffer where the target is its whole storage, of the storage's dtype and
+    not resized; a view the program scatters into (`write_base`) is left to the native path. The
+    buffer's other holders are its references beyond the storage's slot and `leaves`
+    (`flattened`, the leaves before floats were appended, holds it too where it is another list)."""
     if _defer.state.active:
         return []
     if info.kind == "inplace":
@@ -455,27 +454,26 @@ def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: lis
     else:
         targets = [kwargs.get(a.name) for a in (info.op._schema.arguments[i] for i in info.written)]
     bases = program.write_base or ()
-    donate = []
+    described = []
     for k, t in enumerate(targets):
-        if not isinstance(t, torch.Tensor) or (k < len(bases) and bases[k] is not None):
+        slot = _storage.tensor_slot(t) if isinstance(t, torch.Tensor) else None
+        buffer = slot.buffer if slot is not None else None
+        if type(buffer) is not _C.DeviceBuffer:
             continue
-        if info.kind == "out" and tuple(t.shape) != program.out_types[k][1]:
-            continue  # resized first: another buffer
-        slot = _storage.tensor_slot(t)
-        if slot is None or t.dtype is not slot.dtype or not _storage.is_whole(t, slot):
-            continue
-        buffer = slot.buffer
-        # Below the native path's size an in-place target is not donated (python/src/eager/path.rs).
-        if type(buffer) is not _C.DeviceBuffer or buffer.nbytes < _C.eager_donate_min_bytes():
-            continue
-        at = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
+        replaces = (
+            not (k < len(bases) and bases[k] is not None)
+            and not (info.kind == "out" and tuple(t.shape) != program.out_types[k][1])  # resized: another buffer
+            and t.dtype is slot.dtype
+            and _storage.is_whole(t, slot)
+        )
+        read_by = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
         held = sum(1 for b in leaves if b is buffer)
         if flattened is not leaves:
             held += sum(1 for b in flattened if b is buffer)
         # References: the slot, each in the leaves' lists, `buffer` here and getrefcount's argument.
-        if len(at) == 1 and at[0] not in donate and sys.getrefcount(buffer) == 1 + held + 2:
-            donate.append(at[0])
-    return donate
+        others = abs(sys.getrefcount(buffer) - (1 + held + 2))
+        described.append((replaces, read_by, buffer.nbytes, others))
+    return _C.eager_donations(described) if described else []
 
 
 def _out_shapes(info: OpInfo, kwargs) -> list | None:
