@@ -34,6 +34,15 @@ pub fn missed(call: Missed) {
     WAITING.with(|w| w.borrow_mut().push(Waiting { call, learnt: false }));
 }
 
+/// The key a recipe for this thread's innermost waiting call would be kept under (with its
+/// floats' values where the op bakes them), if a call waits: what the Python path's key is
+/// checked against (`test_device_native.py`: one native key, one Python key).
+pub fn waiting_key(baked: bool) -> Option<Key> {
+    WAITING.with(|w| {
+        w.borrow().last().map(|t| if baked { with_values(&t.call.key, &t.call.float_bits) } else { t.call.key.clone() })
+    })
+}
+
 /// Binds `recipe`, how the Python path just ran the call of `name` (reading `n_leaves` tensor
 /// leaves and `n_floats` floats; `baked`: its floats are attributes, kept per value), to that
 /// call's key, if it is this thread's innermost waiting call, not yet bound, and its leaves and
@@ -151,6 +160,20 @@ mod tests {
         done(&mut cache);
         assert!(matches!(cache.find(&[4], &[3.0f64.to_bits()]), Found::Python));
         assert_eq!(runs(&cache, &[4], &[2.0]), Some(20), "the other value keeps its recipe");
+    }
+
+    #[test]
+    fn the_waiting_key_is_the_innermost_calls_with_baked_values() {
+        let mut cache: RecipeCache<u32> = RecipeCache::default();
+        assert_eq!(waiting_key(false), None);
+        missed(call(&[8], "outer", 1, &[]));
+        missed(call(&[9], "inner", 1, &[2.5]));
+        assert_eq!(waiting_key(false), Some(vec![9]));
+        assert_eq!(waiting_key(true), Some(with_values(&[9], &[2.5f64.to_bits()])));
+        done(&mut cache);
+        assert_eq!(waiting_key(false), Some(vec![8]));
+        done(&mut cache);
+        assert_eq!(waiting_key(false), None);
     }
 
     #[test]

@@ -256,6 +256,15 @@ fn eager_native_wait(py: Python<'_>) -> PyResult<()> {
     path::wait_last(py)
 }
 
+/// The native key the innermost call that missed on this thread waits for a recipe under (with
+/// its floats' values where `baked`), or None: a diagnostic, for the test that one native key
+/// never stands for two of the Python path's keys.
+#[pyfunction]
+#[pyo3(signature = (baked = false))]
+fn eager_waiting_key(baked: bool) -> Option<Vec<i64>> {
+    torchtpu_eager::calls::waiting_key(baked)
+}
+
 /// The native path's counters: hits, misses, recipes learnt, keys left to Python, keys kept,
 /// cache resets, the limit.
 #[pyfunction]
@@ -298,5 +307,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eager_native_checks, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_wait, m)?)?;
     m.add_function(wrap_pyfunction!(eager_native_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_waiting_key, m)?)?;
     Ok(())
 }

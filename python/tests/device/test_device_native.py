@@ -81,6 +81,48 @@ def test_strings_are_part_of_the_key(python_calls):
     assert python_calls == []
 
 
+def test_one_native_key_stands_for_one_python_key(monkeypatch):
+    """The native key is finer than the Python path's (`eager/src/key.rs`), not a copy of it: two
+    calls with one native key must make one Python key, or the recipe one call taught would run
+    the other. Each call here misses natively (the native cache is emptied after each lesson),
+    so the Python path keys it too, over every 12th device OpInfo case (functions, in-place,
+    strided views, out=) and a few key-sensitive calls. With the native key cut to its op, the
+    check finds 86 clashes in these cases."""
+    from device_opinfo_cases import all_cases, run_case
+
+    from torchtpu import _C
+    from torchtpu.device import _dispatch
+
+    python_key_of: dict = {}
+    clashes = []
+    original = _dispatch._teach_native
+
+    def teach(info, program, leaves, n_floats, baked, *rest):
+        native = _C.eager_waiting_key(baked)
+        took = original(info, program, leaves, n_floats, baked, *rest)
+        if took:
+            first = python_key_of.setdefault(tuple(native), program.key)
+            if first != program.key:
+                clashes.append((info.name, first, program.key))
+        _C.eager_native_clear()
+        return took
+
+    monkeypatch.setattr(_dispatch, "_teach_native", teach)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    ta, tb = a.to(TPU), b.to(TPU)
+    for v in (0.1, 0.2, 0.1):
+        torch.nn.functional.leaky_relu(ta, v)  # a baked float: one key per value
+    for mode in ("floor", "trunc", "floor"):
+        torch.div(ta, tb, rounding_mode=mode)
+    for t in (ta, ta[1:], ta[2:], ta.t(), ta[:, 1], torch.view_as_real(ta.to(torch.complex64))):
+        t + 1
+        t * 2.5
+    for case in all_cases()[::12]:
+        run_case(case)
+    assert len(python_key_of) > 200, len(python_key_of)
+    assert clashes == [], clashes[:3]
+
+
 def test_float_values_are_inputs_not_keys():
     a = torch.randn(4, 4)
     ta = a.to(TPU)
