@@ -443,10 +443,11 @@ def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: lis
     """The IR inputs to donate when an in-place or out= op replaces a target's storage (`x.add_(y)`
     arrives as `add.out(x, y, out=x)`), by the native path's rule (`_C.eager_donations`,
     `torchtpu_eager::donation`): this describes each target as the Python path sees it. Its
-    result replaces the buffer where the target is its whole storage, of the storage's dtype and
-    not resized; a view the program scatters into (`write_base`) is left to the native path. The
-    buffer's other holders are its references beyond the storage's slot and `leaves`
-    (`flattened`, the leaves before floats were appended, holds it too where it is another list)."""
+    result replaces the storage's buffer where the target is a view the program scatters into
+    (`write_base`: the result is the whole new buffer), or the whole storage, of the storage's
+    dtype and not resized. The buffer's other holders are its references beyond the storage's
+    slot and `leaves` (`flattened`, the leaves before floats were appended, holds it too where it
+    is another list)."""
     if _defer.state.active:
         return []
     if info.kind == "inplace":
@@ -460,11 +461,13 @@ def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: lis
         buffer = slot.buffer if slot is not None else None
         if type(buffer) is not _C.DeviceBuffer:
             continue
-        replaces = (
-            not (k < len(bases) and bases[k] is not None)
-            and not (info.kind == "out" and tuple(t.shape) != program.out_types[k][1])  # resized: another buffer
-            and t.dtype is slot.dtype
-            and _storage.is_whole(t, slot)
+        scattered = k < len(bases) and bases[k] is not None
+        replaces = t.dtype is slot.dtype and (
+            scattered
+            or (
+                not (info.kind == "out" and tuple(t.shape) != program.out_types[k][1])  # resized: another buffer
+                and _storage.is_whole(t, slot)
+            )
         )
         read_by = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
         held = sum(1 for b in leaves if b is buffer)
