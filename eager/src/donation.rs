@@ -38,17 +38,23 @@ pub struct Target {
     pub other_holders: usize,
 }
 
-/// The program inputs to donate: each target's buffer where the result replaces it whole, the
-/// program reads it as exactly one input, it is at least `min` bytes (the callers pass
-/// `min_bytes()`) and nothing else holds it. An input is donated once however many targets name
+/// The program input through which `t`'s buffer is donated, if it is: the result replaces the
+/// buffer whole, the program reads it as exactly one input, it is at least `min` bytes (the
+/// callers pass `min_bytes()`) and nothing else holds it.
+pub fn donated_input(t: &Target, min: usize) -> Option<usize> {
+    match t.read_by[..] {
+        [input] if t.replaces_buffer && t.nbytes >= min && t.other_holders == 0 => Some(input),
+        _ => None,
+    }
+}
+
+/// The program inputs to donate: each target's `donated_input`, once however many targets name
 /// it.
 pub fn donations(targets: &[Target], min: usize) -> Vec<usize> {
     let mut donate = Vec::new();
-    for t in targets {
-        if let [input] = t.read_by[..] {
-            if t.replaces_buffer && t.nbytes >= min && t.other_holders == 0 && !donate.contains(&input) {
-                donate.push(input);
-            }
+    for input in targets.iter().filter_map(|t| donated_input(t, min)) {
+        if !donate.contains(&input) {
+            donate.push(input);
         }
     }
     donate

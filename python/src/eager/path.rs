@@ -263,7 +263,13 @@ fn donations(recipe: &Recipe, flat: &Flat<'_, '_>, leaves: &[Bound<'_, DeviceBuf
         .iter()
         .zip(targets(recipe, flat))
         .map(|(w, target)| {
+            let replaces_buffer = matches!(w, Write::Whole | Write::Base);
             let held = target.slot.borrow().buffer.as_ptr();
+            // A strided write keeps the buffer: nothing more to look up for it (a hot path).
+            let buffer = if replaces_buffer { leaves.iter().find(|b| b.as_ptr() == held) } else { None };
+            let Some(buffer) = buffer else {
+                return donation::Target { replaces_buffer, read_by: Vec::new(), nbytes: 0, other_holders: 0 };
+            };
             let read_by = recipe
                 .sources
                 .iter()
@@ -271,18 +277,12 @@ fn donations(recipe: &Recipe, flat: &Flat<'_, '_>, leaves: &[Bound<'_, DeviceBuf
                 .filter(|(_, s)| matches!(s, Source::Leaf(l) if leaves.get(*l).is_some_and(|b| b.as_ptr() == held)))
                 .map(|(i, _)| i)
                 .collect();
-            let (nbytes, other_holders) = match leaves.iter().find(|b| b.as_ptr() == held) {
-                Some(buffer) => {
-                    let in_leaves = leaves.iter().filter(|b| b.as_ptr() == held).count();
-                    (buffer.get().nbytes, other_holders(buffer, in_leaves, flat))
-                }
-                None => (0, 0),
-            };
+            let in_leaves = leaves.iter().filter(|b| b.as_ptr() == held).count();
             donation::Target {
-                replaces_buffer: matches!(w, Write::Whole | Write::Base),
+                replaces_buffer,
                 read_by,
-                nbytes,
-                other_holders,
+                nbytes: buffer.get().nbytes,
+                other_holders: other_holders(buffer, in_leaves, flat),
             }
         })
         .collect();
@@ -440,7 +440,7 @@ fn write(
                 nbytes: base.get().nbytes,
                 other_holders: other_holders(&base, 1, flat),
             };
-            if !donation::donations(&[target], donation::min_bytes()).is_empty() && !base.is(&result) {
+            if donation::donated_input(&target, donation::min_bytes()).is_some() && !base.is(&result) {
                 let program = scatter.donating(py)?;
                 cache::with(|c| c.counters.donated += 1);
                 execute_donating(py, &program.get().compiled, &inputs, &[0], &[base.get()], device)?.remove(0)

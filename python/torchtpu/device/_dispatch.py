@@ -469,6 +469,9 @@ def _donations(info: OpInfo, program, args, kwargs, leaves: list, flattened: lis
                 and _storage.is_whole(t, slot)
             )
         )
+        if not replaces:  # kept: the rest need not be counted
+            described.append((False, [], buffer.nbytes, 0))
+            continue
         read_by = [i for i, (kind, v) in enumerate(program.sources) if kind == "leaf" and leaves[v] is buffer]
         held = sum(1 for b in leaves if b is buffer)
         if flattened is not leaves:
